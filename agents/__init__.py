@@ -1,0 +1,35 @@
+"""Pure JAX/Flax agents for HTS-RL (seed paper 000): networks, losses, updates and optimizers.
+
+``a2c_update`` implements the one-step-delayed gradient of Eq. (6); ``ppo_update`` runs PPO epochs from
+the current parameters with ratios against the stored behaviour log-probs. No threads, no I/O.
+"""
+
+from agents.a2c import A2CConfig, a2c_update
+from agents.acting import policy_step
+from agents.distributions import entropy, log_prob, mode, sample_actions
+from agents.gae import gae_advantages
+from agents.losses import a2c_loss, ppo_loss
+from agents.networks import ActorCritic, make_network
+from agents.optim import make_optimizer
+from agents.ppo import PPOConfig, ppo_update
+from agents.types import Rollout, TrainState
+
+__all__ = [
+    "A2CConfig",
+    "ActorCritic",
+    "PPOConfig",
+    "Rollout",
+    "TrainState",
+    "a2c_loss",
+    "a2c_update",
+    "entropy",
+    "gae_advantages",
+    "log_prob",
+    "make_network",
+    "make_optimizer",
+    "mode",
+    "policy_step",
+    "ppo_loss",
+    "ppo_update",
+    "sample_actions",
+]

@@ -1,0 +1,92 @@
+"""A2C with HTS-RL's one-step-delayed gradient (seed paper 000, Sec. 4.1, Eq. (6)).
+
+    theta_{j+1} = theta_j + eta * grad_{theta_{j-1}} J(theta_{j-1}, D^{theta_{j-1}})
+
+The storage read in round j was filled by the behaviour parameters theta_{j-1}, so the gradient is taken
+*at* theta_{j-1} (policy log-probs, values and entropy all recomputed there), which keeps the estimate
+on-policy and avoids the stale-policy term of Eq. (5). It is then applied, through the optimizer, to the
+current parameters theta_j. With ``behaviour_params is state.params`` this is plain synchronous A2C.
+"""
+
+import dataclasses
+
+import jax
+import optax
+
+from agents.batching import prepare_batch
+from agents.losses import a2c_loss
+from agents.types import Rollout, TrainState
+
+
+@dataclasses.dataclass(frozen=True)
+class A2CConfig:
+    """A2C hyperparameters.
+
+    Attributes:
+      gamma: discount factor.
+      gae_lambda: GAE lambda; 1.0 gives the n-step return of Eq. (4) over the storage.
+      value_coef: weight of the value loss ``0.5 * (R - V)^2``.
+      entropy_coef: weight of the entropy bonus (alpha in Eq. (4)).
+    """
+
+    gamma: float = 0.99
+    gae_lambda: float = 1.0
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+
+
+def a2c_update(
+    state: TrainState,
+    behaviour_params,
+    rollout: Rollout,
+    *,
+    apply_fn,
+    optimizer: optax.GradientTransformation,
+    config: A2CConfig,
+) -> tuple[TrainState, dict]:
+    """One delayed-gradient A2C update (Eq. 6).
+
+    Args:
+      state: learner state holding the current parameters theta_j.
+      behaviour_params: theta_{j-1}, the parameters that collected ``rollout``.
+      rollout: time-major batch ``[T, B]`` collected by ``behaviour_params``.
+      apply_fn: ``apply_fn(params, obs) -> (policy_out, value)`` (static under jit).
+      optimizer: optax transformation whose state is ``state.opt_state`` (static under jit).
+      config: ``A2CConfig`` (static under jit).
+
+    Returns:
+      ``(new_state, metrics)``; ``new_state.params = theta_j + optimizer(grad at theta_{j-1})``,
+      ``update_step`` incremented, ``key`` passed through unchanged (A2C draws no randomness).
+      Metrics: ``policy_loss``, ``value_loss``, ``entropy``, ``total_loss``, ``grad_norm``,
+      ``advantage_mean``.
+    """
+    batch, advantage_mean = prepare_batch(
+        behaviour_params,
+        rollout,
+        apply_fn=apply_fn,
+        gamma=config.gamma,
+        gae_lambda=config.gae_lambda,
+    )
+    # The gradient is evaluated at the behaviour parameters, not at state.params: this is the
+    # "one-step delay" that keeps the estimator on-policy for the data it uses.
+    grads, metrics = jax.grad(a2c_loss, has_aux=True)(
+        behaviour_params,
+        apply_fn,
+        batch.obs,
+        batch.actions,
+        batch.advantages,
+        batch.returns,
+        batch.valid,
+        value_coef=config.value_coef,
+        entropy_coef=config.entropy_coef,
+    )
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = dict(metrics, grad_norm=optax.global_norm(grads), advantage_mean=advantage_mean)
+    new_state = TrainState(
+        params=params,
+        opt_state=opt_state,
+        key=state.key,
+        update_step=state.update_step + 1,
+    )
+    return new_state, metrics

@@ -1,0 +1,29 @@
+"""Actor-side inference: one forward pass plus per-row sampling.
+
+Seed paper 000 (HTS-RL), Sec. 4.1 ("Asynchronous actors and executors"): every observation arrives with
+its own pseudo-random seed owned by the executor (here: one PRNG key per row), and each row's action,
+log-prob and value depend only on that row's observation and key. Together with a fixed batch shape
+(XLA CPU results are bit-identical per row at a fixed shape, but not across shapes) this makes actions
+independent of how observations were grouped into actor batches, hence fully deterministic.
+"""
+
+import chex
+import jax
+
+from agents import distributions
+
+
+def policy_step(params, obs: jax.Array, keys: jax.Array, *, apply_fn):
+    """Returns ``(actions, log_probs [B], values [B])`` for a batch of observations.
+
+    Args:
+      params: behaviour parameters.
+      obs: ``[B, ...]`` observations.
+      keys: ``[B]`` PRNG keys, one per row.
+      apply_fn: ``apply_fn(params, obs) -> (policy_out, value)``.
+    """
+    chex.assert_axis_dimension(keys, 0, obs.shape[0])
+    policy_out, values = apply_fn(params, obs)
+    actions = distributions.sample_actions(policy_out, keys)
+    log_probs = distributions.log_prob(policy_out, actions)
+    return actions, log_probs, values

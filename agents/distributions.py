@@ -1,0 +1,95 @@
+"""Action distributions over an ``ActorCritic`` policy output.
+
+Seed paper 000 (HTS-RL), Sec. 4.1 ("Asynchronous actors and executors"): randomness is owned by the
+executor, which ships one pseudo-random seed with every observation. ``sample_actions`` therefore takes
+one PRNG key per row and draws each row's action from its own key only, so an action does not depend on
+which other observations share the actor's batch. ``log_prob`` / ``entropy`` give the log pi(a|s) and
+H(pi(.|s)) terms of Eq. (4)-(6).
+
+``policy_out`` is either logits ``[B, A]`` (categorical policy) or a tuple ``(mean, log_std)`` of
+``[B, A]`` arrays (diagonal Gaussian, CleanRL continuous PPO). The type decides which.
+"""
+
+import math
+
+import chex
+import jax
+import jax.numpy as jnp
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def _is_continuous(policy_out) -> bool:
+    return isinstance(policy_out, tuple)
+
+
+def _check_gaussian(policy_out):
+    mean, log_std = policy_out
+    chex.assert_rank(mean, 2)
+    chex.assert_equal_shape([mean, log_std])
+    return mean, log_std
+
+
+def sample_actions(policy_out, keys: jax.Array) -> jax.Array:
+    """Draws one action per row, row ``i`` using only ``policy_out[i]`` and ``keys[i]``.
+
+    Args:
+      policy_out: logits ``[B, A]`` or ``(mean [B, A], log_std [B, A])``.
+      keys: ``[B]`` typed PRNG keys (or ``[B, 2]`` raw uint32 keys), one per row.
+
+    Returns:
+      int32 ``[B]`` (discrete) or float32 ``[B, A]`` (continuous, not clipped: the env wrapper clips).
+    """
+    if _is_continuous(policy_out):
+        mean, log_std = _check_gaussian(policy_out)
+        chex.assert_axis_dimension(keys, 0, mean.shape[0])
+
+        def _sample_row(mean_row, log_std_row, key):
+            noise = jax.random.normal(key, mean_row.shape, jnp.float32)
+            return mean_row + jnp.exp(log_std_row) * noise
+
+        return jax.vmap(_sample_row)(mean, log_std, keys).astype(jnp.float32)
+
+    logits = policy_out
+    chex.assert_rank(logits, 2)
+    chex.assert_axis_dimension(keys, 0, logits.shape[0])
+    # vmap over rows: a batched categorical would draw all rows from one key stream.
+    actions = jax.vmap(lambda row, key: jax.random.categorical(key, row))(logits, keys)
+    return actions.astype(jnp.int32)
+
+
+def log_prob(policy_out, actions: jax.Array) -> jax.Array:
+    """log pi(a|s) per row: ``[B]`` float32. ``actions`` is int ``[B]`` or float ``[B, A]``."""
+    if _is_continuous(policy_out):
+        mean, log_std = _check_gaussian(policy_out)
+        chex.assert_equal_shape([mean, actions])
+        z = (actions.astype(jnp.float32) - mean) * jnp.exp(-log_std)
+        return jnp.sum(-0.5 * jnp.square(z) - log_std - 0.5 * _LOG_2PI, axis=-1)
+
+    logits = policy_out
+    chex.assert_rank([logits, actions], [2, 1])
+    chex.assert_axis_dimension(actions, 0, logits.shape[0])
+    log_probs = jax.nn.log_softmax(logits, axis=-1)  # [B, A]
+    return jnp.take_along_axis(log_probs, actions.astype(jnp.int32)[:, None], axis=-1)[:, 0]
+
+
+def entropy(policy_out) -> jax.Array:
+    """Entropy H(pi(.|s)) per row: ``[B]`` float32."""
+    if _is_continuous(policy_out):
+        _, log_std = _check_gaussian(policy_out)
+        return jnp.sum(log_std + 0.5 * (_LOG_2PI + 1.0), axis=-1)
+
+    logits = policy_out
+    chex.assert_rank(logits, 2)
+    log_probs = jax.nn.log_softmax(logits, axis=-1)  # [B, A]
+    # Use probs * log_probs with probs from exp(log_probs): 0 * -inf cannot occur for finite logits.
+    return -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
+
+
+def mode(policy_out) -> jax.Array:
+    """Greedy action per row (for evaluation): argmax int32 ``[B]`` or the mean ``[B, A]``."""
+    if _is_continuous(policy_out):
+        mean, _ = _check_gaussian(policy_out)
+        return mean.astype(jnp.float32)
+    chex.assert_rank(policy_out, 2)
+    return jnp.argmax(policy_out, axis=-1).astype(jnp.int32)

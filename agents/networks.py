@@ -1,0 +1,166 @@
+"""Actor-critic networks (Flax linen) for the HTS-RL agents.
+
+Seed paper 000 (HTS-RL), Sec. 4.1 / Eq. (4)-(6): the learner differentiates an actor-critic objective
+J(theta) built from a policy pi_theta(a|s) and a value V_phi(s); these modules provide both heads.
+
+* ``NatureCNN``: Mnih et al. (2015) "Human-level control through deep RL" torso for Atari frames,
+    initialised as in CleanRL's ``ppo_atari.py`` (orthogonal, gain sqrt(2); policy head 0.01, value 1).
+* ``GFootballCNN``: the same Nature-style CNN as used by the HTS-RL / GFootball baselines' "cnn" policy,
+    on the 72x96x4 super-mini-map (SMM) observation.
+* ``MLPTorso`` / MLP actor-critic: CleanRL ``ppo.py`` / ``ppo_continuous_action.py`` (separate actor and
+    critic MLPs, tanh, state-independent learned log-std for continuous actions).
+"""
+
+from collections.abc import Sequence
+
+import chex
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+
+_TORSO_GAIN = float(np.sqrt(2.0))
+# CleanRL: a tiny policy-head init makes the initial policy close to uniform / zero-mean,
+# and a unit-gain value head keeps initial value predictions O(1).
+_POLICY_HEAD_GAIN = 0.01
+_VALUE_HEAD_GAIN = 1.0
+
+NATURE_CNN_OBS_SHAPE = (4, 84, 84)
+GFOOTBALL_SMM_OBS_SHAPE = (72, 96, 4)
+TORSOS = ("nature_cnn", "gfootball_cnn", "mlp")
+
+
+def _dense(features: int, gain: float) -> nn.Dense:
+    return nn.Dense(
+            features, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros
+    )
+
+
+def _conv(features: int, kernel: int, stride: int) -> nn.Conv:
+    return nn.Conv(
+            features,
+            (kernel, kernel),
+            strides=(stride, stride),
+            padding="VALID",
+            kernel_init=nn.initializers.orthogonal(_TORSO_GAIN),
+            bias_init=nn.initializers.zeros,
+    )
+
+
+def _nature_trunk(x: jnp.ndarray) -> jnp.ndarray:
+    """Conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512 on NHWC float input in [0, 1]."""
+    x = nn.relu(_conv(32, 8, 4)(x))
+    x = nn.relu(_conv(64, 4, 2)(x))
+    x = nn.relu(_conv(64, 3, 1)(x))
+    x = x.reshape((x.shape[0], -1))
+    return nn.relu(_dense(512, _TORSO_GAIN)(x))
+
+
+class NatureCNN(nn.Module):
+    """Nature DQN torso for EnvPool Atari frames.
+
+    Input: uint8 ``[B, 4, 84, 84]`` (stacked frames, channels first as EnvPool emits them).
+    Output: float32 ``[B, 512]``.
+    """
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+        chex.assert_rank(obs, 4)
+        chex.assert_shape(obs, (None, *NATURE_CNN_OBS_SHAPE))
+        x = obs.astype(jnp.float32) / 255.0
+        # Flax convolutions are NHWC; EnvPool gives NCHW.
+        x = jnp.transpose(x, (0, 2, 3, 1))
+        return _nature_trunk(x)
+
+
+class GFootballCNN(nn.Module):
+    """Nature-style CNN used by the HTS-RL / GFootball baselines' "cnn" policy.
+
+    Simplification: the original "gfootball_smm" torso is replaced by the plain Nature CNN
+    (conv 32 8x8 s4, 64 4x4 s2, 64 3x3 s1, dense 512), which the baselines' "cnn" policy uses.
+
+    Input: uint8 ``[B, 72, 96, 4]`` (SMM extracted map, channels last). Output: float32 ``[B, 512]``.
+    """
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+        chex.assert_rank(obs, 4)
+        chex.assert_shape(obs, (None, *GFOOTBALL_SMM_OBS_SHAPE))
+        x = obs.astype(jnp.float32) / 255.0
+        return _nature_trunk(x)
+
+
+class MLPTorso(nn.Module):
+    """Tanh MLP for vector observations ``[B, D]`` -> ``[B, hidden_sizes[-1]]``."""
+
+    hidden_sizes: Sequence[int] = (64, 64)
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+        chex.assert_rank(obs, 2)
+        x = obs.astype(jnp.float32)
+        for size in self.hidden_sizes:
+            x = nn.tanh(_dense(size, _TORSO_GAIN)(x))
+        return x
+
+
+class ActorCritic(nn.Module):
+    """Policy and value heads on a torso.
+
+    Attributes:
+        torso: one of ``"nature_cnn"``, ``"gfootball_cnn"``, ``"mlp"``.
+        action_dim: number of discrete actions, or dimension of the continuous action.
+        continuous: Gaussian policy if True, categorical otherwise.
+        hidden_sizes: MLP hidden sizes (only used by the ``"mlp"`` torso).
+
+    ``__call__(obs)`` returns ``(policy_out, value)``: ``value`` is float32 ``[B]``; ``policy_out`` is
+    logits ``[B, A]`` (discrete) or ``(mean [B, A], log_std [B, A])`` (continuous).
+    """
+
+    torso: str
+    action_dim: int
+    continuous: bool
+    hidden_sizes: tuple = (64, 64)
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray):
+        if self.torso == "mlp":
+            # CleanRL: separate actor and critic MLPs so the value loss does not shape policy features.
+            actor_features = MLPTorso(self.hidden_sizes, name="actor_torso")(obs)
+            critic_features = MLPTorso(self.hidden_sizes, name="critic_torso")(obs)
+        elif self.torso in ("nature_cnn", "gfootball_cnn"):
+            # Shared CNN torso: conv features are expensive, so both heads read the same ones.
+            torso_cls = NatureCNN if self.torso == "nature_cnn" else GFootballCNN
+            actor_features = critic_features = torso_cls(name="torso")(obs)
+        else:
+            raise ValueError(f"Unknown torso {self.torso!r}; expected one of {TORSOS}.")
+
+        value = _dense(1, _VALUE_HEAD_GAIN)(critic_features)[:, 0].astype(jnp.float32)  # [B]
+        head = _dense(self.action_dim, _POLICY_HEAD_GAIN)(actor_features).astype(jnp.float32)  # [B, A]
+        if not self.continuous:
+            return head, value
+        # State-independent log-std (CleanRL continuous PPO), broadcast to every row.
+        log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,), jnp.float32)
+        return (head, jnp.broadcast_to(log_std, head.shape)), value
+
+
+def make_network(obs_shape: tuple, action_dim: int, continuous: bool) -> ActorCritic:
+    """Picks the torso from the (unbatched) observation shape.
+
+    ``(4, 84, 84)`` -> Nature CNN (Atari), ``(72, 96, 4)`` -> GFootball CNN (SMM), rank 1 -> MLP.
+    """
+    obs_shape = tuple(int(d) for d in obs_shape)
+    if obs_shape == NATURE_CNN_OBS_SHAPE:
+        torso = "nature_cnn"
+    elif obs_shape == GFOOTBALL_SMM_OBS_SHAPE:
+        torso = "gfootball_cnn"
+    elif len(obs_shape) == 1:
+        torso = "mlp"
+    else:
+        raise ValueError(
+                f"No network for observation shape {obs_shape}: expected {NATURE_CNN_OBS_SHAPE} (Atari, "
+                f"channels first), {GFOOTBALL_SMM_OBS_SHAPE} (GFootball SMM, channels last) or a rank-1 "
+                "vector observation."
+        )
+    if action_dim < 1:
+        raise ValueError(f"action_dim must be >= 1, got {action_dim}.")
+    return ActorCritic(torso=torso, action_dim=int(action_dim), continuous=bool(continuous))

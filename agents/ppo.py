@@ -1,0 +1,136 @@
+"""PPO on HTS-RL's double-buffered storages (seed paper 000, Sec. 4.1; Schulman et al. 2017, Eq. (7)).
+
+HTS-RL's PPO (as in the authors' code) reads the storage D^{theta_{j-1}} collected by the behaviour
+parameters theta_{j-1} while the current parameters are theta_j. The epochs start from theta_j
+(``state.params``); the importance ratio pi_theta / pi_{theta_{j-1}} uses the *stored* behaviour
+log-probs, so the clipped surrogate itself corrects for the one-step lag. Advantages come from the
+stored behaviour values plus the bootstrap value of ``obs[T]`` under theta_{j-1}.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from agents.batching import FlatBatch, prepare_batch
+from agents.losses import ppo_loss
+from agents.types import Rollout, TrainState
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """PPO hyperparameters.
+
+    Attributes:
+      gamma: discount factor.
+      gae_lambda: GAE lambda.
+      clip_eps: ratio clipping epsilon.
+      value_coef: weight of the value loss ``0.5 * (R - V)^2``.
+      entropy_coef: weight of the entropy bonus.
+      num_epochs: passes over the rollout per update.
+      num_minibatches: minibatches per epoch; must divide ``T * B``.
+      normalize_advantages: normalise advantages per minibatch (masked mean/std).
+    """
+
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.1
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    num_epochs: int = 4
+    num_minibatches: int = 4
+    normalize_advantages: bool = True
+
+
+def ppo_update(
+    state: TrainState,
+    behaviour_params,
+    rollout: Rollout,
+    *,
+    apply_fn,
+    optimizer: optax.GradientTransformation,
+    config: PPOConfig,
+) -> tuple[TrainState, dict]:
+    """``num_epochs x num_minibatches`` clipped-surrogate steps starting from ``state.params``.
+
+    Args:
+      state: learner state; ``state.params`` (theta_j) is where optimisation starts and
+        ``state.key`` seeds the per-epoch minibatch permutations.
+      behaviour_params: theta_{j-1}, used only for the bootstrap value of ``rollout.obs[T]``.
+      rollout: time-major batch ``[T, B]`` collected by ``behaviour_params``.
+      apply_fn: ``apply_fn(params, obs) -> (policy_out, value)`` (static under jit).
+      optimizer: optax transformation whose state is ``state.opt_state`` (static under jit); it is
+        called ``num_epochs * num_minibatches`` times.
+      config: ``PPOConfig`` (static under jit).
+
+    Returns:
+      ``(new_state, metrics)`` with the next key and ``update_step + 1``. Metrics are means over all
+      minibatch steps: ``policy_loss``, ``value_loss``, ``entropy``, ``total_loss``, ``approx_kl``,
+      ``clip_fraction``, ``grad_norm``; plus ``advantage_mean`` (raw, masked) of the rollout.
+
+    Raises:
+      ValueError: if ``T * B`` is not divisible by ``num_minibatches``.
+    """
+    num_steps, num_envs = rollout.rewards.shape
+    num_rows = num_steps * num_envs
+    if config.num_minibatches < 1 or num_rows % config.num_minibatches:
+        raise ValueError(
+            f"T * B = {num_steps} * {num_envs} = {num_rows} rows is not divisible by "
+            f"num_minibatches = {config.num_minibatches}."
+        )
+    minibatch_size = num_rows // config.num_minibatches
+
+    batch, advantage_mean = prepare_batch(
+        behaviour_params,
+        rollout,
+        apply_fn=apply_fn,
+        gamma=config.gamma,
+        gae_lambda=config.gae_lambda,
+    )
+
+    def minibatch_step(carry, minibatch: FlatBatch):
+        params, opt_state = carry
+        grads, metrics = jax.grad(ppo_loss, has_aux=True)(
+            params,
+            apply_fn,
+            minibatch.obs,
+            minibatch.actions,
+            minibatch.behaviour_log_probs,
+            minibatch.advantages,
+            minibatch.returns,
+            minibatch.valid,
+            clip_eps=config.clip_eps,
+            value_coef=config.value_coef,
+            entropy_coef=config.entropy_coef,
+            normalize_advantages=config.normalize_advantages,
+        )
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        metrics = dict(metrics, grad_norm=optax.global_norm(grads))
+        return (params, opt_state), metrics
+
+    def epoch_step(carry, epoch_key):
+        permutation = jax.random.permutation(epoch_key, num_rows)
+        minibatches = jax.tree.map(
+            lambda x: x[permutation].reshape(
+                (config.num_minibatches, minibatch_size, *x.shape[1:])
+            ),
+            batch,
+        )  # each leaf [M, N / M, ...]
+        return jax.lax.scan(minibatch_step, carry, minibatches)
+
+    next_key, permutation_key = jax.random.split(state.key)
+    epoch_keys = jax.random.split(permutation_key, config.num_epochs)
+    (params, opt_state), metrics = jax.lax.scan(
+        epoch_step, (state.params, state.opt_state), epoch_keys
+    )  # metrics leaves [E, M]
+    metrics = jax.tree.map(jnp.mean, metrics)
+    metrics["advantage_mean"] = advantage_mean
+    new_state = TrainState(
+        params=params,
+        opt_state=opt_state,
+        key=next_key,
+        update_step=state.update_step + 1,
+    )
+    return new_state, metrics

@@ -1,0 +1,263 @@
+"""EnvPool in async mode as HTS-RL's executors and state buffer (seed 000, section 4.1, Fig. 1(e)).
+
+The paper's executors take actions from an action buffer, step their environment and put the next state into a
+state buffer, from which actors grab whatever is ready. Here EnvPool's C++ worker threads are the executors:
+
+* `send(actions, env_ids)` is the action buffer (any actor thread may call it);
+* a receiver thread calls EnvPool's `recv()` and pushes every finished env step into the `StateBuffer`;
+* actors call `take()` and get every observation that is ready, never waiting for a particular env.
+
+Two details the paper does not need but EnvPool does:
+
+* EnvPool's `recv()` waits for exactly `batch_size` finished envs. At a round boundary (batch synchronization) the
+  actors hold the envs that finished their alpha steps, so fewer than `batch_size` training envs may be in flight
+  and a plain `recv()` would wait forever. The pool therefore has `batch_size - 1` *spare* envs at ids
+  `>= num_envs`; the receiver sends them throw-away actions only while the training envs alone cannot fill a
+  batch, and drops their results. Spares never touch the training envs' seeds or states, so results do not depend
+  on `batch_size`.
+* The step-time injector (`--step_time`, seed 000 Claim 1) delays each env step's result by a time drawn from a
+  distribution. The delays of different envs overlap, as if every env had its own core: a result becomes visible
+  to the actors at `receive time + delay`, and the state buffer hands out results in order of readiness.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import os
+import threading
+import time
+
+import numpy as np
+
+from envs.episodes import EpisodeTracker, split_done
+from envs.factory import EnvSpec, make_pool
+from envs.step_time import StepTimeDistribution
+
+
+@dataclasses.dataclass
+class StepResults:
+    """A batch of finished env steps handed to an actor. Row i belongs to env `env_ids[i]`.
+
+    `rewards`, `terminations` and `truncations` describe the step that *led to* `obs` (the training flags: for
+    Atari a life loss is a termination). They are meaningless for the first observation after `reset()`.
+    """
+
+    env_ids: np.ndarray  # [K] int32
+    obs: np.ndarray  # [K, ...]
+    rewards: np.ndarray  # [K] float32
+    terminations: np.ndarray  # [K] float32
+    truncations: np.ndarray  # [K] float32
+
+    def __len__(self) -> int:
+        return len(self.env_ids)
+
+
+class StateBuffer:
+    """Finished env steps ordered by the time they become visible (a heap), shared by all actor threads."""
+
+    def __init__(self):
+        self._heap: list = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def put_rows(self, ready_times, env_ids, obs, rewards, terms, truncs) -> None:
+        with self._cond:
+            for i in range(len(env_ids)):
+                heapq.heappush(
+                    self._heap,
+                    (ready_times[i], next(self._seq), int(env_ids[i]), obs[i], rewards[i], terms[i], truncs[i]),
+                )
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def take(self, max_items: int, min_items: int = 1, timeout: float = 0.1) -> StepResults | None:
+        """Pops up to `max_items` ready results; waits until `min_items` are ready or `timeout` passes (-> None)."""
+        deadline = time.perf_counter() + timeout
+        with self._cond:
+            while True:
+                now = time.perf_counter()
+                ready = 0
+                # The heap is ordered by ready time, so the ready items are a prefix of the sorted order.
+                if self._heap and self._heap[0][0] <= now:
+                    ready = sum(1 for item in self._heap if item[0] <= now)
+                if ready >= min_items or (self._closed and ready > 0):
+                    items = [heapq.heappop(self._heap) for _ in range(min(ready, max_items))]
+                    break
+                if self._closed or now >= deadline:
+                    return None
+                wake = deadline
+                if self._heap and self._heap[0][0] > now:
+                    wake = min(wake, self._heap[0][0])
+                self._cond.wait(max(wake - now, 0.0))
+        return StepResults(
+            env_ids=np.asarray([it[2] for it in items], np.int32),
+            obs=np.stack([it[3] for it in items]),
+            rewards=np.asarray([it[4] for it in items], np.float32),
+            terminations=np.asarray([it[5] for it in items], np.float32),
+            truncations=np.asarray([it[6] for it in items], np.float32),
+        )
+
+
+class Executor:
+    """`num_envs` EnvPool envs stepping asynchronously, with episode bookkeeping and optional step-time injection.
+
+    Use: `start()` (async reset of every env), then actors loop `take()` -> policy -> `send()`. `close()` stops the
+    receiver thread. Errors in the receiver thread are re-raised by `take()` and `send()`.
+    """
+
+    def __init__(
+        self,
+        spec: EnvSpec,
+        *,
+        num_envs: int,
+        batch_size: int,
+        seed: int,
+        step_time: StepTimeDistribution | None = None,
+        num_threads: int | None = None,
+    ):
+        if not 1 <= batch_size <= num_envs:
+            raise ValueError(f"env batch size must be in [1, num_envs={num_envs}], got {batch_size}")
+        self.spec = spec
+        self.num_envs = num_envs
+        self.batch_size = batch_size
+        # With batch_size == num_envs every recv() returns all envs, which are then sent together: no spares.
+        self._num_spares = 0 if batch_size == num_envs else batch_size - 1
+        threads = num_threads or min(num_envs, os.cpu_count() or 1)
+        self._pool = make_pool(
+            spec,
+            num_envs=num_envs,
+            batch_size=batch_size,
+            seed=seed,
+            num_threads=threads,
+            extra_envs=self._num_spares,
+        )
+        self._step_time = step_time if step_time is not None and step_time.kind != "none" else None
+        self._delay_rng = np.random.default_rng(seed + 7_919)
+        self.tracker = EpisodeTracker(num_envs, spec.family, spec.max_episode_steps)
+        self.buffer = StateBuffer()
+        self._send_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._train_in_flight = 0
+        self._spare_in_flight = 0
+        self._idle_spares: list[int] = []
+        self._spare_action = self._zero_actions(1)
+        self._stop = False
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self.env_steps_received = 0
+
+    def _zero_actions(self, n: int) -> np.ndarray:
+        if self.spec.continuous:
+            return np.zeros((n, self.spec.action_dim), np.float32)
+        return np.zeros((n,), np.int32)
+
+    # -- actor-facing API -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Resets every env (training and spare); the first observations arrive through `take()`."""
+        with self._cond:
+            self._train_in_flight = self.num_envs
+            self._spare_in_flight = self._num_spares
+        self._pool.async_reset()
+        self._thread = threading.Thread(target=self._receive_loop, name="executor-recv", daemon=True)
+        self._thread.start()
+
+    def send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
+        """Queues one action per env id (the action buffer). Thread-safe."""
+        self.raise_if_failed()
+        if len(env_ids) == 0:
+            return
+        if self.spec.continuous:
+            actions = np.clip(actions, self.spec.action_low, self.spec.action_high).astype(np.float32)
+        with self._send_lock:
+            self._pool.send(actions, np.asarray(env_ids, np.int32))
+        with self._cond:
+            self._train_in_flight += len(env_ids)
+            self._cond.notify_all()
+
+    def take(self, max_items: int, min_items: int = 1, timeout: float = 0.1) -> StepResults | None:
+        self.raise_if_failed()
+        return self.buffer.take(max_items, min_items, timeout)
+
+    def pop_episodes(self) -> list[tuple[int, float, int]]:
+        with self._cond:
+            return self.tracker.pop_finished()
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self.buffer.close()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+
+    # -- receiver thread ----------------------------------------------------------------------------------
+    def raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise RuntimeError("executor receiver thread failed") from self._error
+
+    def _receive_loop(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._stop and self._train_in_flight == 0:
+                        self._cond.wait()
+                    if self._stop:
+                        return
+                    # Keep at least `batch_size` envs in flight so recv() cannot wait forever (see module doc).
+                    missing = self.batch_size - self._train_in_flight - self._spare_in_flight
+                    spares = [self._idle_spares.pop() for _ in range(min(missing, len(self._idle_spares)))]
+                    self._spare_in_flight += len(spares)
+                if spares:
+                    with self._send_lock:
+                        self._pool.send(np.repeat(self._spare_action, len(spares), axis=0), np.asarray(spares, np.int32))
+                obs, rewards, terminated, truncated, info = self._pool.recv()
+                self._handle(obs, rewards, terminated, truncated, info)
+        except BaseException as error:  # noqa: BLE001 - handed to the actors, who re-raise it
+            self._error = error
+            self.buffer.close()
+
+    def _handle(self, obs, rewards, terminated, truncated, info) -> None:
+        env_ids = np.asarray(info["env_id"])
+        is_train = env_ids < self.num_envs
+        with self._cond:
+            spare_ids = env_ids[~is_train]
+            self._spare_in_flight -= len(spare_ids)
+            self._idle_spares.extend(int(i) for i in spare_ids)
+            self._train_in_flight -= int(is_train.sum())
+        if not is_train.any():
+            return
+        if not is_train.all():
+            obs, rewards, terminated, truncated = (x[is_train] for x in (obs, rewards, terminated, truncated))
+            info = _select_info(info, is_train)
+            env_ids = env_ids[is_train]
+        else:
+            obs = np.array(obs)  # own the memory: rows are handed out later, after further recv() calls
+        with self._cond:
+            self.tracker.step(env_ids, rewards, terminated, truncated, info)
+            self.env_steps_received += len(env_ids)
+        terms, truncs = split_done(self.spec.family, terminated, truncated, info, self.spec.max_episode_steps)
+        now = time.perf_counter()
+        if self._step_time is None:
+            ready = np.full(len(env_ids), now)
+        else:
+            ready = now + self._step_time.sample(self._delay_rng, len(env_ids))
+        self.buffer.put_rows(ready, env_ids, obs, np.asarray(rewards, np.float32), terms, truncs)
+
+
+def _select_info(info: dict, mask: np.ndarray) -> dict:
+    out = {}
+    for key, value in info.items():
+        if isinstance(value, dict):
+            out[key] = _select_info(value, mask)
+        elif isinstance(value, np.ndarray) and value.shape[:1] == mask.shape:
+            out[key] = value[mask]
+        else:
+            out[key] = value
+    return out

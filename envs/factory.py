@@ -1,0 +1,223 @@
+"""EnvPool construction: task ids, observation/action specs and pools for training and evaluation.
+
+Atari preprocessing is EnvPool's own (Machado et al. 2018 / Mnih et al. 2015 conventions as used by
+GALA / A2C, seed 004 Table 2): 84x84 gray, action repeat 4 with a max-pool over the last 2 frames,
+frame stack 4, up to 30 no-op starts, sticky actions off. Training pools also end episodes on life
+loss and clip rewards to [-1, 1]; evaluation pools do neither, so returns are real game scores.
+
+GFootball pools use EnvPool's defaults, which give the *scoring* reward only (HTS-RL trained with
+scoring+checkpoints, so returns are not directly comparable with its tables). MuJoCo, classic control
+and Box2D pools use EnvPool's defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import os
+import re
+from typing import Any
+
+import envpool
+import numpy as np
+from gymnasium import spaces as gym_spaces
+from envpool.registration import registry as _registry
+
+# EnvPool's module path for each task id -> our family name. Anything else is not supported.
+_FAMILY_BY_MODULE = {
+    "envpool.atari": "atari",
+    "envpool.gfootball": "gfootball",
+    "envpool.classic_control": "classic",
+    "envpool.mujoco.gym": "mujoco",
+    "envpool.box2d": "box2d",
+}
+FAMILIES = tuple(_FAMILY_BY_MODULE.values())
+
+# Atari preprocessing shared by training and evaluation pools (EnvPool's own implementation).
+_ATARI_COMMON = dict(
+    noop_max=30,
+    repeat_action_probability=0.0,
+    img_height=84,
+    img_width=84,
+    gray_scale=True,
+    frame_skip=4,
+    stack_num=4,
+)
+_ATARI_TRAIN = dict(_ATARI_COMMON, episodic_life=True, reward_clip=True)
+_ATARI_EVAL = dict(_ATARI_COMMON, episodic_life=False, reward_clip=False)
+
+_INT32_MAX = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """Everything a system needs to build pools for one task."""
+
+    env_id: str  # EnvPool task id, e.g. "Breakout-v5", "CartPole-v1".
+    family: str  # One of FAMILIES: "atari" | "gfootball" | "classic" | "mujoco" | "box2d".
+    obs_shape: tuple  # Shape of one observation, e.g. (4, 84, 84) for Atari.
+    obs_dtype: np.dtype  # dtype of observations, e.g. uint8 for Atari and GFootball.
+    action_dim: int  # Number of discrete actions, or size of the continuous action vector.
+    continuous: bool  # True for Box action spaces.
+    action_low: np.ndarray | None  # [action_dim] lower bounds; continuous only.
+    action_high: np.ndarray | None  # [action_dim] upper bounds; continuous only.
+    # The info["elapsed_step"] at which EnvPool truncates an episode. EnvPool's config value for
+    # every family except GFootball, whose episodes run one step longer than the configured
+    # max_episode_steps (400 -> truncated at elapsed_step 401, like gfootball's game_duration).
+    max_episode_steps: int
+
+
+def family_of(env_id: str) -> str:
+    """Family of an EnvPool task id; ValueError for unknown ids or unsupported families."""
+    entry = _registry.specs.get(env_id)
+    if entry is None:
+        raise ValueError(_unknown_env_message(env_id))
+    module = entry[0]
+    family = _FAMILY_BY_MODULE.get(module)
+    if family is None:
+        raise ValueError(
+            f"environment '{env_id}' ({module}) is not supported; supported families: "
+            f"{', '.join(FAMILIES)}"
+        )
+    return family
+
+
+def _unknown_env_message(env_id: str) -> str:
+    known = envpool.list_all_envs()
+    close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.5)
+    examples = close or ["Breakout-v5", "CartPole-v1", "gfootball/academy_3_vs_1_with_keeper-v1"]
+    return f"unknown environment '{env_id}'; EnvPool knows e.g. {', '.join(examples)}"
+
+
+def _normalise_game(name: str) -> str:
+    """'MsPacman', 'ms_pacman', 'mspacman-v5' -> 'mspacman'."""
+    name = re.sub(r"-v5$", "", name.strip(), flags=re.IGNORECASE)
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+@functools.lru_cache(maxsize=1)
+def _atari_games() -> dict[str, str]:
+    """Normalised game name -> Atari task id ("breakout" -> "Breakout-v5")."""
+    return {
+        _normalise_game(env_id): env_id
+        for env_id, entry in _registry.specs.items()
+        if entry[0] == "envpool.atari"
+    }
+
+
+def resolve_env_id(game: str | None, env: str | None) -> str:
+    """Turns --game (an Atari name) or --env (an EnvPool id) into an EnvPool task id.
+
+    Exactly one of the two must be given. Game names are matched ignoring case, "_", "-" and a
+    "-v5" suffix: "Breakout", "breakout", "Breakout-v5", "MsPacman" and "ms_pacman" all work.
+    """
+    if (game is None or game == "") == (env is None or env == ""):
+        raise ValueError(
+            "give exactly one of --game (an Atari game, e.g. Breakout) and --env (an EnvPool id, "
+            f"e.g. CartPole-v1); got game={game!r}, env={env!r}"
+        )
+    if env:
+        if env not in _registry.specs:
+            raise ValueError(_unknown_env_message(env))
+        family_of(env)  # Rejects families we have no support for.
+        return env
+    games = _atari_games()
+    key = _normalise_game(game)
+    if key in games:
+        return games[key]
+    close = difflib.get_close_matches(key, list(games), n=5, cutoff=0.5)
+    hint = ", ".join(games[c].removesuffix("-v5") for c in close) or "none"
+    raise ValueError(f"unknown Atari game '{game}'; close matches: {hint}")
+
+
+def _pool_kwargs(family: str, evaluation: bool) -> dict[str, Any]:
+    if family == "atari":
+        return dict(_ATARI_EVAL if evaluation else _ATARI_TRAIN)
+    return {}
+
+
+@functools.lru_cache(maxsize=None)
+def make_spec(env_id: str) -> EnvSpec:
+    """Spaces of env_id under make_pool's settings.
+
+    Reads EnvPool's spec (the spaces a pool built with the same settings reports) rather than
+    building a pool, which for GFootball would start a game engine.
+    """
+    family = family_of(env_id)
+    spec = envpool.make_spec(env_id, num_envs=1, **_pool_kwargs(family, evaluation=False))
+    obs_space = spec.observation_space
+    act_space = spec.action_space
+    continuous = isinstance(act_space, gym_spaces.Box)
+    if continuous:
+        if len(act_space.shape) != 1:
+            raise ValueError(f"{env_id}: expected a 1-D continuous action, got {act_space.shape}")
+        action_dim = int(act_space.shape[0])
+        action_low = np.asarray(act_space.low, dtype=np.float32)
+        action_high = np.asarray(act_space.high, dtype=np.float32)
+    elif isinstance(act_space, gym_spaces.Discrete):
+        action_dim = int(act_space.n)
+        action_low = action_high = None
+    else:
+        raise ValueError(f"{env_id}: unsupported action space {act_space}")
+    max_steps = int(spec.config.max_episode_steps)
+    if family == "gfootball":
+        max_steps += 1  # See EnvSpec.max_episode_steps.
+    return EnvSpec(
+        env_id=env_id,
+        family=family,
+        obs_shape=tuple(int(d) for d in obs_space.shape),
+        obs_dtype=np.dtype(obs_space.dtype),
+        action_dim=action_dim,
+        continuous=continuous,
+        action_low=action_low,
+        action_high=action_high,
+        max_episode_steps=max_steps,
+    )
+
+
+def make_pool(
+    spec: EnvSpec,
+    *,
+    num_envs: int,
+    batch_size: int,
+    seed: int,
+    num_threads: int | None = None,
+    evaluation: bool = False,
+    extra_envs: int = 0,
+):
+    """A raw EnvPool gymnasium pool with num_envs + extra_envs environments.
+
+    Env i is seeded with seed + i (EnvPool's rule), so envs 0..num_envs-1 follow the same
+    trajectories whatever extra_envs (spare envs at ids >= num_envs) and num_envs are.
+
+    Args:
+      spec: from make_spec.
+      num_envs: training (or evaluation) environments, ids 0..num_envs-1.
+      batch_size: envs returned per recv(); < num_envs + extra_envs gives EnvPool's async mode.
+      seed: base seed; env i gets seed + i.
+      num_threads: EnvPool worker threads; default min(num_envs + extra_envs, os.cpu_count()).
+        (EnvPool's own default is batch_size, which is slow for batch_size 1.)
+      evaluation: Atari only: no life-loss episode ends and no reward clipping.
+      extra_envs: spare environments appended at ids num_envs..num_envs + extra_envs - 1.
+    """
+    total = num_envs + extra_envs
+    if num_envs < 1 or extra_envs < 0:
+        raise ValueError(f"need num_envs >= 1 and extra_envs >= 0, got {num_envs}, {extra_envs}")
+    if not 1 <= batch_size <= total:
+        raise ValueError(f"batch_size must be in [1, {total}] (num_envs + extra_envs), got {batch_size}")
+    if not 0 <= seed <= _INT32_MAX - total:
+        raise ValueError(f"seed must be in [0, {_INT32_MAX - total}] so seed + env id fits int32")
+    if num_threads is None:
+        num_threads = min(total, os.cpu_count() or 1)
+    if num_threads < 1:
+        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    return envpool.make(
+        spec.env_id,
+        env_type="gymnasium",
+        num_envs=total,
+        batch_size=batch_size,
+        num_threads=num_threads,
+        seed=seed,
+        **_pool_kwargs(spec.family, evaluation),
+    )

@@ -1,0 +1,111 @@
+"""absl flags shared by `launch.hts` and `launch.sync`, and their conversion into a `TrainConfig`.
+
+Hyperparameter flags default to None, meaning "the preset of this env family and algorithm" (Atari: CleanRL PPO /
+HTS-RL A2C; GFootball: the HTS-RL scripts; classic control: CleanRL; see `systems.common.config.PRESETS`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Callable
+
+from absl import flags
+
+from envs.factory import family_of, resolve_env_id
+from envs.step_time import parse_step_time
+from systems.common import config as config_lib
+
+_GAME = flags.DEFINE_string("game", None, "Atari game name, e.g. Breakout (EnvPool id Breakout-v5).")
+_ENV = flags.DEFINE_string(
+    "env", None, "EnvPool task id instead of --game, e.g. CartPole-v1, gfootball/academy_empty_goal_close-v1."
+)
+_ALGO = flags.DEFINE_enum("algo", "ppo", ["ppo", "a2c"], "On-policy algorithm.")
+_SEED = flags.DEFINE_integer("seed", 1, "Seed of envs, initial parameters, action keys and minibatch order.")
+_NUM_ENVS = flags.DEFINE_integer("num_envs", None, "Number of training envs (default: preset).")
+_NUM_ACTORS = flags.DEFINE_integer("num_actors", None, "HTS actor threads (default: preset or 1).")
+_ENV_BATCH = flags.DEFINE_integer("env_batch_size", 0, "EnvPool async batch size for HTS (0: num_envs // 2).")
+_INFER_BATCH = flags.DEFINE_integer(
+    "inference_batch", 0, "Fixed actor forward-pass batch (0: num_envs // 2). Changing it changes results' bits."
+)
+_SYNC_INTERVAL = flags.DEFINE_integer(
+    "sync_interval", None, "alpha: steps per env in one round (= rollout length per update; default: preset)."
+)
+_TOTAL_STEPS = flags.DEFINE_integer("total_steps", None, "Env steps to train (agent steps; default: preset).")
+_LR = flags.DEFINE_float("learning_rate", None, "Learning rate (default: preset).")
+_ANNEAL = flags.DEFINE_boolean("anneal_lr", None, "Linearly decay the learning rate to 0 (default: preset).")
+_OPTIMIZER = flags.DEFINE_enum("optimizer", None, ["adam", "rmsprop"], "Optimizer (default: preset).")
+_OPT_EPS = flags.DEFINE_float("opt_eps", None, "Optimizer epsilon (default: preset).")
+_GRAD_NORM = flags.DEFINE_float("max_grad_norm", None, "Global gradient norm clip (default: preset).")
+_GAMMA = flags.DEFINE_float("gamma", None, "Discount (default: preset).")
+_LAMBDA = flags.DEFINE_float("gae_lambda", None, "GAE lambda; 1.0 gives n-step returns (default: preset).")
+_VALUE_COEF = flags.DEFINE_float("value_coef", None, "Value loss coefficient (default: preset).")
+_ENTROPY_COEF = flags.DEFINE_float("entropy_coef", None, "Entropy bonus coefficient (default: preset).")
+_CLIP = flags.DEFINE_float("clip_eps", None, "PPO clip range (default: preset).")
+_EPOCHS = flags.DEFINE_integer("num_epochs", None, "PPO epochs per update (default: preset).")
+_MINIBATCHES = flags.DEFINE_integer("num_minibatches", None, "PPO minibatches per epoch (default: preset).")
+_LOGDIR = flags.DEFINE_string("logdir", "", "Run directory (default: runs/<system>-<env>-s<seed>-<time>).")
+_RESUME = flags.DEFINE_boolean("resume", False, "Continue from the newest checkpoint in --logdir.")
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", None, "Env steps between evaluations (0: only at the end).")
+_EVAL_EPISODES = flags.DEFINE_integer("eval_episodes", 10, "Episodes per evaluation (0: no evaluation).")
+_EVAL_DET = flags.DEFINE_boolean("eval_deterministic", False, "Evaluate the greedy policy instead of sampling.")
+_CKPT_EVERY = flags.DEFINE_integer("checkpoint_every", None, "Env steps between checkpoints (0: only at the end).")
+_TIME_LIMIT = flags.DEFINE_float("time_limit", 0.0, "Stop training after this many seconds (final time metric).")
+_TARGET = flags.DEFINE_float("target_return", None, "Evaluation return for the required time metric.")
+_STEP_TIME = flags.DEFINE_string(
+    "step_time", "none", "Simulated env step time: none, const:SECONDS, exp:MEAN or gamma:SHAPE:MEAN (seconds)."
+)
+_QUIET = flags.DEFINE_boolean("quiet", False, "No progress line on the terminal.")
+
+_PRESET_FLAGS = {
+    "num_envs": _NUM_ENVS, "num_actors": _NUM_ACTORS, "sync_interval": _SYNC_INTERVAL, "total_steps": _TOTAL_STEPS,
+    "learning_rate": _LR, "anneal_lr": _ANNEAL, "optimizer": _OPTIMIZER, "opt_eps": _OPT_EPS,
+    "max_grad_norm": _GRAD_NORM, "gamma": _GAMMA, "gae_lambda": _LAMBDA, "value_coef": _VALUE_COEF,
+    "entropy_coef": _ENTROPY_COEF, "clip_eps": _CLIP, "num_epochs": _EPOCHS, "num_minibatches": _MINIBATCHES,
+}
+
+
+def config_from_flags() -> config_lib.TrainConfig:
+    """Flags -> validated TrainConfig. Raises ValueError with one clear line on a bad value."""
+    env_id = resolve_env_id(_GAME.value, _ENV.value)
+    values = config_lib.preset(family_of(env_id), _ALGO.value)
+    for name, holder in _PRESET_FLAGS.items():
+        if holder.value is not None:
+            values[name] = holder.value
+    total_steps = values.get("total_steps", config_lib.TrainConfig.total_steps)
+    if _EVAL_EVERY.value is not None:
+        values["eval_every"] = _EVAL_EVERY.value
+    else:  # about 20 evaluations per run, so the final metric has its last ten policies
+        values["eval_every"] = max(total_steps // 20, 1)
+    values["checkpoint_every"] = (
+        _CKPT_EVERY.value if _CKPT_EVERY.value is not None else max(total_steps // 10, 1)
+    )
+    config = config_lib.TrainConfig(
+        env_id=env_id, algo=_ALGO.value, seed=_SEED.value, env_batch_size=_ENV_BATCH.value,
+        inference_batch=_INFER_BATCH.value, logdir=_LOGDIR.value, resume=_RESUME.value,
+        eval_episodes=_EVAL_EPISODES.value, eval_deterministic=_EVAL_DET.value, time_limit=_TIME_LIMIT.value,
+        target_return=_TARGET.value, step_time=_STEP_TIME.value, quiet=_QUIET.value, **values,
+    )
+    parse_step_time(config.step_time)
+    config_lib.validate(config)
+    return config
+
+
+def run_main(run: Callable[[config_lib.TrainConfig], dict]) -> dict:
+    """Builds the config (bad values: one line on stderr, exit 2) and runs; Ctrl-C exits 130 after a checkpoint."""
+    try:
+        config = config_from_flags()
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        return run(config)
+    except config_lib.ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted; the newest checkpoint is in the run directory (use --resume)", file=sys.stderr)
+        sys.exit(130)
+
+
+def describe(config: config_lib.TrainConfig) -> str:
+    return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items())

@@ -1,0 +1,104 @@
+"""Small named helpers through which threads talk: a thread group that surfaces errors, and a versioned
+parameter store (seed 000, section 4.1: the actors always use the newest published policy, the learner the
+behaviour policy of the batch it learns from; STYLE.md: no loose globals between threads)."""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from typing import Any, Callable
+
+
+class StopRequested(Exception):
+    """Raised inside a worker when the run is stopping, to unwind it quietly."""
+
+
+class ThreadGroup:
+    """Runs worker threads; the first exception in any of them stops all and is re-raised in the main thread.
+
+    Workers receive nothing; they poll `group.stopping` (an Event) in their loops and may raise `StopRequested`.
+    """
+
+    def __init__(self):
+        self.stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._error: BaseException | None = None
+        self._error_thread: str | None = None
+        self._lock = threading.Lock()
+
+    def spawn(self, name: str, target: Callable[[], None]) -> None:
+        def body():
+            try:
+                target()
+            except StopRequested:
+                pass
+            except BaseException as error:  # noqa: BLE001 - recorded and re-raised in the main thread
+                with self._lock:
+                    if self._error is None:
+                        self._error = error
+                        self._error_thread = name
+                        self._traceback = traceback.format_exc()
+                self.stopping.set()
+
+        thread = threading.Thread(target=body, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def check(self) -> None:
+        """Re-raises (in the calling thread) the first error of any worker, with its original traceback."""
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def failed_thread(self) -> str | None:
+        return self._error_thread
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.stopping.set()
+        for thread in self._threads:
+            thread.join(timeout=timeout)
+
+    def alive(self) -> bool:
+        return any(t.is_alive() for t in self._threads)
+
+
+class ParameterStore:
+    """Versioned parameters. Version v is the policy after v learner updates (theta_v in seed 000, Eq. 6).
+
+    Keeps the last `keep` versions so the learner can fetch the behaviour parameters of the batch it learns from.
+    """
+
+    def __init__(self, params: Any, version: int = 0, keep: int = 3):
+        self._versions: dict[int, Any] = {version: params}
+        self._latest = version
+        self._keep = keep
+        self._cond = threading.Condition()
+
+    def publish(self, params: Any, version: int) -> None:
+        with self._cond:
+            if version != self._latest + 1:
+                raise RuntimeError(f"parameter version {version} published after {self._latest}")
+            self._versions[version] = params
+            self._latest = version
+            for old in [v for v in self._versions if v <= version - self._keep]:
+                del self._versions[old]
+            self._cond.notify_all()
+
+    def latest(self) -> tuple[int, Any]:
+        with self._cond:
+            return self._latest, self._versions[self._latest]
+
+    def get(self, version: int) -> Any:
+        with self._cond:
+            if version not in self._versions:
+                raise KeyError(f"parameter version {version} is no longer kept (latest {self._latest})")
+            return self._versions[version]
+
+    def wait_for(self, version: int, stopping: threading.Event, poll: float = 0.05) -> Any:
+        """Blocks until `version` is published (or the run stops: StopRequested)."""
+        with self._cond:
+            while self._latest < version:
+                if stopping.is_set():
+                    raise StopRequested
+                self._cond.wait(poll)
+            return self._versions[version]

@@ -1,0 +1,148 @@
+"""The configuration shared by the on-policy systems (HTS-RL and the synchronous baseline), hyperparameter presets
+from the papers and peers (REFERENCE.md), and the derived sizes (computed, never written back)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+
+class ConfigError(ValueError):
+    """A user mistake found while starting a run (bad flag value, missing checkpoint): one line, exit 2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Every field of one on-policy run. Sizes are per run, not per device."""
+
+    env_id: str  # EnvPool task id, e.g. "Breakout-v5"
+    algo: str = "ppo"  # "ppo" or "a2c"
+    seed: int = 1  # fixes env seeds, parameter init, action keys and minibatch order
+    num_envs: int = 8  # parallel training environments
+    num_actors: int = 1  # HTS actor threads (ignored by the sync baseline)
+    env_batch_size: int = 0  # EnvPool batch size in async mode (0: num_envs // 2); HTS only
+    inference_batch: int = 0  # fixed actor forward-pass batch (0: num_envs // 2); keep it fixed for bit-identity
+    sync_interval: int = 128  # alpha: steps per env in one round = rollout length of one update
+    total_steps: int = 10_000_000  # env steps (agent steps, not frames); rounded up to whole rounds
+    # Optimisation.
+    optimizer: str = "adam"  # "adam" or "rmsprop" (PyTorch semantics: eps outside the square root)
+    learning_rate: float = 2.5e-4
+    anneal_lr: bool = True  # linear decay to 0 over the run
+    opt_eps: float = 1e-5
+    max_grad_norm: float = 0.5
+    # Losses.
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    clip_eps: float = 0.1  # PPO only
+    num_epochs: int = 4  # PPO only
+    num_minibatches: int = 4  # PPO only
+    normalize_advantages: bool = True  # PPO only
+    # Runs.
+    logdir: str = ""  # run directory (created); "" means runs/<system>-<env>-s<seed>-<time>
+    resume: bool = False  # continue from the newest checkpoint in logdir
+    eval_every: int = 0  # env steps between evaluations (0: only at the end)
+    eval_episodes: int = 10  # episodes per evaluation (0: no evaluation)
+    eval_deterministic: bool = False  # greedy (mode) evaluation instead of sampling
+    checkpoint_every: int = 0  # env steps between checkpoints (0: only at the end)
+    time_limit: float = 0.0  # seconds of training before stopping (0: none); gives the final time metric
+    target_return: float | None = None  # evaluation return for the required time metric
+    step_time: str = "none"  # simulated env step time: none | const:S | exp:MEAN | gamma:SHAPE:MEAN
+    quiet: bool = False  # no terminal progress line
+
+
+def env_batch_size(config: TrainConfig) -> int:
+    return config.env_batch_size or max(1, config.num_envs // 2)
+
+
+def inference_batch(config: TrainConfig) -> int:
+    return config.inference_batch or max(1, config.num_envs // 2)
+
+
+def steps_per_round(config: TrainConfig) -> int:
+    return config.num_envs * config.sync_interval
+
+
+def total_rounds(config: TrainConfig) -> int:
+    return max(1, math.ceil(config.total_steps / steps_per_round(config)))
+
+
+def validate(config: TrainConfig) -> None:
+    """Raises ValueError with one clear line for the first bad value."""
+    positive = ("num_envs", "num_actors", "sync_interval", "total_steps", "num_epochs", "num_minibatches")
+    for name in positive:
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"--{name} must be positive, got {getattr(config, name)}")
+    for name in ("env_batch_size", "inference_batch", "eval_every", "eval_episodes", "checkpoint_every"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"--{name} must be non-negative, got {getattr(config, name)}")
+    if config.algo not in ("ppo", "a2c"):
+        raise ConfigError(f"--algo must be 'ppo' or 'a2c', got '{config.algo}'")
+    if config.optimizer not in ("adam", "rmsprop"):
+        raise ConfigError(f"--optimizer must be 'adam' or 'rmsprop', got '{config.optimizer}'")
+    if env_batch_size(config) > config.num_envs:
+        raise ConfigError(f"--env_batch_size={config.env_batch_size} exceeds --num_envs={config.num_envs}")
+    if config.learning_rate <= 0:
+        raise ConfigError(f"--learning_rate must be positive, got {config.learning_rate}")
+    if not 0 < config.gamma <= 1 or not 0 <= config.gae_lambda <= 1:
+        raise ConfigError("--gamma must be in (0, 1] and --gae_lambda in [0, 1]")
+    if config.algo == "ppo" and steps_per_round(config) % config.num_minibatches:
+        raise ConfigError(
+            f"--num_minibatches={config.num_minibatches} does not divide the batch "
+            f"num_envs x sync_interval = {steps_per_round(config)}"
+        )
+    if config.time_limit < 0:
+        raise ConfigError(f"--time_limit must be non-negative, got {config.time_limit}")
+
+
+# Defaults by (env family, algo). Sources: REFERENCE.md ("Settings the seeds' authors used").
+PRESETS: dict[tuple[str, str], dict] = {
+    # CleanRL / Cleanba PPO Atari.
+    ("atari", "ppo"): dict(
+        num_envs=8, sync_interval=128, learning_rate=2.5e-4, anneal_lr=True, optimizer="adam", opt_eps=1e-5,
+        gamma=0.99, gae_lambda=0.95, clip_eps=0.1, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5,
+        num_epochs=4, num_minibatches=4, total_steps=10_000_000,
+    ),
+    # HTS-RL Atari A2C (Kostrikov's A2C: 16 envs, 5 steps, RMSProp 7e-4, n-step returns = GAE lambda 1).
+    ("atari", "a2c"): dict(
+        num_envs=16, sync_interval=5, learning_rate=7e-4, anneal_lr=False, optimizer="rmsprop", opt_eps=1e-5,
+        gamma=0.99, gae_lambda=1.0, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5, total_steps=20_000_000,
+    ),
+    # HTS-RL GFootball scripts (PPO, 16 envs, sync every 128 steps).
+    ("gfootball", "ppo"): dict(
+        num_envs=16, num_actors=4, sync_interval=128, learning_rate=3.43e-4, anneal_lr=True, optimizer="adam",
+        opt_eps=1e-5, gamma=0.993, gae_lambda=0.95, clip_eps=0.08, entropy_coef=0.003, value_coef=0.5,
+        max_grad_norm=0.64, num_epochs=2, num_minibatches=8, total_steps=5_000_000,
+    ),
+    ("gfootball", "a2c"): dict(
+        num_envs=16, sync_interval=5, learning_rate=7e-4, anneal_lr=False, optimizer="rmsprop", opt_eps=1e-5,
+        gamma=0.993, gae_lambda=1.0, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5, total_steps=5_000_000,
+    ),
+    # CleanRL ppo.py (classic control).
+    ("classic", "ppo"): dict(
+        num_envs=4, sync_interval=128, learning_rate=2.5e-4, anneal_lr=True, optimizer="adam", opt_eps=1e-5,
+        gamma=0.99, gae_lambda=0.95, clip_eps=0.2, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5,
+        num_epochs=4, num_minibatches=4, total_steps=500_000,
+    ),
+    ("classic", "a2c"): dict(
+        num_envs=16, sync_interval=5, learning_rate=7e-4, anneal_lr=False, optimizer="rmsprop", opt_eps=1e-5,
+        gamma=0.99, gae_lambda=1.0, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5, total_steps=500_000,
+    ),
+    # CleanRL ppo_continuous_action.py (MuJoCo), without its observation/reward normalisation wrappers.
+    ("mujoco", "ppo"): dict(
+        num_envs=1, sync_interval=2048, learning_rate=3e-4, anneal_lr=True, optimizer="adam", opt_eps=1e-5,
+        gamma=0.99, gae_lambda=0.95, clip_eps=0.2, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5,
+        num_epochs=10, num_minibatches=32, total_steps=1_000_000,
+    ),
+    ("mujoco", "a2c"): dict(
+        num_envs=16, sync_interval=5, learning_rate=7e-4, anneal_lr=False, optimizer="rmsprop", opt_eps=1e-5,
+        gamma=0.99, gae_lambda=1.0, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5, total_steps=1_000_000,
+    ),
+}
+PRESETS[("box2d", "ppo")] = PRESETS[("classic", "ppo")]
+PRESETS[("box2d", "a2c")] = PRESETS[("classic", "a2c")]
+
+
+def preset(family: str, algo: str) -> dict:
+    return dict(PRESETS.get((family, algo), PRESETS[("classic", algo)]))

@@ -1,0 +1,89 @@
+"""Evaluation protocol of seed 000, section 5.
+
+* Evaluation runs on separate envs (Atari: real episodes, no life-loss ends, unclipped rewards, up to 30 no-op
+  starts, all from EnvPool's own preprocessing; see `envs.factory.make_pool(evaluation=True)`).
+* *final metric*: the mean return over the last 100 evaluation episodes, i.e. `eval_episodes` (10) episodes for
+  each of the last ten evaluated policies.
+* *final time metric*: the final metric when training is stopped by a time limit (`--time_limit`).
+* *required time metric*: the wall time at which the running average over the most recent ten evaluations first
+  reaches `--target_return`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from agents import distributions
+from envs.episodes import EpisodeTracker
+from envs.factory import EnvSpec, make_pool
+
+LAST_POLICIES = 10
+
+
+class Evaluator:
+    """Runs `episodes` real episodes, one per env of its own EnvPool, with the given parameters."""
+
+    def __init__(self, spec: EnvSpec, apply_fn: Callable, *, episodes: int, seed: int, deterministic: bool):
+        self.spec = spec
+        self.episodes = episodes
+        self._pool = make_pool(spec, num_envs=episodes, batch_size=episodes, seed=seed, evaluation=True)
+        self._key = jax.random.PRNGKey(seed)
+        self._deterministic = deterministic
+
+        @jax.jit
+        def act(params, obs, key):
+            policy_out, _ = apply_fn(params, obs)
+            if deterministic:
+                return distributions.mode(policy_out)
+            keys = jax.random.split(key, obs.shape[0])
+            return distributions.sample_actions(policy_out, keys)
+
+        self._act = act
+
+    def run(self, params: Any) -> np.ndarray:
+        """Returns the `episodes` episode returns (each env's first complete episode)."""
+        tracker = EpisodeTracker(self.episodes, self.spec.family, self.spec.max_episode_steps)
+        returns = np.full(self.episodes, np.nan)
+        obs, _ = self._pool.reset()
+        while np.isnan(returns).any():
+            self._key, key = jax.random.split(self._key)
+            actions = np.asarray(self._act(params, obs, key))
+            if self.spec.continuous:
+                actions = np.clip(actions, self.spec.action_low, self.spec.action_high)
+            obs, rewards, terminated, truncated, info = self._pool.step(actions)
+            tracker.step(np.asarray(info["env_id"]), rewards, terminated, truncated, info)
+            for env_id, episode_return, _ in tracker.pop_finished():
+                if np.isnan(returns[env_id]):
+                    returns[env_id] = episode_return
+        return returns
+
+
+@dataclasses.dataclass
+class EvaluationRecord:
+    env_steps: int
+    wall_time: float
+    policy_version: int
+    returns: list
+
+
+def final_metric(records: list[EvaluationRecord]) -> float | None:
+    """Mean over all episodes of the last ten evaluated policies (seed 000, section 5)."""
+    if not records:
+        return None
+    episodes = [r for record in records[-LAST_POLICIES:] for r in record.returns]
+    return float(np.mean(episodes))
+
+
+def required_time(records: list[EvaluationRecord], target: float | None) -> float | None:
+    """Wall time when the running average over the most recent ten evaluations first reaches `target`."""
+    if target is None:
+        return None
+    for i, record in enumerate(records):
+        window = [r for rec in records[max(0, i + 1 - LAST_POLICIES) : i + 1] for r in rec.returns]
+        if np.mean(window) >= target:
+            return record.wall_time
+    return None

@@ -1,0 +1,92 @@
+"""Builds the agent pieces a system needs from a `TrainConfig`: network, optimizer, initial `TrainState`, the
+jitted update `update(state, behaviour_params, rollout) -> (state, metrics)` and the actors' policy function."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agents import (
+    A2CConfig,
+    ActorCritic,
+    PPOConfig,
+    TrainState,
+    a2c_update,
+    make_network,
+    make_optimizer,
+    ppo_update,
+)
+from envs.factory import EnvSpec
+from systems.common import config as config_lib
+from systems.common.rollout import make_policy_fn
+
+# Stream names for jax.random.fold_in on the run key: one independent key per purpose.
+_INIT, _LEARNER, _ACTIONS, _EVAL = 0, 1, 2, 3
+
+
+@dataclasses.dataclass
+class LearnerSetup:
+    network: ActorCritic
+    update: Callable  # jitted (state, behaviour_params, rollout) -> (state, metrics)
+    policy: Callable  # jitted (params, obs, env_ids, env_steps, run_key) -> (actions, log_probs, values)
+    action_key: jax.Array  # the run key that action keys are folded from
+    eval_seed: int
+    action_shape: tuple
+    action_dtype: Any
+
+
+def build(config: config_lib.TrainConfig, spec: EnvSpec) -> tuple[LearnerSetup, TrainState]:
+    network = make_network(spec.obs_shape, spec.action_dim, spec.continuous)
+    optimizer = make_optimizer(
+        name=config.optimizer,
+        learning_rate=config.learning_rate,
+        total_updates=config_lib.total_rounds(config),
+        anneal_lr=config.anneal_lr,
+        max_grad_norm=config.max_grad_norm,
+        eps=config.opt_eps,
+    )
+    run_key = jax.random.PRNGKey(config.seed)
+    dummy_obs = jnp.zeros((1, *spec.obs_shape), spec.obs_dtype)
+    params = network.init(jax.random.fold_in(run_key, _INIT), dummy_obs)
+    state = TrainState(
+        params=params,
+        opt_state=optimizer.init(params),
+        key=jax.random.fold_in(run_key, _LEARNER),
+        update_step=jnp.zeros((), jnp.int32),
+    )
+    if config.algo == "a2c":
+        algo_config = A2CConfig(
+            gamma=config.gamma, gae_lambda=config.gae_lambda, value_coef=config.value_coef,
+            entropy_coef=config.entropy_coef,
+        )
+        update = functools.partial(a2c_update, apply_fn=network.apply, optimizer=optimizer, config=algo_config)
+    else:
+        algo_config = PPOConfig(
+            gamma=config.gamma, gae_lambda=config.gae_lambda, clip_eps=config.clip_eps,
+            value_coef=config.value_coef, entropy_coef=config.entropy_coef, num_epochs=config.num_epochs,
+            num_minibatches=config.num_minibatches, normalize_advantages=config.normalize_advantages,
+        )
+        update = functools.partial(ppo_update, apply_fn=network.apply, optimizer=optimizer, config=algo_config)
+    if spec.continuous:
+        action_shape, action_dtype = (spec.action_dim,), np.float32
+    else:
+        action_shape, action_dtype = (), np.int32
+    setup = LearnerSetup(
+        network=network,
+        update=jax.jit(update),
+        policy=make_policy_fn(network.apply, spec.continuous),
+        action_key=jax.random.fold_in(run_key, _ACTIONS),
+        eval_seed=config.seed + 10_000,
+        action_shape=action_shape,
+        action_dtype=action_dtype,
+    )
+    return setup, state
+
+
+def parameter_count(params: Any) -> int:
+    return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(params)))

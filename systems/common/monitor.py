@@ -1,0 +1,199 @@
+"""The main thread's side of a run, shared by all on-policy systems: run directory, resume, progress rows and the
+live line, periodic evaluation and checkpoints, the time limit, and the final `summary.json`."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from agents import TrainState
+from envs.factory import EnvSpec
+from systems.common import config as config_lib
+from systems.common.checkpoint import load_latest_checkpoint, save_checkpoint
+from systems.common.evaluation import EvaluationRecord, Evaluator, final_metric, required_time
+from systems.common.learner import LearnerSetup, parameter_count
+from systems.common.outputs import RunOutputs, params_fingerprint
+
+
+@dataclasses.dataclass
+class LearnerReport:
+    """What the learner hands the main thread after each update."""
+
+    state: TrainState  # after the update
+    metrics: dict  # scalar losses etc. (host values)
+    behaviour_version: int  # policy version that collected the batch
+    learner_version: int  # version of the parameters the update was applied to
+
+
+def default_run_dir(system: str, config: config_lib.TrainConfig) -> str:
+    name = config.env_id.replace("/", "_")
+    return os.path.join("runs", f"{system}-{name}-s{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+class Monitor:
+    def __init__(self, system: str, config: config_lib.TrainConfig, spec: EnvSpec, setup: LearnerSetup,
+                 state: TrainState):
+        self.system = system
+        self.config = config
+        self.run_dir = config.logdir or default_run_dir(system, config)
+        if config.resume and not os.path.isdir(self.run_dir):
+            raise config_lib.ConfigError(f"--resume needs --logdir to be an existing run directory, got '{config.logdir}'")
+        self.state = state
+        self.evaluations: list[EvaluationRecord] = []
+        self.wall_offset = 0.0
+        self.resumed_from = None
+        if config.resume:
+            restored = load_latest_checkpoint(self.run_dir, state)
+            if restored is None:
+                raise config_lib.ConfigError(f"--resume: no readable checkpoint in {self.run_dir}/checkpoints")
+            self.state, meta = restored
+            self.wall_offset = float(meta["wall_time"])
+            self.evaluations = [EvaluationRecord(**r) for r in meta["evaluations"]]
+            self.resumed_from = int(meta["env_steps"])
+        self.outputs = RunOutputs(self.run_dir, config, append=config.resume, quiet=config.quiet)
+        self.steps_per_round = config_lib.steps_per_round(config)
+        self.total_steps = config_lib.total_rounds(config) * self.steps_per_round
+        self.start_round = int(self.state.update_step)
+        self.start_steps = self.start_round * self.steps_per_round
+        self.evaluator = None
+        if config.eval_episodes > 0:
+            self.evaluator = Evaluator(
+                spec, setup.network.apply, episodes=config.eval_episodes, seed=setup.eval_seed,
+                deterministic=config.eval_deterministic,
+            )
+        self._next_eval = self._next_multiple(config.eval_every)
+        self._next_ckpt = self._next_multiple(config.checkpoint_every)
+        self._episodes = collections.deque(maxlen=100)
+        self._episode_count = 0
+        self.max_policy_lag = 0
+        self.last_metrics: dict = {}
+        self.stopped_by_time_limit = False
+        self.outputs.print(
+            f"[{system}] {config.env_id}  algo {config.algo}  envs {config.num_envs}  alpha {config.sync_interval}  "
+            f"params {parameter_count(self.state.params):,}  run dir {self.run_dir}"
+            + (f"  (resumed at {self.start_steps:,} steps)" if config.resume else "")
+        )
+        self._t0 = time.perf_counter()
+
+    def _next_multiple(self, every: int) -> float:
+        if every <= 0:
+            return float("inf")
+        return (self.start_steps // every + 1) * every
+
+    @property
+    def env_steps(self) -> int:
+        return int(self.state.update_step) * self.steps_per_round
+
+    def wall_time(self) -> float:
+        return self.wall_offset + time.perf_counter() - self._t0
+
+    def on_report(self, report: LearnerReport, episodes: list[tuple[int, float, int]]) -> bool:
+        """Logs one update; runs due evaluations/checkpoints. Returns True when the time limit stops the run."""
+        self.state = report.state
+        self.last_metrics = report.metrics
+        lag = report.learner_version - report.behaviour_version
+        if not 0 <= lag <= 1:
+            raise RuntimeError(f"policy lag {lag} outside [0, 1]: the one-step-delay invariant is broken")
+        self.max_policy_lag = max(self.max_policy_lag, lag)
+        for _, episode_return, episode_length in episodes:
+            self._episodes.append((episode_return, episode_length))
+        self._episode_count += len(episodes)
+        steps = self.env_steps
+        elapsed = time.perf_counter() - self._t0
+        row = {
+            "env_steps": steps,
+            "wall_time": self.wall_time(),
+            "sps": (steps - self.start_steps) / max(elapsed, 1e-9),
+            "update": int(self.state.update_step),
+            "learner_version": report.learner_version,
+            "behaviour_version": report.behaviour_version,
+            "policy_lag": lag,
+            "episodes": self._episode_count,
+            "episode_return": float(np.mean([e[0] for e in self._episodes])) if self._episodes else None,
+            "episode_length": float(np.mean([e[1] for e in self._episodes])) if self._episodes else None,
+            **{k: float(v) for k, v in report.metrics.items()},
+        }
+        self.outputs.log_progress(row)
+        self.outputs.progress_line(row, self.total_steps, force=steps >= self.total_steps)
+        if steps >= self._next_eval:
+            self.evaluate()
+            self._next_eval = (steps // self.config.eval_every + 1) * self.config.eval_every
+        if steps >= self._next_ckpt:
+            self.checkpoint()
+            self._next_ckpt = (steps // self.config.checkpoint_every + 1) * self.config.checkpoint_every
+        if self.config.time_limit and self.wall_time() >= self.config.time_limit:
+            self.stopped_by_time_limit = True
+            return True
+        return False
+
+    def evaluate(self) -> None:
+        if self.evaluator is None:
+            return
+        if self.evaluations and self.evaluations[-1].policy_version == int(self.state.update_step):
+            return
+        returns = self.evaluator.run(self.state.params)
+        record = EvaluationRecord(
+            env_steps=self.env_steps, wall_time=self.wall_time(), policy_version=int(self.state.update_step),
+            returns=[float(r) for r in returns],
+        )
+        self.evaluations.append(record)
+        self.outputs.log_evaluation({
+            "env_steps": record.env_steps, "wall_time": record.wall_time, "policy_version": record.policy_version,
+            "episodes": len(returns), "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
+        })
+
+    def checkpoint(self) -> str:
+        meta = {
+            "env_steps": self.env_steps,
+            "wall_time": self.wall_time(),
+            "evaluations": [dataclasses.asdict(r) for r in self.evaluations],
+            "system": self.system,
+        }
+        return save_checkpoint(self.run_dir, self.env_steps, self.state, meta)
+
+    def finish(self, *, interrupted: bool = False) -> dict:
+        """Final evaluation (unless interrupted), final checkpoint and summary.json; returns the summary."""
+        if not interrupted:
+            self.evaluate()
+        self.checkpoint()
+        elapsed = time.perf_counter() - self._t0
+        final = final_metric(self.evaluations)
+        summary = {
+            "system": self.system,
+            "env_id": self.config.env_id,
+            "algo": self.config.algo,
+            "seed": self.config.seed,
+            "env_steps": self.env_steps,
+            "updates": int(self.state.update_step),
+            "wall_time": self.wall_time(),
+            "sps": (self.env_steps - self.start_steps) / max(elapsed, 1e-9),
+            "interrupted": interrupted,
+            "stopped_by_time_limit": self.stopped_by_time_limit,
+            "max_policy_lag": self.max_policy_lag,
+            "train_episodes": self._episode_count,
+            "train_return_last100": float(np.mean([e[0] for e in self._episodes])) if self._episodes else None,
+            "final_metric": final,
+            "final_time_metric": final if self.config.time_limit else None,
+            "time_limit": self.config.time_limit or None,
+            "target_return": self.config.target_return,
+            "required_time": required_time(self.evaluations, self.config.target_return),
+            "evaluations": len(self.evaluations),
+            "last_eval_return": float(np.mean(self.evaluations[-1].returns)) if self.evaluations else None,
+            "last_metrics": {k: float(v) for k, v in self.last_metrics.items()},
+            "param_count": parameter_count(self.state.params),
+            "param_fingerprint": params_fingerprint(self.state.params),
+            "run_dir": self.run_dir,
+            "resumed_from_env_steps": self.resumed_from,
+        }
+        self.outputs.write_summary(summary)
+        self.outputs.print(
+            f"[{self.system}] done: {summary['env_steps']:,} steps in {summary['wall_time']:.1f}s "
+            f"({summary['sps']:.0f} SPS), final metric {final}, fingerprint {summary['param_fingerprint'][:16]}"
+        )
+        self.outputs.close()
+        return summary

@@ -1,0 +1,161 @@
+"""Run outputs shared by every system: run directory, resolved config, progress CSV, TensorBoard events, a live
+progress line, evaluation CSV and `summary.json` with a SHA-256 fingerprint of the final parameters."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+PROGRESS_FIELDS = (
+    "env_steps",
+    "wall_time",
+    "sps",
+    "update",
+    "learner_version",
+    "behaviour_version",
+    "policy_lag",
+    "episodes",
+    "episode_return",
+    "episode_length",
+    "total_loss",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "grad_norm",
+    "approx_kl",
+    "clip_fraction",
+)
+EVAL_FIELDS = ("env_steps", "wall_time", "policy_version", "episodes", "mean_return", "std_return")
+
+
+def params_fingerprint(params: Any) -> str:
+    """SHA-256 over every parameter leaf's path, dtype, shape and bytes, in tree order: equal iff bit-identical."""
+    digest = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        array = np.asarray(leaf)
+        digest.update(jax.tree_util.keystr(path).encode())
+        digest.update(str(array.dtype).encode() + str(array.shape).encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def write_json_atomic(path: str, payload: Any) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2, sort_keys=True, default=_json_default)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _json_default(value):
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+class RunOutputs:
+    """Writes one run directory. `append=True` (resume) keeps the CSVs and adds to them."""
+
+    def __init__(self, run_dir: str, config: Any, *, append: bool, quiet: bool = False):
+        self.run_dir = run_dir
+        os.makedirs(run_dir, exist_ok=True)
+        self.quiet = quiet
+        write_json_atomic(os.path.join(run_dir, "config.json"), dataclasses.asdict(config))
+        self._progress = self._open_csv("progress.csv", PROGRESS_FIELDS, append)
+        self._evals = self._open_csv("evaluations.csv", EVAL_FIELDS, append)
+        self._tb = None
+        try:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(os.path.join(run_dir, "tb"))
+        except ImportError:  # pragma: no cover - tensorboardX is a declared dependency
+            pass
+        self._last_line = 0.0
+
+    def _open_csv(self, name, fields, append):
+        path = os.path.join(self.run_dir, name)
+        exists = append and os.path.exists(path)
+        handle = open(path, "a" if exists else "w", newline="")
+        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
+        if not exists:
+            writer.writeheader()
+        return handle, writer
+
+    def log_progress(self, row: dict) -> None:
+        handle, writer = self._progress
+        writer.writerow({k: _fmt(row.get(k)) for k in PROGRESS_FIELDS})
+        handle.flush()
+        if self._tb is not None:
+            step = int(row["env_steps"])
+            for key, value in row.items():
+                if key != "env_steps" and isinstance(value, (int, float, np.floating, np.integer)) and np.isfinite(value):
+                    self._tb.add_scalar(f"train/{key}", float(value), step)
+
+    def log_evaluation(self, row: dict) -> None:
+        handle, writer = self._evals
+        writer.writerow({k: _fmt(row.get(k)) for k in EVAL_FIELDS})
+        handle.flush()
+        if self._tb is not None:
+            self._tb.add_scalar("eval/mean_return", float(row["mean_return"]), int(row["env_steps"]))
+        self.print(
+            f"[eval] steps {int(row['env_steps']):,}  policy v{row['policy_version']}  "
+            f"return {row['mean_return']:.2f} +- {row['std_return']:.2f} over {row['episodes']} episodes"
+        )
+
+    def progress_line(self, row: dict, total_steps: int, force: bool = False) -> None:
+        """One line per call at most every 2 s (or when forced): steps, SPS, return, losses, policy lag."""
+        now = time.monotonic()
+        if not force and now - self._last_line < 2.0:
+            return
+        self._last_line = now
+        ret = row.get("episode_return")
+        ret_text = f"{ret:8.2f}" if ret is not None and np.isfinite(ret) else "     n/a"
+        pct = 100.0 * row["env_steps"] / max(total_steps, 1)
+        self.print(
+            f"steps {int(row['env_steps']):>10,} ({pct:5.1f}%)  sps {row['sps']:8.0f}  return {ret_text}  "
+            f"loss {_num(row.get('total_loss'))}  entropy {_num(row.get('entropy'))}  "
+            f"lag {row.get('policy_lag', 0)}  t {row['wall_time']:7.1f}s"
+        )
+
+    def print(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=sys.stdout, flush=True)
+
+    def write_summary(self, summary: dict) -> str:
+        path = os.path.join(self.run_dir, "summary.json")
+        write_json_atomic(path, summary)
+        return path
+
+    def close(self) -> None:
+        for handle, _ in (self._progress, self._evals):
+            handle.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _fmt(value):
+    if value is None:
+        return ""
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):.6g}"
+    return value
+
+
+def _num(value) -> str:
+    return "   n/a" if value is None else f"{float(value):6.3f}"

@@ -1,0 +1,207 @@
+"""Round storages and the actor logic shared by the HTS system and the synchronous baseline (seed 000, sec. 4.1).
+
+A *round* is `sync_interval` (alpha) steps of every env. Its data live in a `RoundStorage` indexed by
+(step in round, env id), so the stored batch does not depend on which actor handled which observation or when.
+Two storages alternate: actors fill one while the learner reads the other.
+
+Randomness is owned by (env, step) as in the paper's "defer randomness to the executors": the action key of env e
+at its global step s is fold_in(fold_in(run_key, e), s). The policy's forward pass always runs on chunks of a fixed
+size (`inference_batch`, padded), because XLA CPU gives bit-identical rows at a fixed batch shape whatever the row's
+companions, but different bits at different shapes (REFERENCE.md). Together these make the actions, hence the
+whole run, independent of the number of actor threads, EnvPool's batch size and thread timing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agents import Rollout, policy_step
+from envs.executor import Executor, StepResults
+
+
+class RoundStorage:
+    """One round of experience, [alpha(+1), num_envs, ...] numpy arrays, written in place by the actors."""
+
+    def __init__(self, sync_interval: int, num_envs: int, obs_shape, obs_dtype, action_shape, action_dtype):
+        t, n = sync_interval, num_envs
+        self.obs = np.zeros((t + 1, n, *obs_shape), obs_dtype)
+        self.actions = np.zeros((t, n, *action_shape), action_dtype)
+        self.rewards = np.zeros((t, n), np.float32)
+        self.terminations = np.zeros((t, n), np.float32)
+        self.truncations = np.zeros((t, n), np.float32)
+        self.valid = np.zeros((t, n), np.float32)
+        self.log_probs = np.zeros((t, n), np.float32)
+        self.values = np.zeros((t, n), np.float32)
+        self.round_index = -1
+        self.behaviour_version = -1
+
+    def to_rollout(self) -> Rollout:
+        """Device copy of the round, in the agents' time-major `Rollout` layout."""
+        return Rollout(
+            obs=jnp.asarray(self.obs),
+            actions=jnp.asarray(self.actions),
+            rewards=jnp.asarray(self.rewards),
+            terminations=jnp.asarray(self.terminations),
+            truncations=jnp.asarray(self.truncations),
+            valid=jnp.asarray(self.valid),
+            behaviour_log_probs=jnp.asarray(self.log_probs),
+            behaviour_values=jnp.asarray(self.values),
+        )
+
+
+def make_policy_fn(apply_fn: Callable, continuous: bool):
+    """Jitted (params, obs [C,...], env_ids [C], env_steps [C], run_key) -> (actions, log_probs, values)."""
+
+    @jax.jit
+    def policy(params, obs, env_ids, env_steps, run_key):
+        def row_key(env_id, env_step):
+            return jax.random.fold_in(jax.random.fold_in(run_key, env_id), env_step)
+
+        keys = jax.vmap(row_key)(env_ids, env_steps)
+        return policy_step(params, obs, keys, apply_fn=apply_fn)
+
+    return policy
+
+
+class RoundCollector:
+    """The actors' side of HTS-RL: turns ready observations into actions and fills the round storages.
+
+    `on_round_complete(storage, last)` is called by the actor that finishes a round (all envs did alpha steps): it
+    hands the storage on and returns `(version, params)` for the next round (ignored when `last`), or None to stop.
+    """
+
+    def __init__(
+        self,
+        executor: Executor,
+        *,
+        policy_fn,
+        run_key: jax.Array,
+        sync_interval: int,
+        inference_batch: int,
+        first_round: int,
+        total_rounds: int,
+        params: Any,
+        version: int,
+        on_round_complete: Callable[[RoundStorage, bool], tuple[int, Any] | None],
+        action_shape: tuple,
+        action_dtype,
+    ):
+        spec = executor.spec
+        n = executor.num_envs
+        self.executor = executor
+        self.num_envs = n
+        self.sync_interval = sync_interval
+        self.inference_batch = inference_batch
+        self.total_rounds = total_rounds
+        self._policy_fn = policy_fn
+        self._run_key = run_key
+        self._on_round_complete = on_round_complete
+        self._storages = [
+            RoundStorage(sync_interval, n, spec.obs_shape, spec.obs_dtype, action_shape, action_dtype) for _ in range(2)
+        ]
+        self._lock = threading.Lock()
+        self._round = first_round
+        self._params, self._version = params, version
+        self._step_in_round = np.zeros(n, np.int64)  # index of the stored obs whose action is in flight
+        self._pending = np.zeros(n, bool)  # an action of this env is in flight
+        self._prev_done = np.zeros(n, bool)  # the env's last step ended an episode: its next action is ignored
+        self._held: list[tuple[int, np.ndarray]] = []
+        self._pad_obs = np.zeros((inference_batch, *spec.obs_shape), spec.obs_dtype)
+        self.finished = threading.Event()
+        self.rounds_completed = 0
+        self._storages[first_round % 2].round_index = first_round
+
+    @property
+    def current_round(self) -> int:
+        return self._round
+
+    def process(self, results: StepResults) -> None:
+        """Consumes one batch of ready observations: stores rewards, picks actions, sends them."""
+        alpha = self.sync_interval
+        with self._lock:
+            round_index = self._round
+            storage = self._storages[round_index % 2]
+            params, version = self._params, self._version
+            act_rows, act_steps = [], []
+            round_complete = False
+            for row, env_id in enumerate(results.env_ids):
+                if self._pending[env_id]:
+                    t = self._step_in_round[env_id]
+                    storage.rewards[t, env_id] = results.rewards[row]
+                    storage.terminations[t, env_id] = results.terminations[row]
+                    storage.truncations[t, env_id] = results.truncations[row]
+                    self._prev_done[env_id] = bool(results.terminations[row] or results.truncations[row])
+                    index = t + 1
+                else:
+                    index = 0
+                self._pending[env_id] = False
+                if index == alpha:
+                    # Bootstrap observation of this round and first observation of the next: hold the env.
+                    storage.obs[alpha, env_id] = results.obs[row]
+                    self._held.append((int(env_id), results.obs[row]))
+                    round_complete = len(self._held) == self.num_envs
+                else:
+                    self._step_in_round[env_id] = index
+                    act_rows.append(row)
+                    act_steps.append(round_index * alpha + index)
+            # Mark before sending: another actor may receive the result before this one returns.
+            ids = results.env_ids[act_rows]
+            self._pending[ids] = True
+        if act_rows:
+            self._act(storage, params, results, np.asarray(act_rows), ids, np.asarray(act_steps, np.int32))
+        if round_complete:
+            storage.behaviour_version = version
+            self._advance_round(storage)
+
+    def _act(self, storage, params, results, rows, env_ids, env_steps) -> None:
+        obs = results.obs[rows]
+        actions, log_probs, values = self._forward(params, obs, env_ids, env_steps)
+        index = env_steps % self.sync_interval
+        storage.obs[index, env_ids] = obs
+        storage.actions[index, env_ids] = actions
+        storage.log_probs[index, env_ids] = log_probs
+        storage.values[index, env_ids] = values
+        storage.valid[index, env_ids] = (~self._prev_done[env_ids]).astype(np.float32)
+        self.executor.send(actions, env_ids)
+
+    def _forward(self, params, obs, env_ids, env_steps):
+        """Policy on fixed-size, padded chunks (see module doc)."""
+        c, k = self.inference_batch, len(env_ids)
+        outs = []
+        for start in range(0, k, c):
+            stop = min(start + c, k)
+            chunk_obs, chunk_ids, chunk_steps = obs[start:stop], env_ids[start:stop], env_steps[start:stop]
+            pad = c - (stop - start)
+            if pad:
+                chunk_obs = np.concatenate([chunk_obs, self._pad_obs[:pad]])
+                chunk_ids = np.concatenate([chunk_ids, np.zeros(pad, chunk_ids.dtype)])
+                chunk_steps = np.concatenate([chunk_steps, np.zeros(pad, chunk_steps.dtype)])
+            out = self._policy_fn(params, chunk_obs, chunk_ids.astype(np.int32), chunk_steps, self._run_key)
+            outs.append([np.asarray(x)[: stop - start] for x in out])
+        return [np.concatenate(parts) for parts in zip(*outs)]
+
+    def _advance_round(self, storage: RoundStorage) -> None:
+        next_round = self._round + 1
+        self.rounds_completed += 1
+        last = next_round >= self.total_rounds
+        result = self._on_round_complete(storage, last)
+        if last or result is None:
+            self.finished.set()
+            return
+        version, params = result
+        with self._lock:
+            held, self._held = self._held, []
+            self._round = next_round
+            self._params, self._version = params, version
+            self._storages[next_round % 2].round_index = next_round
+        # The held observations open the new round: hand them back to the actors, ready now.
+        ids = np.asarray([h[0] for h in held], np.int32)
+        obs = np.stack([h[1] for h in held])
+        zeros = np.zeros(len(held), np.float32)
+        self.executor.buffer.put_rows(np.full(len(held), time.perf_counter()), ids, obs, zeros, zeros, zeros)

@@ -1,0 +1,136 @@
+"""High-Throughput Synchronous RL (seed 000, section 4.1): executors, actors and a learner running concurrently.
+
+* Executors: EnvPool in async mode (`envs.executor.Executor`); step-time injection optional.
+* `num_actors` actor threads take whatever observations are ready, run one batched forward pass (fixed padded
+  shape) and send the actions back (`systems.common.rollout.RoundCollector`).
+* Batch synchronization every `sync_interval` (alpha) steps per env: a round ends when every env has done alpha
+  steps. Two storages: in round r the actors fill storage r % 2 while the learner reads the round r-1 storage.
+* One-step delay: round r (r >= 1) is collected with theta_{r-1}; at the boundary after round r the learner has
+  finished theta_r... precisely, the boundary waits until the learner has finished every batch handed to it, then
+  hands over the round just collected and gives the actors the newest parameters. The learner's update applies the
+  gradient taken at the batch's behaviour parameters to its current parameters (A2C, Eq. 6) or runs PPO epochs
+  from the current parameters against the stored behaviour log-probs. The policy lag (learner version minus
+  behaviour version) is logged for every update and is never above one (checked, the run fails otherwise).
+* Determinism: randomness is owned by (env, step), storage is indexed by (step, env), inference uses a fixed
+  padded shape, and the learner's key chain is fixed, so `--seed` fixes the parameters bit for bit whatever
+  `--num_actors`, `--env_batch_size` or thread timing.
+"""
+
+from __future__ import annotations
+
+import queue
+
+import jax
+
+from envs.executor import Executor
+from envs.factory import make_spec
+from envs.step_time import parse_step_time
+from systems.common import config as config_lib
+from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
+from systems.common.learner import build
+from systems.common.monitor import LearnerReport, Monitor
+from systems.common.rollout import RoundCollector, RoundStorage
+
+SYSTEM = "hts"
+
+
+def run(config: config_lib.TrainConfig) -> dict:
+    """Trains with HTS-RL; returns the summary (also written to `<run dir>/summary.json`)."""
+    config_lib.validate(config)
+    step_time = parse_step_time(config.step_time)
+    spec = make_spec(config.env_id)
+    setup, state = build(config, spec)
+    monitor = Monitor(SYSTEM, config, spec, setup, state)
+    state = monitor.state
+    start_round = int(state.update_step)
+    total_rounds = config_lib.total_rounds(config)
+    if start_round >= total_rounds:
+        return monitor.finish()
+
+    group = ThreadGroup()
+    store = ParameterStore(state.params, version=start_round)
+    jobs: queue.Queue[RoundStorage | None] = queue.Queue(maxsize=1)
+    reports: queue.Queue[LearnerReport] = queue.Queue()
+    submitted = [0]
+
+    def on_round_complete(storage: RoundStorage, last: bool):
+        # Batch synchronization: the learner must be done with every batch handed to it (so the storage the
+        # actors will fill next is free and the newest parameters exist) before the roles of the storages swap.
+        store.wait_for(start_round + submitted[0], group.stopping)
+        jobs.put(storage)
+        submitted[0] += 1
+        if last:
+            jobs.put(None)
+            return None
+        return store.latest()
+
+    executor = Executor(
+        spec, num_envs=config.num_envs, batch_size=config_lib.env_batch_size(config), seed=config.seed,
+        step_time=step_time,
+    )
+    collector = RoundCollector(
+        executor, policy_fn=setup.policy, run_key=setup.action_key, sync_interval=config.sync_interval,
+        inference_batch=config_lib.inference_batch(config), first_round=start_round, total_rounds=total_rounds,
+        params=state.params, version=start_round, on_round_complete=on_round_complete,
+        action_shape=setup.action_shape, action_dtype=setup.action_dtype,
+    )
+
+    def actor_loop():
+        while not group.stopping.is_set() and not collector.finished.is_set():
+            results = executor.take(max_items=config.num_envs, timeout=0.05)
+            if results is not None:
+                collector.process(results)
+
+    learner_state = [state]
+
+    def learner_loop():
+        while True:
+            try:
+                storage = jobs.get(timeout=0.05)
+            except queue.Empty:
+                if group.stopping.is_set():
+                    raise StopRequested from None
+                continue
+            if storage is None:
+                return
+            current = learner_state[0]
+            learner_version = int(current.update_step)
+            behaviour_params = store.get(storage.behaviour_version)
+            new_state, metrics = setup.update(current, behaviour_params, storage.to_rollout())
+            metrics = jax.device_get(metrics)
+            learner_state[0] = new_state
+            store.publish(new_state.params, learner_version + 1)
+            reports.put(LearnerReport(new_state, metrics, storage.behaviour_version, learner_version))
+
+    interrupted = False
+    try:
+        for i in range(config.num_actors):
+            group.spawn(f"actor-{i}", actor_loop)
+        group.spawn("learner", learner_loop)
+        executor.start()
+        for _ in range(total_rounds - start_round):
+            report = _next_report(reports, group, executor)
+            if monitor.on_report(report, executor.pop_episodes()):
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+        monitor.outputs.print("[hts] interrupted: saving a checkpoint of the newest parameters")
+    finally:
+        group.stop()
+        executor.close()
+    if not interrupted:
+        group.check()
+    summary = monitor.finish(interrupted=interrupted)
+    if interrupted:
+        raise KeyboardInterrupt
+    return summary
+
+
+def _next_report(reports: queue.Queue, group: ThreadGroup, executor: Executor) -> LearnerReport:
+    while True:
+        group.check()
+        executor.raise_if_failed()
+        try:
+            return reports.get(timeout=0.1)
+        except queue.Empty:
+            continue
