@@ -82,7 +82,7 @@ def a2c_update(
     )
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = dict(metrics, grad_norm=optax.global_norm(grads), advantage_mean=advantage_mean)
+    metrics = dict(metrics, grad_norm=optax.tree.norm(grads), advantage_mean=advantage_mean)
     new_state = TrainState(
         params=params,
         opt_state=opt_state,

@@ -107,7 +107,7 @@ def ppo_update(
         )
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        metrics = dict(metrics, grad_norm=optax.global_norm(grads))
+        metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
         return (params, opt_state), metrics
 
     def epoch_step(carry, epoch_key):

@@ -1,6 +1,6 @@
-"""Episode bookkeeping over EnvPool steps: real-episode returns and lengths, and training done flags.
+"""Episode bookkeeping over EnvPool steps: real-episode returns and lengths, training done flags.
 
-This is the only module that reads EnvPool's raw `info`. Facts it relies on (EnvPool 1.2.5, checked):
+This is the only module that reads EnvPool's raw `info`. Facts it relies on (EnvPool 1.2.5):
 
 * Auto-reset: after EnvPool returns terminated or truncated for an env, that env's next step ignores
   the action and returns the reset observation with reward 0. We call it a *reset step*.
@@ -123,6 +123,6 @@ class EpisodeTracker:
                 self._awaiting_reset[i] = not envpool_done[k]
 
     def pop_finished(self) -> list[tuple[int, float, int]]:
-        """(env_id, episode_return, episode_length) finished since the last pop, in finishing order."""
+        """(env_id, return, length) of episodes finished since the last pop, in finishing order."""
         finished, self._finished = self._finished, []
         return finished

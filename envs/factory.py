@@ -6,8 +6,8 @@ frame stack 4, up to 30 no-op starts, sticky actions off. Training pools also en
 loss and clip rewards to [-1, 1]; evaluation pools do neither, so returns are real game scores.
 
 GFootball pools use EnvPool's defaults, which give the *scoring* reward only (HTS-RL trained with
-scoring+checkpoints, so returns are not directly comparable with its tables). MuJoCo, classic control
-and Box2D pools use EnvPool's defaults.
+scoring+checkpoints, so returns are not directly comparable with its tables). MuJoCo, classic
+control and Box2D pools use EnvPool's defaults.
 """
 
 from __future__ import annotations
@@ -205,7 +205,9 @@ def make_pool(
     if num_envs < 1 or extra_envs < 0:
         raise ValueError(f"need num_envs >= 1 and extra_envs >= 0, got {num_envs}, {extra_envs}")
     if not 1 <= batch_size <= total:
-        raise ValueError(f"batch_size must be in [1, {total}] (num_envs + extra_envs), got {batch_size}")
+        raise ValueError(
+            f"batch_size must be in [1, {total}] (num_envs + extra_envs), got {batch_size}"
+        )
     if not 0 <= seed <= _INT32_MAX - total:
         raise ValueError(f"seed must be in [0, {_INT32_MAX - total}] so seed + env id fits int32")
     if num_threads is None:

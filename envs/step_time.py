@@ -1,4 +1,4 @@
-"""Random environment step times, for studying synchronisation cost (seed 000, section 4.2, Claim 1).
+"""Random environment step times to study synchronisation cost (seed 000, section 4.2, Claim 1).
 
 HTS-RL (seed 000) Claim 1 / Eq. 7 gives the expected time to collect K states with n envs when the
 per-step times X_i^(j) are i.i.d. and a sum of alpha of them is Gamma(alpha, rate beta), i.e. each

@@ -24,8 +24,8 @@ def test_output_shapes(obs_shape, dtype, torso, continuous):
     net = agents.make_network(obs_shape, 5, continuous)
     assert net.torso == torso
     obs = jnp.zeros((3, *obs_shape), dtype)
-    params = net.init(jax.random.key(0), obs)
-    policy_out, value = net.apply(params, obs)
+    params = jax.jit(net.init)(jax.random.key(0), obs)
+    policy_out, value = jax.jit(net.apply)(params, obs)
     chex.assert_shape(value, (3,))
     chex.assert_type(value, jnp.float32)
     if continuous:

@@ -1,4 +1,4 @@
-"""Tests for envs/: task ids, specs, pool seeding, episode bookkeeping and step-time distributions."""
+"""Tests for envs/: task ids, specs, pool seeding, episode bookkeeping and step times."""
 
 from __future__ import annotations
 
@@ -253,7 +253,8 @@ def test_tracker_scripted_atari():
     """Two Atari envs (max_episode_steps 5) plus a spare env 2, fed in async-style batches.
 
     env 0: reset; +4 (clipped to 1); life loss; life-loss reset step; +7; +1 and game over
-           -> episode (return 4 + 0 + 7 + 1 = 12, length 4: the life-loss reset step is not counted).
+           -> episode (return 4 + 0 + 7 + 1 = 12, length 4: the life-loss reset step is not
+           counted).
     env 1: reset; +1 at elapsed 1..5; EnvPool's truncated flag is missing at elapsed 5 but
            elapsed_step >= 5 ends the episode -> (5, 5); its stray step at elapsed 6 is ignored.
     """

@@ -45,7 +45,7 @@ def build(config: config_lib.TrainConfig, spec: EnvSpec) -> tuple[LearnerSetup, 
     optimizer = make_optimizer(
         name=config.optimizer,
         learning_rate=config.learning_rate,
-        total_updates=config_lib.total_rounds(config),
+        total_updates=config_lib.total_rounds(config) * _optimizer_steps_per_update(config),
         anneal_lr=config.anneal_lr,
         max_grad_norm=config.max_grad_norm,
         eps=config.opt_eps,
@@ -86,6 +86,11 @@ def build(config: config_lib.TrainConfig, spec: EnvSpec) -> tuple[LearnerSetup, 
         action_dtype=action_dtype,
     )
     return setup, state
+
+
+def _optimizer_steps_per_update(config: config_lib.TrainConfig) -> int:
+    """PPO steps the optimizer once per minibatch, A2C once per round: the decay horizon counts optimizer steps."""
+    return config.num_epochs * config.num_minibatches if config.algo == "ppo" else 1
 
 
 def parameter_count(params: Any) -> int:
