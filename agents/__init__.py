@@ -1,7 +1,7 @@
 """Pure JAX/Flax agents for HTS-RL (seed paper 000): networks, losses, updates and optimizers.
 
-``a2c_update`` implements the one-step-delayed gradient of Eq. (6); ``ppo_update`` runs PPO epochs from
-the current parameters with ratios against the stored behaviour log-probs. No threads, no I/O.
+``a2c_update`` implements the one-step-delayed gradient of Eq. (6); ``ppo_update`` runs PPO epochs
+from the current parameters with ratios against the stored behaviour log-probs. No threads, no I/O.
 """
 
 from agents.a2c import A2CConfig, a2c_update

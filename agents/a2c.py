@@ -2,10 +2,11 @@
 
     theta_{j+1} = theta_j + eta * grad_{theta_{j-1}} J(theta_{j-1}, D^{theta_{j-1}})
 
-The storage read in round j was filled by the behaviour parameters theta_{j-1}, so the gradient is taken
-*at* theta_{j-1} (policy log-probs, values and entropy all recomputed there), which keeps the estimate
-on-policy and avoids the stale-policy term of Eq. (5). It is then applied, through the optimizer, to the
-current parameters theta_j. With ``behaviour_params is state.params`` this is plain synchronous A2C.
+The storage read in round j was filled by the behaviour parameters theta_{j-1}, so the gradient is
+taken *at* theta_{j-1} (policy log-probs, values and entropy all recomputed there), which keeps the
+estimate on-policy and avoids the stale-policy term of Eq. (5). It is then applied, through the
+optimizer, to the current parameters theta_j. With ``behaviour_params is state.params`` this is
+plain synchronous A2C.
 """
 
 import dataclasses

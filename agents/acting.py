@@ -1,10 +1,11 @@
 """Actor-side inference: one forward pass plus per-row sampling.
 
-Seed paper 000 (HTS-RL), Sec. 4.1 ("Asynchronous actors and executors"): every observation arrives with
-its own pseudo-random seed owned by the executor (here: one PRNG key per row), and each row's action,
-log-prob and value depend only on that row's observation and key. Together with a fixed batch shape
-(XLA CPU results are bit-identical per row at a fixed shape, but not across shapes) this makes actions
-independent of how observations were grouped into actor batches, hence fully deterministic.
+Seed paper 000 (HTS-RL), Sec. 4.1 ("Asynchronous actors and executors"): every observation arrives
+with its own pseudo-random seed owned by the executor (here: one PRNG key per row), and each row's
+action, log-prob and value depend only on that row's observation and key. Together with a fixed
+batch shape (XLA CPU results are bit-identical per row at a fixed shape, but not across shapes) this
+makes actions independent of how observations were grouped into actor batches, hence fully
+deterministic.
 """
 
 import chex

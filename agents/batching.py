@@ -1,9 +1,9 @@
 """Turns a time-major ``Rollout`` into the flat learner batch with GAE advantages.
 
 Seed paper 000 (HTS-RL) Sec. 4.1: the learner reads the storage filled by the behaviour policy
-theta_{j-1}. Advantages use the *stored* behaviour values V_{theta_{j-1}}(obs[t]) and the bootstrap value
-V_{theta_{j-1}}(obs[T]) under the same behaviour parameters, so the whole target is a function of
-(theta_{j-1}, D^{theta_{j-1}}) as Eq. (6) requires.
+theta_{j-1}. Advantages use the *stored* behaviour values V_{theta_{j-1}}(obs[t]) and the bootstrap
+value V_{theta_{j-1}}(obs[T]) under the same behaviour parameters, so the whole target is a function
+of (theta_{j-1}, D^{theta_{j-1}}) as Eq. (6) requires.
 """
 
 from typing import NamedTuple
@@ -57,7 +57,7 @@ def prepare_batch(
     """GAE from the behaviour values, then flatten ``[T, B] -> [T * B]``.
 
     Returns:
-      ``(batch, advantage_mean)`` where ``advantage_mean`` is the masked mean raw advantage (a metric).
+      ``(batch, advantage_mean)``; ``advantage_mean`` is the masked mean raw advantage (a metric).
     """
     check_rollout(rollout)
     _, bootstrap_value = apply_fn(behaviour_params, rollout.obs[-1])  # [B]

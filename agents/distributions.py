@@ -1,10 +1,10 @@
 """Action distributions over an ``ActorCritic`` policy output.
 
 Seed paper 000 (HTS-RL), Sec. 4.1 ("Asynchronous actors and executors"): randomness is owned by the
-executor, which ships one pseudo-random seed with every observation. ``sample_actions`` therefore takes
-one PRNG key per row and draws each row's action from its own key only, so an action does not depend on
-which other observations share the actor's batch. ``log_prob`` / ``entropy`` give the log pi(a|s) and
-H(pi(.|s)) terms of Eq. (4)-(6).
+executor, which ships one pseudo-random seed with every observation. ``sample_actions`` therefore
+takes one PRNG key per row and draws each row's action from its own key only, so an action does not
+depend on which other observations share the actor's batch. ``log_prob`` / ``entropy`` give the log
+pi(a|s) and H(pi(.|s)) terms of Eq. (4)-(6).
 
 ``policy_out`` is either logits ``[B, A]`` (categorical policy) or a tuple ``(mean, log_std)`` of
 ``[B, A]`` arrays (diagonal Gaussian, CleanRL continuous PPO). The type decides which.
@@ -38,7 +38,8 @@ def sample_actions(policy_out, keys: jax.Array) -> jax.Array:
       keys: ``[B]`` typed PRNG keys (or ``[B, 2]`` raw uint32 keys), one per row.
 
     Returns:
-      int32 ``[B]`` (discrete) or float32 ``[B, A]`` (continuous, not clipped: the env wrapper clips).
+      int32 ``[B]`` (discrete) or float32 ``[B, A]`` (continuous; not clipped, the env wrapper
+      clips to the action bounds).
     """
     if _is_continuous(policy_out):
         mean, log_std = _check_gaussian(policy_out)

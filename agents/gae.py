@@ -1,8 +1,8 @@
 """Generalized advantage estimation on EnvPool's time-major layout.
 
-Schulman et al. (2016), "High-Dimensional Continuous Control Using Generalized Advantage Estimation",
-Eq. (16); used for the n-step return R_t^(n) - V(s_t) in seed paper 000 (HTS-RL) Eq. (4)-(6) (A2C is the
-special case lambda = 1 over the storage of alpha steps).
+Schulman et al. (2016), "High-Dimensional Continuous Control Using Generalized Advantage
+Estimation", Eq. (16); used for the n-step return R_t^(n) - V(s_t) in seed paper 000 (HTS-RL) Eq.
+(4)-(6) (A2C is the special case lambda = 1 over the storage of alpha steps).
 
 Layout: ``obs[t + 1]`` is the observation after action ``t``. If step ``t`` ended an episode then
 ``obs[t + 1]`` is that episode's final observation and step ``t + 1`` is EnvPool's reset step. Then
@@ -11,8 +11,8 @@ Layout: ``obs[t + 1]`` is the observation after action ``t``. If step ``t`` ende
     A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1},   done_t = term_t or trunc_t
     returns = A + V
 
-so a truncation bootstraps from the final observation but cuts the trace, and a termination does both
-(no bootstrap, trace cut).
+so a truncation bootstraps from the final observation but cuts the trace, and a termination does
+both (no bootstrap, trace cut).
 """
 
 import chex
@@ -55,13 +55,11 @@ def gae_advantages(
 
     # rlax computes delta_t = r_t + discount_t * v_{t+1} - v_t and
     # A_t = delta_t + discount_t * lambda_t * A_{t+1}. With discount_t = gamma (1 - term_t) the
-    # bootstrap is dropped on termination; lambda_t = lambda (1 - trunc_t) additionally cuts the trace
-    # on truncation, so discount_t * lambda_t = gamma * lambda * (1 - done_t) as required.
+    # bootstrap is dropped on termination; lambda_t = lambda (1 - trunc_t) additionally cuts the
+    # trace on truncation, so discount_t * lambda_t = gamma * lambda * (1 - done_t) as required.
     discount_t = gamma * (1.0 - terminations)  # [T, B]
     lambda_t = gae_lambda * (1.0 - truncations)  # [T, B]
-    batched_gae = jax.vmap(
-        rlax.truncated_generalized_advantage_estimation, in_axes=1, out_axes=1
-    )
+    batched_gae = jax.vmap(rlax.truncated_generalized_advantage_estimation, in_axes=1, out_axes=1)
     advantages = batched_gae(rewards, discount_t, lambda_t, values_ext)  # [T, B]
     returns = advantages + values_ext[:-1]  # [T, B]
     return advantages, returns

@@ -1,14 +1,14 @@
 """Actor-critic losses: A2C (seed paper 000 Eq. (4)) and PPO's clipped surrogate.
 
-* ``a2c_loss``: the negated objective whose gradient is Eq. (4) of seed paper 000 (HTS-RL):
-  -log pi_theta(a_t|s_t) * (R_t^(n) - V(s_t)) - alpha * H(pi_theta(.|s_t)), plus the critic's squared
+* ``a2c_loss``: the negated objective whose gradient is Eq. (4) of seed paper 000 (HTS-RL): -log
+  pi_theta(a_t|s_t) * (R_t^(n) - V(s_t)) - alpha * H(pi_theta(.|s_t)), plus the critic's squared
   error. HTS-RL's one-step-delayed update (Eq. 6) differentiates this at the *behaviour* parameters;
   see ``agents.a2c``.
 * ``ppo_loss``: Schulman et al. (2017), "Proximal Policy Optimization Algorithms", Eq. (7) (L^CLIP),
   with a value loss and entropy bonus (Eq. 9), as in CleanRL's PPO.
 
-Both take a flat batch ``[N, ...]`` and a ``valid`` mask ``[N]``; every mean is a masked mean so rows
-collected on EnvPool's reset steps contribute nothing.
+Both take a flat batch ``[N, ...]`` and a ``valid`` mask ``[N]``; every mean is a masked mean so
+rows collected on EnvPool's reset steps contribute nothing.
 """
 
 import chex

@@ -1,14 +1,16 @@
 """Actor-critic networks (Flax linen) for the HTS-RL agents.
 
-Seed paper 000 (HTS-RL), Sec. 4.1 / Eq. (4)-(6): the learner differentiates an actor-critic objective
-J(theta) built from a policy pi_theta(a|s) and a value V_phi(s); these modules provide both heads.
+Seed paper 000 (HTS-RL), Sec. 4.1 / Eq. (4)-(6): the learner differentiates an actor-critic
+objective J(theta) built from a policy pi_theta(a|s) and a value V_phi(s); these modules provide
+both heads.
 
 * ``NatureCNN``: Mnih et al. (2015) "Human-level control through deep RL" torso for Atari frames,
-    initialised as in CleanRL's ``ppo_atari.py`` (orthogonal, gain sqrt(2); policy head 0.01, value 1).
-* ``GFootballCNN``: the same Nature-style CNN as used by the HTS-RL / GFootball baselines' "cnn" policy,
-    on the 72x96x4 super-mini-map (SMM) observation.
-* ``MLPTorso`` / MLP actor-critic: CleanRL ``ppo.py`` / ``ppo_continuous_action.py`` (separate actor and
-    critic MLPs, tanh, state-independent learned log-std for continuous actions).
+  initialised as in CleanRL's ``ppo_atari.py`` (orthogonal, gain sqrt(2); policy head 0.01, value
+  1).
+* ``GFootballCNN``: the same Nature-style CNN as used by the HTS-RL / GFootball baselines' "cnn"
+  policy, on the 72x96x4 super-mini-map (SMM) observation.
+* ``MLPTorso`` / MLP actor-critic: CleanRL ``ppo.py`` / ``ppo_continuous_action.py`` (separate actor
+  and critic MLPs, tanh, state-independent learned log-std for continuous actions).
 """
 
 from collections.abc import Sequence
@@ -31,18 +33,18 @@ TORSOS = ("nature_cnn", "gfootball_cnn", "mlp")
 
 def _dense(features: int, gain: float) -> nn.Dense:
     return nn.Dense(
-            features, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros
+        features, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros
     )
 
 
 def _conv(features: int, kernel: int, stride: int) -> nn.Conv:
     return nn.Conv(
-            features,
-            (kernel, kernel),
-            strides=(stride, stride),
-            padding="VALID",
-            kernel_init=nn.initializers.orthogonal(_TORSO_GAIN),
-            bias_init=nn.initializers.zeros,
+        features,
+        (kernel, kernel),
+        strides=(stride, stride),
+        padding="VALID",
+        kernel_init=nn.initializers.orthogonal(_TORSO_GAIN),
+        bias_init=nn.initializers.zeros,
     )
 
 
@@ -78,7 +80,8 @@ class GFootballCNN(nn.Module):
     Simplification: the original "gfootball_smm" torso is replaced by the plain Nature CNN
     (conv 32 8x8 s4, 64 4x4 s2, 64 3x3 s1, dense 512), which the baselines' "cnn" policy uses.
 
-    Input: uint8 ``[B, 72, 96, 4]`` (SMM extracted map, channels last). Output: float32 ``[B, 512]``.
+    Input: uint8 ``[B, 72, 96, 4]`` (SMM extracted map, channels last).
+    Output: float32 ``[B, 512]``.
     """
 
     @nn.compact
@@ -112,8 +115,9 @@ class ActorCritic(nn.Module):
         continuous: Gaussian policy if True, categorical otherwise.
         hidden_sizes: MLP hidden sizes (only used by the ``"mlp"`` torso).
 
-    ``__call__(obs)`` returns ``(policy_out, value)``: ``value`` is float32 ``[B]``; ``policy_out`` is
-    logits ``[B, A]`` (discrete) or ``(mean [B, A], log_std [B, A])`` (continuous).
+    ``__call__(obs)`` returns ``(policy_out, value)``: ``value`` is float32 ``[B]``;
+    ``policy_out`` is logits ``[B, A]`` (discrete) or ``(mean [B, A], log_std [B, A])``
+    (continuous).
     """
 
     torso: str
@@ -124,7 +128,8 @@ class ActorCritic(nn.Module):
     @nn.compact
     def __call__(self, obs: jnp.ndarray):
         if self.torso == "mlp":
-            # CleanRL: separate actor and critic MLPs so the value loss does not shape policy features.
+            # CleanRL: separate actor and critic MLPs, so the value loss does not shape the
+            # policy's features.
             actor_features = MLPTorso(self.hidden_sizes, name="actor_torso")(obs)
             critic_features = MLPTorso(self.hidden_sizes, name="critic_torso")(obs)
         elif self.torso in ("nature_cnn", "gfootball_cnn"):
@@ -135,7 +140,9 @@ class ActorCritic(nn.Module):
             raise ValueError(f"Unknown torso {self.torso!r}; expected one of {TORSOS}.")
 
         value = _dense(1, _VALUE_HEAD_GAIN)(critic_features)[:, 0].astype(jnp.float32)  # [B]
-        head = _dense(self.action_dim, _POLICY_HEAD_GAIN)(actor_features).astype(jnp.float32)  # [B, A]
+        head = _dense(self.action_dim, _POLICY_HEAD_GAIN)(actor_features).astype(
+            jnp.float32
+        )  # [B, A]
         if not self.continuous:
             return head, value
         # State-independent log-std (CleanRL continuous PPO), broadcast to every row.
@@ -157,9 +164,9 @@ def make_network(obs_shape: tuple, action_dim: int, continuous: bool) -> ActorCr
         torso = "mlp"
     else:
         raise ValueError(
-                f"No network for observation shape {obs_shape}: expected {NATURE_CNN_OBS_SHAPE} (Atari, "
-                f"channels first), {GFOOTBALL_SMM_OBS_SHAPE} (GFootball SMM, channels last) or a rank-1 "
-                "vector observation."
+            f"No network for observation shape {obs_shape}: expected {NATURE_CNN_OBS_SHAPE} "
+            f"(Atari, channels first), {GFOOTBALL_SMM_OBS_SHAPE} (GFootball SMM, channels last) "
+            "or a rank-1 vector observation."
         )
     if action_dim < 1:
         raise ValueError(f"action_dim must be >= 1, got {action_dim}.")

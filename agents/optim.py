@@ -1,9 +1,9 @@
 """Optimizers for the actor-critic learners.
 
 Seed paper 000 (HTS-RL) Eq. (6), theta_{j+1} = theta_j + eta * grad: the step size eta and its
-schedule come from here. Choices follow the reference implementations: RMSprop with PyTorch semantics
-for A2C (HTS-RL / GALA Atari, alpha 0.99) and Adam for PPO (CleanRL, eps 1e-5), both behind a global
-gradient-norm clip and an optional linear learning-rate decay to 0.
+schedule come from here. Choices follow the reference implementations: RMSprop with PyTorch
+semantics for A2C (HTS-RL / GALA Atari, alpha 0.99) and Adam for PPO (CleanRL, eps 1e-5), both
+behind a global gradient-norm clip and an optional linear learning-rate decay to 0.
 """
 
 import optax
@@ -28,7 +28,8 @@ def make_optimizer(
       learning_rate: initial learning rate.
       total_updates: number of ``optimizer.update`` calls over the run, i.e. the decay horizon. Note
         PPO calls it ``num_epochs * num_minibatches`` times per ``ppo_update``.
-      anneal_lr: decay the learning rate linearly from ``learning_rate`` to 0 over ``total_updates``.
+      anneal_lr: decay the learning rate linearly from ``learning_rate`` to 0 over
+      ``total_updates``.
       max_grad_norm: global gradient-norm clip.
       eps: Adam epsilon, or RMSprop epsilon added *outside* the square root (PyTorch semantics).
       rmsprop_decay: RMSprop smoothing constant (PyTorch ``alpha``).

@@ -1,4 +1,4 @@
-"""PPO on HTS-RL's double-buffered storages (seed paper 000, Sec. 4.1; Schulman et al. 2017, Eq. (7)).
+"""PPO on HTS-RL's double-buffered storages (seed 000, Sec. 4.1; Schulman et al. 2017, Eq. (7)).
 
 HTS-RL's PPO (as in the authors' code) reads the storage D^{theta_{j-1}} collected by the behaviour
 parameters theta_{j-1} while the current parameters are theta_j. The epochs start from theta_j

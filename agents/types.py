@@ -1,8 +1,9 @@
 """Shared pytrees of the agents: the learner state and the rollout batch.
 
-The ``Rollout`` holds exactly what seed paper 000 (HTS-RL), Sec. 4.1, stores per data storage: the data
-D^{theta_{j-1}} collected by the behaviour policy (observations, actions, rewards, episode ends) plus the
-behaviour log-probs and values needed for the delayed gradient of Eq. (6) and for PPO ratios.
+The ``Rollout`` holds exactly what seed paper 000 (HTS-RL), Sec. 4.1, stores per data storage: the
+data D^{theta_{j-1}} collected by the behaviour policy (observations, actions, rewards, episode
+ends) plus the behaviour log-probs and values needed for the delayed gradient of Eq. (6) and for PPO
+ratios.
 """
 
 from typing import Any, NamedTuple

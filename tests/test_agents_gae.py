@@ -1,4 +1,4 @@
-"""Tests for agents.gae: hand-derived values and a naive reference loop (GAE, Schulman et al. 2016)."""
+"""Tests for agents.gae (GAE, Schulman et al. 2016): hand-derived values and a naive loop."""
 
 import chex
 import numpy as np
@@ -26,7 +26,8 @@ def _naive_gae(rewards, values, bootstrap_value, terminations, truncations, gamm
 class GaeTest(parameterized.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_hand_derived_three_steps(self):
-        # gamma = 0.9, lambda = 0.5, rewards [1, 2, 3], V(obs[0..2]) = [0.5, 1.0, 1.5], V(obs[3]) = 2.
+        # gamma = 0.9, lambda = 0.5, rewards [1, 2, 3], V(obs[0..2]) = [0.5, 1.0, 1.5],
+        # V(obs[3]) = 2.
         # env 0: step 1 truncated (bootstrap from its final obs, but the trace is cut).
         #   delta_2 = 3 + 0.9 * 2.0 - 1.5 = 3.3              A_2 = 3.3
         #   delta_1 = 2 + 0.9 * 1.5 - 1.0 = 2.35             A_1 = 2.35 (trace cut)

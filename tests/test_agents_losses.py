@@ -1,7 +1,7 @@
 """Tests for agents.losses and agents.distributions against hand-computed values.
 
-The "network" is linear and written here: logits = obs @ w, value = obs @ v, so every number below can
-be worked out by hand.
+The "network" is linear and written here: logits = obs @ w, value = obs @ v, so every number below
+can be worked out by hand.
 """
 
 import math
@@ -125,11 +125,19 @@ class A2CLossTest(parameterized.TestCase):
         # gradient and the advantages are constants.
         grads = jax.grad(
             lambda p: a2c_loss(
-                p, linear_apply, OBS, ACTIONS, ADVANTAGES, RETURNS, VALID,
-                value_coef=0.0, entropy_coef=0.0,
+                p,
+                linear_apply,
+                OBS,
+                ACTIONS,
+                ADVANTAGES,
+                RETURNS,
+                VALID,
+                value_coef=0.0,
+                entropy_coef=0.0,
             )[0]
         )(PARAMS)
-        # Row 0 (obs e0, action 0, adv 2): d/dlogits of -2 * log softmax = -2 * ([1, 0] - [.5, .5]) / 2.
+        # Row 0 (obs e0, action 0, adv 2), mean over 2 rows:
+        # d/dlogits of -2 * log softmax / 2 = -2 * ([1, 0] - [.5, .5]) / 2.
         np.testing.assert_allclose(grads["w"][0], [-0.5, 0.5], rtol=1e-6)
         # Row 1 (obs e1, action 1, adv -1): 1 * ([0, 1] - [.5, .5]) / 2.
         np.testing.assert_allclose(grads["w"][1], [-0.25, 0.25], rtol=1e-6)
@@ -146,20 +154,24 @@ class PPOLossTest(parameterized.TestCase):
         # eps 0.2: row 0 min(1.5 * 2, 1.2 * 2) = 2.4; row 1 min(0.5 * -1, 0.8 * -1) = -0.8.
         #   policy_loss = -mean(2.4, -0.8) = -0.8, both rows clipped.
         ("clipping_active", 0.2, -0.8, 1.0),
-        # eps 0.6: both ratios lie inside [0.4, 1.6], so clipping is inactive: row 0 min(3, 3.2) = 3;
-        #   row 1 min(-0.5, -0.5) = -0.5; policy_loss = -mean(3, -0.5) = -1.25, clip_fraction 0.
+        # eps 0.6: both ratios lie inside [0.4, 1.6], so clipping is inactive:
+        #   row 0 min(3, 3.2) = 3; row 1 min(-0.5, -0.5) = -0.5;
+        #   policy_loss = -mean(3, -0.5) = -1.25, clip_fraction 0.
         ("clipping_inactive", 0.6, -1.25, 0.0),
     )
     def test_hand_values(self, clip_eps, expected_policy_loss, expected_clip_fraction):
         loss_fn = self.variant(
             lambda *a: ppo_loss(
-                PARAMS, linear_apply, *a,
-                clip_eps=clip_eps, value_coef=0.5, entropy_coef=0.01, normalize_advantages=False,
+                PARAMS,
+                linear_apply,
+                *a,
+                clip_eps=clip_eps,
+                value_coef=0.5,
+                entropy_coef=0.01,
+                normalize_advantages=False,
             )
         )
-        loss, metrics = loss_fn(
-            OBS, ACTIONS, self.BEHAVIOUR_LOG_PROBS, ADVANTAGES, RETURNS, VALID
-        )
+        loss, metrics = loss_fn(OBS, ACTIONS, self.BEHAVIOUR_LOG_PROBS, ADVANTAGES, RETURNS, VALID)
         np.testing.assert_allclose(metrics["policy_loss"], expected_policy_loss, rtol=1e-5)
         np.testing.assert_allclose(metrics["clip_fraction"], expected_clip_fraction)
         np.testing.assert_allclose(metrics["value_loss"], 1.25, rtol=1e-6)
@@ -167,15 +179,23 @@ class PPOLossTest(parameterized.TestCase):
         # approx_kl = mean((r - 1) - log r) over r = [1.5, 0.5].
         expected_kl = 0.5 * ((0.5 - math.log(1.5)) + (-0.5 - math.log(0.5)))
         np.testing.assert_allclose(metrics["approx_kl"], expected_kl, rtol=1e-5)
-        np.testing.assert_allclose(
-            loss, expected_policy_loss + 0.5 * 1.25 - 0.01 * LOG2, rtol=1e-5
-        )
+        np.testing.assert_allclose(loss, expected_policy_loss + 0.5 * 1.25 - 0.01 * LOG2, rtol=1e-5)
 
     def test_clipped_rows_get_no_policy_gradient(self):
         grads = jax.grad(
             lambda p: ppo_loss(
-                p, linear_apply, OBS, ACTIONS, self.BEHAVIOUR_LOG_PROBS, ADVANTAGES, RETURNS,
-                VALID, clip_eps=0.2, value_coef=0.0, entropy_coef=0.0, normalize_advantages=False,
+                p,
+                linear_apply,
+                OBS,
+                ACTIONS,
+                self.BEHAVIOUR_LOG_PROBS,
+                ADVANTAGES,
+                RETURNS,
+                VALID,
+                clip_eps=0.2,
+                value_coef=0.0,
+                entropy_coef=0.0,
+                normalize_advantages=False,
             )[0]
         )(PARAMS)
         np.testing.assert_allclose(grads["w"], 0.0)
@@ -183,8 +203,18 @@ class PPOLossTest(parameterized.TestCase):
     def test_normalized_advantages_hand_values(self):
         # Advantages [2, -1]: mean 0.5, (biased) std 1.5 -> normalised [1, -1]. Ratios 1.
         loss, metrics = ppo_loss(
-            PARAMS, linear_apply, OBS, ACTIONS, jnp.full((2,), -LOG2), ADVANTAGES, RETURNS, VALID,
-            clip_eps=0.2, value_coef=0.5, entropy_coef=0.0, normalize_advantages=True,
+            PARAMS,
+            linear_apply,
+            OBS,
+            ACTIONS,
+            jnp.full((2,), -LOG2),
+            ADVANTAGES,
+            RETURNS,
+            VALID,
+            clip_eps=0.2,
+            value_coef=0.5,
+            entropy_coef=0.0,
+            normalize_advantages=True,
         )
         np.testing.assert_allclose(metrics["policy_loss"], 0.0, atol=1e-6)
         np.testing.assert_allclose(metrics["approx_kl"], 0.0, atol=1e-7)
@@ -193,7 +223,12 @@ class PPOLossTest(parameterized.TestCase):
     def test_invalid_row_changes_nothing(self, normalize_advantages):
         def loss(params, *batch):
             return ppo_loss(
-                params, linear_apply, *batch, clip_eps=0.2, value_coef=0.5, entropy_coef=0.01,
+                params,
+                linear_apply,
+                *batch,
+                clip_eps=0.2,
+                value_coef=0.5,
+                entropy_coef=0.01,
                 normalize_advantages=normalize_advantages,
             )
 

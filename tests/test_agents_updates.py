@@ -27,7 +27,7 @@ def _params(net, seed):
 
 
 def _rollout(net, behaviour_params, seed=0):
-    """A rollout whose log-probs/values really come from ``behaviour_params`` (as actors write them)."""
+    """A rollout whose log-probs and values come from ``behaviour_params``, as actors write them."""
     rng = np.random.default_rng(seed)
     obs = jnp.asarray(rng.normal(size=(T + 1, B, OBS_DIM)), jnp.float32)
     keys = jax.random.split(jax.random.key(seed), T * B).reshape(T, B)
@@ -76,11 +76,19 @@ def _a2c_grad(net, grad_params, behaviour_params, rollout, config):
         gae_lambda=config.gae_lambda,
     )
     flat = lambda x: x.reshape((T * B, *x.shape[2:]))  # noqa: E731
-    return jax.grad(lambda p: a2c_loss(
-        p, net.apply, flat(rollout.obs[:-1]), flat(rollout.actions), flat(advantages),
-        flat(returns), flat(rollout.valid),
-        value_coef=config.value_coef, entropy_coef=config.entropy_coef,
-    )[0])(grad_params)
+    return jax.grad(
+        lambda p: a2c_loss(
+            p,
+            net.apply,
+            flat(rollout.obs[:-1]),
+            flat(rollout.actions),
+            flat(advantages),
+            flat(returns),
+            flat(rollout.valid),
+            value_coef=config.value_coef,
+            entropy_coef=config.entropy_coef,
+        )[0]
+    )(grad_params)
 
 
 @pytest.mark.parametrize("continuous", [False, True])
@@ -112,7 +120,12 @@ def test_a2c_gradient_is_taken_at_behaviour_params(continuous):
     np.testing.assert_allclose(metrics["grad_norm"], optax.tree.norm(grad_behaviour), rtol=1e-5)
     assert int(new_state.update_step) == 1
     assert set(metrics) == {
-        "policy_loss", "value_loss", "entropy", "total_loss", "grad_norm", "advantage_mean"
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "total_loss",
+        "grad_norm",
+        "advantage_mean",
     }
     assert all(jnp.shape(v) == () for v in metrics.values())
 
@@ -123,8 +136,12 @@ def test_a2c_with_current_as_behaviour_is_plain_a2c_and_jits():
     rollout = _rollout(net, params, seed=5)
     config = agents.A2CConfig()
     optimizer = agents.make_optimizer(
-        name="rmsprop", learning_rate=7e-4, total_updates=10, anneal_lr=True,
-        max_grad_norm=0.5, eps=1e-5,
+        name="rmsprop",
+        learning_rate=7e-4,
+        total_updates=10,
+        anneal_lr=True,
+        max_grad_norm=0.5,
+        eps=1e-5,
     )
     update = jax.jit(
         functools.partial(agents.a2c_update, apply_fn=net.apply, optimizer=optimizer, config=config)
@@ -166,12 +183,16 @@ def test_ppo_first_step_is_on_policy_and_changes_params():
     diff = optax.tree.norm(jax.tree.map(jnp.subtract, new_state.params, params))
     assert float(diff) > 1e-4
     assert int(new_state.update_step) == 1
-    assert not np.array_equal(
-        jax.random.key_data(new_state.key), jax.random.key_data(state.key)
-    )
+    assert not np.array_equal(jax.random.key_data(new_state.key), jax.random.key_data(state.key))
     assert set(metrics) == {
-        "policy_loss", "value_loss", "entropy", "total_loss", "grad_norm", "advantage_mean",
-        "approx_kl", "clip_fraction",
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "total_loss",
+        "grad_norm",
+        "advantage_mean",
+        "approx_kl",
+        "clip_fraction",
     }
 
 
@@ -206,8 +227,12 @@ def test_ppo_epochs_start_from_current_params():
     rollout = _rollout(net, behaviour)
     optimizer = optax.sgd(0.0)
     new_state, _ = agents.ppo_update(
-        _state(params, optimizer), behaviour, rollout,
-        apply_fn=net.apply, optimizer=optimizer, config=agents.PPOConfig(num_minibatches=2),
+        _state(params, optimizer),
+        behaviour,
+        rollout,
+        apply_fn=net.apply,
+        optimizer=optimizer,
+        config=agents.PPOConfig(num_minibatches=2),
     )
     chex.assert_trees_all_close(new_state.params, params)
 
@@ -219,8 +244,12 @@ def test_ppo_rejects_indivisible_minibatches():
     config = dataclasses.replace(agents.PPOConfig(), num_minibatches=5)  # T * B = 12
     with pytest.raises(ValueError, match="not divisible"):
         agents.ppo_update(
-            _state(params, optimizer), params, _rollout(net, params),
-            apply_fn=net.apply, optimizer=optimizer, config=config,
+            _state(params, optimizer),
+            params,
+            _rollout(net, params),
+            apply_fn=net.apply,
+            optimizer=optimizer,
+            config=config,
         )
 
 
@@ -229,16 +258,25 @@ def test_make_optimizer():
     grads = {"w": jnp.array([3.0, 4.0])}  # global norm 5
     # RMSprop, PyTorch semantics: v = 0.01 * g^2 after one step, step = g / (sqrt(v) + eps).
     opt = agents.make_optimizer(
-        name="rmsprop", learning_rate=0.1, total_updates=1, anneal_lr=False,
-        max_grad_norm=100.0, eps=0.5, rmsprop_decay=0.99,
+        name="rmsprop",
+        learning_rate=0.1,
+        total_updates=1,
+        anneal_lr=False,
+        max_grad_norm=100.0,
+        eps=0.5,
+        rmsprop_decay=0.99,
     )
     updates, _ = opt.update(grads, opt.init(params), params)
     expected = -0.1 * np.array([3.0, 4.0]) / (0.1 * np.array([3.0, 4.0]) + 0.5)
     np.testing.assert_allclose(updates["w"], expected, rtol=1e-6)
     # Clipping to norm 1 then Adam's first step is lr * sign(g) (up to eps).
     opt = agents.make_optimizer(
-        name="adam", learning_rate=0.1, total_updates=4, anneal_lr=True,
-        max_grad_norm=1.0, eps=1e-8,
+        name="adam",
+        learning_rate=0.1,
+        total_updates=4,
+        anneal_lr=True,
+        max_grad_norm=1.0,
+        eps=1e-8,
     )
     state = opt.init(params)
     updates, state = opt.update(grads, state, params)
@@ -248,6 +286,10 @@ def test_make_optimizer():
     np.testing.assert_allclose(updates["w"], [-0.075, -0.075], rtol=1e-5)
     with pytest.raises(ValueError, match="Unknown optimizer"):
         agents.make_optimizer(
-            name="sgd", learning_rate=0.1, total_updates=1, anneal_lr=False,
-            max_grad_norm=1.0, eps=1e-5,
+            name="sgd",
+            learning_rate=0.1,
+            total_updates=1,
+            anneal_lr=False,
+            max_grad_norm=1.0,
+            eps=1e-5,
         )

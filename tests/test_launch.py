@@ -1,0 +1,161 @@
+"""Launcher smoke tests (tiny sizes, under flagsaver), bad flags, and checkpoint kill/resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from absl.testing import flagsaver
+
+from envs.factory import make_spec
+from launch import hts as launch_hts
+from launch import sync as launch_sync
+from systems.common.checkpoint import list_checkpoints, load_latest_checkpoint
+from systems.common.config import TrainConfig
+from systems.common.learner import build
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _summary(run_dir):
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+def _outputs_ok(run_dir, steps):
+    summary = _summary(run_dir)
+    assert summary["env_steps"] == steps
+    assert len(summary["param_fingerprint"]) == 64
+    for name in ("config.json", "progress.csv", "evaluations.csv"):
+        assert os.path.exists(os.path.join(run_dir, name)), name
+    with open(os.path.join(run_dir, "progress.csv")) as f:
+        rows = f.read().strip().splitlines()
+    assert rows[0].startswith("env_steps,wall_time,sps")
+    assert len(rows) == 1 + summary["updates"]
+    assert os.listdir(os.path.join(run_dir, "tb"))
+    assert list_checkpoints(run_dir)
+    return summary
+
+
+@pytest.mark.parametrize(
+    "main,kwargs,steps",
+    [
+        (launch_hts.main, dict(game="Breakout", num_envs=4, sync_interval=4, total_steps=32, num_actors=2), 32),
+        (launch_sync.main, dict(game="Breakout", num_envs=4, sync_interval=4, total_steps=32, algo="a2c"), 32),
+        (launch_hts.main, dict(env="gfootball/academy_empty_goal_close-v1", num_envs=4, sync_interval=4,
+                               total_steps=32, num_minibatches=2, num_epochs=1), 32),
+        (launch_sync.main, dict(env="gfootball/academy_empty_goal_close-v1", num_envs=4, sync_interval=4,
+                                total_steps=32, num_minibatches=2, num_epochs=1), 32),
+    ],
+    ids=["hts-breakout", "sync-breakout-a2c", "hts-gfootball", "sync-gfootball"],
+)
+def test_launcher_smoke(tmp_path, main, kwargs, steps):
+    run_dir = str(tmp_path / "run")
+    with flagsaver.flagsaver(logdir=run_dir, eval_episodes=1, quiet=True, **kwargs):
+        main([])
+    summary = _outputs_ok(run_dir, steps)
+    assert summary["evaluations"] >= 1 and summary["final_metric"] is not None
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(game="Breakkout"), "unknown"),
+        (dict(game="Breakout", env="CartPole-v1"), "exactly one"),
+        (dict(env="CartPole-v1", num_envs=0), "--num_envs must be positive"),
+        (dict(env="CartPole-v1", num_envs=4, sync_interval=5, num_minibatches=3), "does not divide"),
+        (dict(env="CartPole-v1", sync_interval=-1), "--sync_interval must be positive"),
+        (dict(env="CartPole-v1", step_time="weibull:3"), "step"),
+        (dict(env="CartPole-v1", num_envs=4, env_batch_size=8), "exceeds"),
+    ],
+)
+def test_bad_flags_one_line_and_exit_2(capsys, kwargs, message):
+    with flagsaver.flagsaver(**kwargs), pytest.raises(SystemExit) as exit_info:
+        launch_hts.main([])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and message.lower() in err.lower(), err
+    assert len(err.splitlines()) == 1
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path, capsys):
+    with flagsaver.flagsaver(env="CartPole-v1", logdir=str(tmp_path), resume=True), pytest.raises(SystemExit) as e:
+        launch_sync.main([])
+    assert e.value.code == 2
+    assert "no readable checkpoint" in capsys.readouterr().err
+
+
+def test_bad_algo_from_the_command_line_has_no_traceback():
+    proc = subprocess.run(
+        [sys.executable, "-m", "launch.hts", "--env=CartPole-v1", "--algo=dqn"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert "algo" in proc.stderr
+
+
+def _start(run_dir, *extra):
+    cmd = [
+        sys.executable, "-m", "launch.hts", "--env=CartPole-v1", "--num_envs=4", "--sync_interval=16",
+        "--total_steps=400000", "--checkpoint_every=640", "--eval_episodes=0", "--quiet", f"--logdir={run_dir}",
+        *extra,
+    ]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_checkpoints(run_dir, count, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if len(list_checkpoints(run_dir)) >= count:
+            return
+        time.sleep(0.2)
+    raise AssertionError("no checkpoint appeared")
+
+
+def test_kill_then_resume(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir)
+    try:
+        _wait_for_checkpoints(run_dir, 2)
+        time.sleep(0.3)
+    finally:
+        proc.kill()  # SIGKILL at an arbitrary moment, possibly mid-write
+        proc.wait(timeout=30)
+    config = TrainConfig(env_id="CartPole-v1", num_envs=4, sync_interval=16)
+    _, template = build(config, make_spec("CartPole-v1"))
+    restored = load_latest_checkpoint(run_dir, template)
+    assert restored is not None
+    state, meta = restored
+    killed_at = meta["env_steps"]
+    assert killed_at > 0 and int(state.update_step) * 64 == killed_at
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "launch.hts", "--env=CartPole-v1", "--num_envs=4", "--sync_interval=16",
+         f"--total_steps={killed_at + 1280}", "--checkpoint_every=640", "--eval_episodes=0", "--quiet",
+         f"--logdir={run_dir}", "--resume"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    summary = _summary(run_dir)
+    assert summary["resumed_from_env_steps"] == killed_at
+    assert summary["env_steps"] == killed_at + 1280
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_a_checkpoint(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir)
+    try:
+        _wait_for_checkpoints(run_dir, 1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    summary = _summary(run_dir)
+    assert summary["interrupted"] is True
+    assert summary["env_steps"] > 0 and list_checkpoints(run_dir)
