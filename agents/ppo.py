@@ -118,12 +118,16 @@ def ppo_update(
             ),
             batch,
         )  # each leaf [M, N / M, ...]
-        return jax.lax.scan(minibatch_step, carry, minibatches)
+        return jax.lax.scan(minibatch_step, carry, minibatches, unroll=True)
 
+    # Both loops are fully unrolled (unroll=True): on XLA CPU a convolution's gradient inside a
+    # while loop ran ~20x slower than the same code unrolled (Nature CNN, 256 rows, 2 cores:
+    # ~20 s against ~0.7 s per minibatch step), while compile time of the unrolled form stays a
+    # few seconds for the usual 16 (epoch, minibatch) steps.
     next_key, permutation_key = jax.random.split(state.key)
     epoch_keys = jax.random.split(permutation_key, config.num_epochs)
     (params, opt_state), metrics = jax.lax.scan(
-        epoch_step, (state.params, state.opt_state), epoch_keys
+        epoch_step, (state.params, state.opt_state), epoch_keys, unroll=True
     )  # metrics leaves [E, M]
     metrics = jax.tree.map(jnp.mean, metrics)
     metrics["advantage_mean"] = advantage_mean

@@ -203,7 +203,7 @@ def test_ppo_is_deterministic_given_the_key(continuous):
     behaviour = _params(net, 7)
     rollout = _rollout(net, behaviour, seed=2)
     optimizer = optax.adam(1e-2)
-    config = agents.PPOConfig(num_epochs=2, num_minibatches=3)
+    config = agents.PPOConfig(num_epochs=2, num_minibatches=2)
     update = _ppo_update(net, optimizer, config)
 
     state_a, metrics_a = update(_state(params, optimizer, seed=0), behaviour, rollout)

@@ -79,6 +79,7 @@ class Monitor:
             + (f"  (resumed at {self.start_steps:,} steps)" if config.resume else "")
         )
         self._t0 = time.perf_counter()
+        self._last_output = self._t0
 
     def _next_multiple(self, every: int) -> float:
         if every <= 0:
@@ -119,6 +120,7 @@ class Monitor:
             **{k: float(v) for k, v in report.metrics.items()},
         }
         self.outputs.log_progress(row)
+        self._last_output = time.perf_counter()
         self.outputs.progress_line(row, self.total_steps, force=steps >= self.total_steps)
         if steps >= self._next_eval:
             self.evaluate()
@@ -130,6 +132,17 @@ class Monitor:
             self.stopped_by_time_limit = True
             return True
         return False
+
+    def heartbeat(self, steps_collected: int) -> None:
+        """Keeps the terminal alive between updates (the first Atari update can take minutes on a CPU)."""
+        if time.perf_counter() - self._last_output < 10.0:
+            return
+        self._last_output = time.perf_counter()
+        elapsed = time.perf_counter() - self._t0
+        self.outputs.print(
+            f"... collected {steps_collected:,} env steps since start ({steps_collected / max(elapsed, 1e-9):.0f} "
+            f"steps/s), {int(self.state.update_step) - self.start_round} updates so far, t {self.wall_time():7.1f}s"
+        )
 
     def evaluate(self) -> None:
         if self.evaluator is None:

@@ -109,7 +109,7 @@ def run(config: config_lib.TrainConfig) -> dict:
         group.spawn("learner", learner_loop)
         executor.start()
         for _ in range(total_rounds - start_round):
-            report = _next_report(reports, group, executor)
+            report = _next_report(reports, group, executor, monitor)
             if monitor.on_report(report, executor.pop_episodes()):
                 break
     except KeyboardInterrupt:
@@ -126,11 +126,11 @@ def run(config: config_lib.TrainConfig) -> dict:
     return summary
 
 
-def _next_report(reports: queue.Queue, group: ThreadGroup, executor: Executor) -> LearnerReport:
+def _next_report(reports: queue.Queue, group: ThreadGroup, executor: Executor, monitor: Monitor) -> LearnerReport:
     while True:
         group.check()
         executor.raise_if_failed()
         try:
             return reports.get(timeout=0.1)
         except queue.Empty:
-            continue
+            monitor.heartbeat(executor.env_steps_received)

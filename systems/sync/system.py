@@ -57,6 +57,7 @@ def run(config: config_lib.TrainConfig) -> dict:
             results = executor.take(max_items=config.num_envs, min_items=config.num_envs, timeout=1.0)
             if results is not None:
                 collector.process(results)
+            monitor.heartbeat(executor.env_steps_received)
     except KeyboardInterrupt:
         interrupted = True
         monitor.outputs.print("[sync] interrupted: saving a checkpoint of the newest parameters")
