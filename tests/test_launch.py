@@ -49,8 +49,10 @@ def _outputs_ok(run_dir, steps):
                                total_steps=32, num_minibatches=2, num_epochs=1), 32),
         (launch_sync.main, dict(env="gfootball/academy_empty_goal_close-v1", num_envs=4, sync_interval=4,
                                 total_steps=32, num_minibatches=2, num_epochs=1), 32),
+        (launch_hts.main, dict(env="HalfCheetah-v4", num_envs=2, sync_interval=8, total_steps=32,
+                               num_minibatches=2, num_epochs=1), 32),
     ],
-    ids=["hts-breakout", "sync-breakout-a2c", "hts-gfootball", "sync-gfootball"],
+    ids=["hts-breakout", "sync-breakout-a2c", "hts-gfootball", "sync-gfootball", "hts-mujoco"],
 )
 def test_launcher_smoke(tmp_path, main, kwargs, steps):
     run_dir = str(tmp_path / "run")

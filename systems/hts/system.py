@@ -5,12 +5,13 @@
   shape) and send the actions back (`systems.common.rollout.RoundCollector`).
 * Batch synchronization every `sync_interval` (alpha) steps per env: a round ends when every env has done alpha
   steps. Two storages: in round r the actors fill storage r % 2 while the learner reads the round r-1 storage.
-* One-step delay: round r (r >= 1) is collected with theta_{r-1}; at the boundary after round r the learner has
-  finished theta_r... precisely, the boundary waits until the learner has finished every batch handed to it, then
-  hands over the round just collected and gives the actors the newest parameters. The learner's update applies the
-  gradient taken at the batch's behaviour parameters to its current parameters (A2C, Eq. 6) or runs PPO epochs
-  from the current parameters against the stored behaviour log-probs. The policy lag (learner version minus
-  behaviour version) is logged for every update and is never above one (checked, the run fails otherwise).
+* One-step delay (Eq. 6): round 0 and round 1 are collected with theta_0; round r >= 2 with theta_{r-1}. The
+  boundary after round r waits until the learner has finished every batch handed to it (the storage the actors
+  fill next is then free and theta_r exists), hands over round r's storage, and gives the actors the newest
+  parameters. The learner applies the gradient taken at the batch's behaviour parameters to its current
+  parameters (A2C), or runs PPO epochs from its current parameters against the stored behaviour log-probs. The
+  policy lag (learner version minus behaviour version) is logged for every update and is never above one
+  (checked: the run fails otherwise).
 * Determinism: randomness is owned by (env, step), storage is indexed by (step, env), inference uses a fixed
   padded shape, and the learner's key chain is fixed, so `--seed` fixes the parameters bit for bit whatever
   `--num_actors`, `--env_batch_size` or thread timing.

@@ -1,0 +1,435 @@
+"""Throughput benchmark: HTS-RL against the synchronous baseline and the raw EnvPool ceiling (seed 000, sec. 4.2
+and 5, Fig. 4).
+
+For each row (env, num_envs, step time, alpha) it measures, with the same agent, envs, alpha and env steps:
+
+* ceiling SPS: raw EnvPool random-action throughput through `envs.executor.Executor` (async mode, the HTS batch
+  size, the same step-time injection), driven by one loop that takes whatever is ready and sends random actions;
+* sync SPS: `systems.sync.system.run`;
+* HTS SPS: `systems.hts.system.run`.
+
+System SPS is the steady-state rate from the run's `progress.csv`, between the first logged update and the last
+(env_steps / wall_time difference), so JIT compilation and start-up are excluded. Each measurement runs in its own
+subprocess with a hard timeout, so a hang is reported, not waited on. Results: a Markdown table and CSVs under
+`benchmarks/results/`.
+
+Known bug worked around (opt-out, `--fix_take_wake=false` measures the code as it is): `envs.executor.StateBuffer.take`
+with `min_items > 1` sleeps until its timeout once the first row is ready but fewer than `min_items` are, instead of
+waking when the next row becomes ready. The sync baseline calls `take(min_items=num_envs, timeout=1.0)`, so with any
+step time it waits about 1 s per step. With the flag on, the worker process replaces `StateBuffer.take` by the same
+function with the wake time fixed (`_fixed_take` below); HTS only calls `take` with `min_items=1`, where both
+versions behave the same, so only the sync baseline is affected.
+
+Usage:
+  PYTHONPATH=. python -m benchmarks.throughput            # full sweep (~25 min on 2 CPU cores)
+  PYTHONPATH=. python -m benchmarks.throughput --quick    # two CartPole rows, 1 repeat (~2 min)
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import heapq
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+_QUICK = flags.DEFINE_bool("quick", False, "Two short CartPole rows, 1 repeat; writes *_quick files.")
+_GROUPS = flags.DEFINE_list(
+    "groups", "steptime,overhead,atari,gfootball,asis",
+    "Row groups to run: steptime (CartPole with exp step times), overhead (CartPole, no step time), atari "
+    "(Breakout-v5), gfootball (academy_3_vs_1_with_keeper), asis (sync baseline without the take() fix, 1 row).",
+)
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Repeats of each HTS/sync pair for CartPole rows (median reported).")
+_HEAVY_REPEATS = flags.DEFINE_integer("heavy_repeats", 1, "Repeats of each HTS/sync pair for Atari/GFootball rows.")
+_CEILING_SECONDS = flags.DEFINE_float("ceiling_seconds", 3.0, "Measured seconds of each raw EnvPool ceiling run.")
+_FIX_TAKE_WAKE = flags.DEFINE_bool(
+    "fix_take_wake", True, "Patch StateBuffer.take's wake time in the worker processes (see module docstring)."
+)
+_OUT_DIR = flags.DEFINE_string("out_dir", "benchmarks/results", "Directory for the Markdown table and CSVs.")
+_NAME = flags.DEFINE_string("name", "throughput_cpu", "Base name of the output files (quick mode adds _quick).")
+_WORKER = flags.DEFINE_string("worker", "", "Internal: JSON job for one measurement in this process.")
+
+# Agent settings shared by every row (stated in the table header).
+ALGO = "ppo"
+NUM_ACTORS = 2
+NUM_EPOCHS = 2
+NUM_MINIBATCHES = 4
+ALPHA = 32
+SEED = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One table row: a configuration measured for the ceiling, sync and HTS."""
+
+    group: str
+    env_id: str
+    num_envs: int
+    step_time: str
+    total_steps: int  # env steps of each system run (same for HTS and sync)
+    heavy: bool = False  # Atari/GFootball: fewer repeats, longer timeout
+    env_batch_size: int = 0  # 0: the system default (num_envs // 2)
+    timeout_s: int = 120  # per system run
+    fix_take_wake: bool | None = None  # None: the --fix_take_wake flag
+    systems: tuple = ("hts", "sync")
+
+
+def full_rows() -> list[Row]:
+    rows = []
+    # Fig. 4 shape: step-time mean at 16 envs, then env count at exp:0.004. Steps sized for ~10-20 s sync runs.
+    for mean, steps in (("0.001", 40_960), ("0.004", 20_480), ("0.016", 6_144)):
+        rows.append(Row("steptime", "CartPole-v1", 16, f"exp:{mean}", steps))
+    rows.append(Row("steptime", "CartPole-v1", 8, "exp:0.004", 12_288))
+    rows.append(Row("steptime", "CartPole-v1", 4, "exp:0.004", 8_192))
+    rows.append(Row("overhead", "CartPole-v1", 8, "none", 40_960))
+    # CPU learning is slow here (~25 s per 256-sample PPO update on Breakout): 2 rounds, 1 measured interval.
+    rows.append(Row("atari", "Breakout-v5", 8, "none", 512, heavy=True, env_batch_size=4, timeout_s=200))
+    rows.append(Row(
+        "gfootball", "gfootball/academy_3_vs_1_with_keeper-v1", 8, "none", 512, heavy=True, env_batch_size=4,
+        timeout_s=200,
+    ))
+    # The sync baseline as the code stands (take() bug): ~1 s per step, so only 2 rounds.
+    rows.append(Row(
+        "asis", "CartPole-v1", 16, "exp:0.004", 1_024, heavy=True, timeout_s=150, fix_take_wake=False,
+        systems=("sync",),
+    ))
+    return rows
+
+
+def quick_rows() -> list[Row]:
+    return [
+        Row("steptime", "CartPole-v1", 16, "exp:0.004", 6_144),
+        Row("overhead", "CartPole-v1", 8, "none", 12_288),
+    ]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Worker side (runs in a subprocess).
+
+
+def _fixed_take(self, max_items: int, min_items: int = 1, timeout: float = 0.1):
+    """`envs.executor.StateBuffer.take` with one change: while fewer than `min_items` rows are ready, wake when the
+    next not-yet-ready row becomes ready (the original waits for the deadline once the first row is ready)."""
+    from envs.executor import StepResults
+    import numpy as np
+
+    deadline = time.perf_counter() + timeout
+    with self._cond:
+        while True:
+            now = time.perf_counter()
+            ready = 0
+            if self._heap and self._heap[0][0] <= now:
+                ready = sum(1 for item in self._heap if item[0] <= now)
+            if ready >= min_items or (self._closed and ready > 0):
+                items = [heapq.heappop(self._heap) for _ in range(min(ready, max_items))]
+                break
+            if self._closed or now >= deadline:
+                return None
+            wake = deadline
+            pending = [item[0] for item in self._heap if item[0] > now]
+            if pending:
+                wake = min(wake, min(pending))
+            self._cond.wait(max(wake - now, 0.0))
+    return StepResults(
+        env_ids=np.asarray([it[2] for it in items], np.int32),
+        obs=np.stack([it[3] for it in items]),
+        rewards=np.asarray([it[4] for it in items], np.float32),
+        terminations=np.asarray([it[5] for it in items], np.float32),
+        truncations=np.asarray([it[6] for it in items], np.float32),
+    )
+
+
+def _measure_ceiling(job: dict) -> dict:
+    import numpy as np
+
+    from envs.executor import Executor
+    from envs.factory import make_spec
+    from envs.step_time import parse_step_time
+
+    spec = make_spec(job["env_id"])
+    num_envs = job["num_envs"]
+    batch_size = job["env_batch_size"] or max(1, num_envs // 2)
+    executor = Executor(
+        spec, num_envs=num_envs, batch_size=batch_size, seed=SEED, step_time=parse_step_time(job["step_time"])
+    )
+    rng = np.random.default_rng(0)
+    steps = 0
+    warmup, seconds = 0.5, job["seconds"]
+    executor.start()
+    try:
+        t_start = time.perf_counter()
+        t_measure = t_start + warmup
+        t_end = t_measure + seconds
+        while True:
+            results = executor.take(max_items=num_envs, timeout=0.05)
+            now = time.perf_counter()
+            if now >= t_end:
+                break
+            if results is None:
+                continue
+            if now >= t_measure:
+                steps += len(results)
+            if spec.continuous:
+                actions = rng.uniform(spec.action_low, spec.action_high, (len(results), spec.action_dim))
+            else:
+                actions = rng.integers(0, spec.action_dim, len(results)).astype(np.int32)
+            executor.send(actions, results.env_ids)
+    finally:
+        executor.close()
+    return {"sps": steps / seconds, "steps": steps, "seconds": seconds, "env_batch_size": batch_size}
+
+
+def _measure_system(job: dict) -> dict:
+    from envs.factory import family_of
+    from systems.common.config import TrainConfig, preset
+
+    if job["system"] == "hts":
+        from systems.hts.system import run
+    else:
+        from systems.sync.system import run
+    logdir = tempfile.mkdtemp(prefix=f"bench-{job['system']}-")
+    settings = preset(family_of(job["env_id"]), ALGO)
+    settings.update(
+        num_envs=job["num_envs"], num_actors=NUM_ACTORS, sync_interval=ALPHA, total_steps=job["total_steps"],
+        num_epochs=NUM_EPOCHS, num_minibatches=NUM_MINIBATCHES, env_batch_size=job["env_batch_size"],
+    )
+    config = TrainConfig(
+        env_id=job["env_id"], algo=ALGO, seed=SEED + job["repeat"], step_time=job["step_time"], eval_episodes=0,
+        checkpoint_every=0, logdir=logdir, quiet=True, **settings,
+    )
+    t0 = time.perf_counter()
+    try:
+        summary = run(config)
+        elapsed = time.perf_counter() - t0
+        with open(os.path.join(logdir, "progress.csv")) as f:
+            progress = list(csv.DictReader(f))
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+    first, last = progress[0], progress[-1]
+    span = float(last["wall_time"]) - float(first["wall_time"])
+    steady = (int(last["env_steps"]) - int(first["env_steps"])) / span if len(progress) > 1 and span > 0 else None
+    return {
+        "sps": steady,
+        "summary_sps": summary["sps"],
+        "env_steps": summary["env_steps"],
+        "updates": summary["updates"],
+        "first_update_s": float(first["wall_time"]),
+        "process_run_s": elapsed,
+        "max_policy_lag": summary["max_policy_lag"],
+    }
+
+
+def worker(job: dict) -> None:
+    if job["fix_take_wake"]:
+        from envs import executor
+
+        executor.StateBuffer.take = _fixed_take
+    result = _measure_ceiling(job) if job["system"] == "ceiling" else _measure_system(job)
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Driver side.
+
+
+def _run_job(job: dict, timeout_s: float) -> dict:
+    """Runs one measurement in a fresh process; returns its result dict, with 'error' on failure or timeout."""
+    cmd = [sys.executable, "-m", "benchmarks.throughput", f"--worker={json.dumps(job)}"]
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    started = time.strftime("%H:%M:%S")
+    cpu_before = _cpu_ticks_by_pid()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        stdout, stderr = None, None
+    wall = time.perf_counter() - t0
+    background = _background_cores(cpu_before, _cpu_ticks_by_pid(), wall, exclude={os.getpid(), proc.pid})
+    meta = {"wall_s": wall, "started": started, "background_cores": background}
+    if stdout is None:
+        return {"sps": None, "error": f"timeout after {timeout_s:.0f} s", **meta}
+    for line in stdout.splitlines():
+        if line.startswith("RESULT "):
+            return {**json.loads(line[len("RESULT "):]), **meta}
+    tail = (stderr or stdout).strip().splitlines()[-3:]
+    return {"sps": None, "error": f"exit {proc.returncode}: {' | '.join(tail)}", **meta}
+
+
+def _cpu_ticks_by_pid() -> dict[int, int]:
+    """utime + stime clock ticks of every process (Linux /proc); {} elsewhere."""
+    ticks = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks[int(name)] = int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return ticks
+
+
+def _background_cores(before: dict, after: dict, wall: float, exclude: set) -> float | None:
+    """CPU cores used on average by processes other than this driver and the worker during a run: other people's
+    jobs on the machine steal cycles from the measurement (a 2-core machine is saturated by one run)."""
+    if not after or wall <= 0:
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    used = sum(t - before.get(pid, 0) for pid, t in after.items() if pid not in exclude)
+    return max(used, 0) / hz / wall
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _fmt(value, digits=0):
+    if value is None:
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def _machine() -> str:
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def main(argv):
+    del argv
+    if _WORKER.value:
+        worker(json.loads(_WORKER.value))
+        return
+    quick = _QUICK.value
+    rows = quick_rows() if quick else [r for r in full_rows() if r.group in _GROUPS.value]
+    name = _NAME.value + ("_quick" if quick else "")
+    os.makedirs(_OUT_DIR.value, exist_ok=True)
+    command = "PYTHONPATH=. python -m benchmarks.throughput " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    started = datetime.datetime.now().astimezone()
+    raw_path = os.path.join(_OUT_DIR.value, f"{name}_runs.csv")
+    raw_fields = ["group", "env_id", "num_envs", "step_time", "alpha", "total_steps", "system", "repeat",
+                  "fix_take_wake", "sps", "summary_sps", "first_update_s", "wall_s", "max_policy_lag", "started",
+                  "background_cores", "error"]
+    raw_rows = []
+    table = []
+    for row in rows:
+        fix = _FIX_TAKE_WAKE.value if row.fix_take_wake is None else row.fix_take_wake
+        repeats = 1 if quick else (_HEAVY_REPEATS.value if row.heavy else _REPEATS.value)
+        base = dict(env_id=row.env_id, num_envs=row.num_envs, step_time=row.step_time,
+                    env_batch_size=row.env_batch_size, fix_take_wake=fix)
+        results = {s: [] for s in ("ceiling", *row.systems)}
+        jobs = []
+        if row.group != "asis":
+            jobs.append(("ceiling", 0))  # one ceiling run per row: it is the least noisy of the three
+        for r in range(repeats):
+            jobs += [(s, r) for s in row.systems]
+        for system, r in jobs:
+            job = dict(base, system=system, repeat=r, total_steps=row.total_steps, seconds=_CEILING_SECONDS.value)
+            timeout = 60 if system == "ceiling" else row.timeout_s
+            result = _run_job(job, timeout)
+            results[system].append(result)
+            raw_rows.append({
+                "group": row.group, "env_id": row.env_id, "num_envs": row.num_envs, "step_time": row.step_time,
+                "alpha": ALPHA, "total_steps": row.total_steps, "system": system, "repeat": r, "fix_take_wake": fix,
+                **{k: result.get(k) for k in ("sps", "summary_sps", "first_update_s", "wall_s", "max_policy_lag",
+                                              "started", "background_cores", "error")},
+            })
+            print(f"{row.env_id:>42} n={row.num_envs:<3} {row.step_time:<10} {system:<8} rep {r}: "
+                  f"SPS {_fmt(result.get('sps'))}  ({result['wall_s']:.1f} s, background "
+                  f"{_fmt(result.get('background_cores'), 2)} cores)"
+                  + (f"  ERROR {result['error']}" if result.get("error") else ""), flush=True)
+        ceiling = _median(x["sps"] for x in results["ceiling"])
+        sync = _median(x["sps"] for x in results.get("sync", []))
+        hts = _median(x["sps"] for x in results.get("hts", []))
+        errors = sorted({x["error"] for xs in results.values() for x in xs if x.get("error")})
+        table.append(dict(
+            group=row.group, env_id=row.env_id, num_envs=row.num_envs, step_time=row.step_time, alpha=ALPHA,
+            total_steps=row.total_steps, env_batch_size=row.env_batch_size or max(1, row.num_envs // 2),
+            repeats=repeats, fix_take_wake=fix, ceiling_sps=ceiling, sync_sps=sync, hts_sps=hts,
+            hts_over_sync=hts / sync if hts and sync else None,
+            hts_over_ceiling=hts / ceiling if hts and ceiling else None,
+            sync_over_ceiling=sync / ceiling if sync and ceiling else None,
+            background_cores=_median(x.get("background_cores") for xs in results.values() for x in xs),
+            errors="; ".join(errors),
+        ))
+    with open(raw_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=raw_fields)
+        writer.writeheader()
+        writer.writerows(raw_rows)
+    csv_path = os.path.join(_OUT_DIR.value, f"{name}.csv")
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+    md_path = os.path.join(_OUT_DIR.value, f"{name}.md")
+    with open(md_path, "w") as f:
+        f.write(_markdown(table, command, started, time.perf_counter()))
+    print(f"wrote {md_path}, {csv_path}, {raw_path}")
+
+
+_START = time.perf_counter()
+
+
+def _markdown(table, command, started, now) -> str:
+    lines = [
+        "# Throughput: HTS-RL vs synchronous baseline vs raw EnvPool (CPU)",
+        "",
+        f"- Machine: {_machine()} (no GPU). Date: {started:%Y-%m-%d %H:%M %Z}. Sweep wall time: "
+        f"{(now - _START) / 60:.1f} min.",
+        f"- Command: `{command}` (from the repository root).",
+        f"- Agent: {ALGO.upper()} (CartPole: MLP; Breakout: Nature CNN; GFootball: the preset network), "
+        f"num_epochs={NUM_EPOCHS}, num_minibatches={NUM_MINIBATCHES}, alpha (sync_interval)={ALPHA}, "
+        f"num_actors={NUM_ACTORS} (HTS), env_batch_size as listed (HTS and ceiling; sync uses num_envs), "
+        "other hyperparameters from `systems.common.config.preset`; eval_episodes=0.",
+        "- SPS = env steps per second in steady state: from `progress.csv`, (env_steps, wall_time) of the last "
+        "logged update minus the first, so JIT compilation and start-up are excluded. HTS and sync run the same "
+        "total_steps. Ceiling = raw EnvPool random actions through `envs.executor.Executor` (HTS batch size, same "
+        "step-time injection), one driver loop taking whatever is ready, 0.5 s warm-up then "
+        f"{_CEILING_SECONDS.value:g} s measured, one ceiling run per row. HTS and sync: medians over the repeats "
+        "listed (a row's median is 'n/a' when every run failed).",
+        "- background = median CPU cores used by *other* processes on the machine during the row's runs (from "
+        "/proc): anything well above 0 means the numbers were measured on a shared, loaded machine.",
+        "- Targets: HTS >= 3x sync under exponential step times; HTS/ceiling >= 0.5 on CartPole with step time.",
+        "- `fix` = whether the worker patched `StateBuffer.take`'s wake time (see `benchmarks/README.md`: without it "
+        "the sync baseline waits ~1 s per step whenever a step time is injected).",
+        "",
+        "| env | num_envs | step_time | alpha | env batch | total steps | repeats | fix | ceiling SPS | sync SPS | "
+        "HTS SPS | HTS/sync | HTS/ceiling | sync/ceiling | background | errors |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for t in table:
+        lines.append(
+            f"| {t['env_id']} | {t['num_envs']} | {t['step_time']} | {t['alpha']} | {t['env_batch_size']} | "
+            f"{t['total_steps']:,} | {t['repeats']} | {'yes' if t['fix_take_wake'] else 'no'} | "
+            f"{_fmt(t['ceiling_sps'])} | {_fmt(t['sync_sps'])} | {_fmt(t['hts_sps'])} | "
+            f"{_fmt(t['hts_over_sync'], 2)} | {_fmt(t['hts_over_ceiling'], 2)} | {_fmt(t['sync_over_ceiling'], 2)} | "
+            f"{_fmt(t['background_cores'], 2)} | {t['errors'] or ''} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    app.run(main)
