@@ -92,9 +92,9 @@ class StateBuffer:
                     break
                 if self._closed or now >= deadline:
                     return None
-                wake = deadline
-                if self._heap and self._heap[0][0] > now:
-                    wake = min(wake, self._heap[0][0])
+                # Sleep until the next row becomes ready (or a new row arrives: notify), never past the deadline.
+                not_ready = [item[0] for item in self._heap if item[0] > now]
+                wake = min([deadline, *not_ready])
                 self._cond.wait(max(wake - now, 0.0))
         return StepResults(
             env_ids=np.asarray([it[2] for it in items], np.int32),

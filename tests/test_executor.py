@@ -67,3 +67,15 @@ def test_state_buffer_releases_in_ready_order_and_not_before():
     second = buffer.take(max_items=3, timeout=1.0)
     assert second.env_ids.tolist() == [0] and time.perf_counter() >= now + 0.15
     assert buffer.take(max_items=3, timeout=0.05) is None  # env 2 is still 10 s away
+
+
+def test_state_buffer_min_items_wakes_when_the_last_needed_row_is_ready():
+    """Waiting for several rows wakes at the moment the last of them is ready, not at the timeout."""
+    buffer = StateBuffer()
+    now = time.perf_counter()
+    obs = np.zeros((4, 1), np.float32)
+    zeros = np.zeros(4, np.float32)
+    buffer.put_rows(now + np.array([0.01, 0.02, 0.03, 0.04]), np.arange(4), obs, zeros, zeros, zeros)
+    results = buffer.take(max_items=4, min_items=4, timeout=5.0)
+    assert results is not None and results.env_ids.tolist() == [0, 1, 2, 3]
+    assert time.perf_counter() - now < 2.0  # the bug waited for the full 5 s timeout
