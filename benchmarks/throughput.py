@@ -13,12 +13,10 @@ System SPS is the steady-state rate from the run's `progress.csv`, between the f
 subprocess with a hard timeout, so a hang is reported, not waited on. Results: a Markdown table and CSVs under
 `benchmarks/results/`.
 
-Known bug worked around (opt-out, `--fix_take_wake=false` measures the code as it is): `envs.executor.StateBuffer.take`
-with `min_items > 1` sleeps until its timeout once the first row is ready but fewer than `min_items` are, instead of
-waking when the next row becomes ready. The sync baseline calls `take(min_items=num_envs, timeout=1.0)`, so with any
-step time it waits about 1 s per step. With the flag on, the worker process replaces `StateBuffer.take` by the same
-function with the wake time fixed (`_fixed_take` below); HTS only calls `take` with `min_items=1`, where both
-versions behave the same, so only the sync baseline is affected.
+The last column is the zero-compute model of seed 000, Claim 1: with i.i.d. exponential step times of mean mu,
+the sync baseline waits E[max over n envs of one step] per step and HTS E[max over n envs of a Gamma(alpha, mu)
+sum] per round, so no implementation can beat `model HTS/sync` = alpha E[max_n Exp] / E[max_n Gamma(alpha)]
+(Monte Carlo, 20,000 draws) unless the baseline also pays for learning, which HTS overlaps.
 
 Usage:
   PYTHONPATH=. python -m benchmarks.throughput            # full sweep (~25 min on 2 CPU cores)
@@ -30,7 +28,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
-import heapq
 import json
 import os
 import shlex
@@ -45,16 +42,13 @@ from absl import app, flags
 
 _QUICK = flags.DEFINE_bool("quick", False, "Two short CartPole rows, 1 repeat; writes *_quick files.")
 _GROUPS = flags.DEFINE_list(
-    "groups", "steptime,overhead,atari,gfootball,asis",
+    "groups", "steptime,overhead,atari,gfootball",
     "Row groups to run: steptime (CartPole with exp step times), overhead (CartPole, no step time), atari "
-    "(Breakout-v5), gfootball (academy_3_vs_1_with_keeper), asis (sync baseline without the take() fix, 1 row).",
+    "(Breakout-v5), gfootball (academy_3_vs_1_with_keeper).",
 )
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Repeats of each HTS/sync pair for CartPole rows (median reported).")
 _HEAVY_REPEATS = flags.DEFINE_integer("heavy_repeats", 1, "Repeats of each HTS/sync pair for Atari/GFootball rows.")
 _CEILING_SECONDS = flags.DEFINE_float("ceiling_seconds", 3.0, "Measured seconds of each raw EnvPool ceiling run.")
-_FIX_TAKE_WAKE = flags.DEFINE_bool(
-    "fix_take_wake", True, "Patch StateBuffer.take's wake time in the worker processes (see module docstring)."
-)
 _OUT_DIR = flags.DEFINE_string("out_dir", "benchmarks/results", "Directory for the Markdown table and CSVs.")
 _NAME = flags.DEFINE_string("name", "throughput_cpu", "Base name of the output files (quick mode adds _quick).")
 _WORKER = flags.DEFINE_string("worker", "", "Internal: JSON job for one measurement in this process.")
@@ -64,7 +58,6 @@ ALGO = "ppo"
 NUM_ACTORS = 2
 NUM_EPOCHS = 2
 NUM_MINIBATCHES = 4
-ALPHA = 32
 SEED = 1
 
 
@@ -78,9 +71,10 @@ class Row:
     step_time: str
     total_steps: int  # env steps of each system run (same for HTS and sync)
     heavy: bool = False  # Atari/GFootball: fewer repeats, longer timeout
+    alpha: int = 32  # sync_interval of both systems (the rollout length per update)
     env_batch_size: int = 0  # 0: the system default (num_envs // 2)
+    inference_batch: int = 0  # 0: the system default (num_envs // 2)
     timeout_s: int = 120  # per system run
-    fix_take_wake: bool | None = None  # None: the --fix_take_wake flag
     systems: tuple = ("hts", "sync")
 
 
@@ -91,17 +85,17 @@ def full_rows() -> list[Row]:
         rows.append(Row("steptime", "CartPole-v1", 16, f"exp:{mean}", steps))
     rows.append(Row("steptime", "CartPole-v1", 8, "exp:0.004", 12_288))
     rows.append(Row("steptime", "CartPole-v1", 4, "exp:0.004", 8_192))
+    # The paper's GFootball setting, alpha = 128, where batch synchronization costs less (Claim 1, Fig. 3b).
+    for num_envs, mean, steps in ((16, "0.004", 40_960), (16, "0.016", 16_384), (32, "0.004", 65_536)):
+        rows.append(Row("steptime", "CartPole-v1", num_envs, f"exp:{mean}", steps, alpha=128, timeout_s=200))
+    # No step time: the cost of the HTS machinery itself, with the default and with full EnvPool/inference batches.
     rows.append(Row("overhead", "CartPole-v1", 8, "none", 40_960))
-    # CPU learning is slow here (~25 s per 256-sample PPO update on Breakout): 2 rounds, 1 measured interval.
-    rows.append(Row("atari", "Breakout-v5", 8, "none", 512, heavy=True, env_batch_size=4, timeout_s=200))
+    rows.append(Row("overhead", "CartPole-v1", 8, "none", 40_960, env_batch_size=8, inference_batch=8))
+    # CPU learning is slow here (a 256-sample Nature-CNN PPO minibatch step takes ~0.3 s): 5 rounds.
+    rows.append(Row("atari", "Breakout-v5", 8, "none", 1_280, heavy=True, env_batch_size=4, timeout_s=300))
     rows.append(Row(
-        "gfootball", "gfootball/academy_3_vs_1_with_keeper-v1", 8, "none", 512, heavy=True, env_batch_size=4,
-        timeout_s=200,
-    ))
-    # The sync baseline as the code stands (take() bug): ~1 s per step, so only 2 rounds.
-    rows.append(Row(
-        "asis", "CartPole-v1", 16, "exp:0.004", 1_024, heavy=True, timeout_s=150, fix_take_wake=False,
-        systems=("sync",),
+        "gfootball", "gfootball/academy_3_vs_1_with_keeper-v1", 8, "none", 1_280, heavy=True, env_batch_size=4,
+        timeout_s=300,
     ))
     return rows
 
@@ -115,38 +109,6 @@ def quick_rows() -> list[Row]:
 
 # --------------------------------------------------------------------------------------------------------------
 # Worker side (runs in a subprocess).
-
-
-def _fixed_take(self, max_items: int, min_items: int = 1, timeout: float = 0.1):
-    """`envs.executor.StateBuffer.take` with one change: while fewer than `min_items` rows are ready, wake when the
-    next not-yet-ready row becomes ready (the original waits for the deadline once the first row is ready)."""
-    from envs.executor import StepResults
-    import numpy as np
-
-    deadline = time.perf_counter() + timeout
-    with self._cond:
-        while True:
-            now = time.perf_counter()
-            ready = 0
-            if self._heap and self._heap[0][0] <= now:
-                ready = sum(1 for item in self._heap if item[0] <= now)
-            if ready >= min_items or (self._closed and ready > 0):
-                items = [heapq.heappop(self._heap) for _ in range(min(ready, max_items))]
-                break
-            if self._closed or now >= deadline:
-                return None
-            wake = deadline
-            pending = [item[0] for item in self._heap if item[0] > now]
-            if pending:
-                wake = min(wake, min(pending))
-            self._cond.wait(max(wake - now, 0.0))
-    return StepResults(
-        env_ids=np.asarray([it[2] for it in items], np.int32),
-        obs=np.stack([it[3] for it in items]),
-        rewards=np.asarray([it[4] for it in items], np.float32),
-        terminations=np.asarray([it[5] for it in items], np.float32),
-        truncations=np.asarray([it[6] for it in items], np.float32),
-    )
 
 
 def _measure_ceiling(job: dict) -> dict:
@@ -200,8 +162,9 @@ def _measure_system(job: dict) -> dict:
     logdir = tempfile.mkdtemp(prefix=f"bench-{job['system']}-")
     settings = preset(family_of(job["env_id"]), ALGO)
     settings.update(
-        num_envs=job["num_envs"], num_actors=NUM_ACTORS, sync_interval=ALPHA, total_steps=job["total_steps"],
+        num_envs=job["num_envs"], num_actors=NUM_ACTORS, sync_interval=job["alpha"], total_steps=job["total_steps"],
         num_epochs=NUM_EPOCHS, num_minibatches=NUM_MINIBATCHES, env_batch_size=job["env_batch_size"],
+        inference_batch=job["inference_batch"],
     )
     config = TrainConfig(
         env_id=job["env_id"], algo=ALGO, seed=SEED + job["repeat"], step_time=job["step_time"], eval_episodes=0,
@@ -230,10 +193,6 @@ def _measure_system(job: dict) -> dict:
 
 
 def worker(job: dict) -> None:
-    if job["fix_take_wake"]:
-        from envs import executor
-
-        executor.StateBuffer.take = _fixed_take
     result = _measure_ceiling(job) if job["system"] == "ceiling" else _measure_system(job)
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -293,6 +252,18 @@ def _background_cores(before: dict, after: dict, wall: float, exclude: set) -> f
     return max(used, 0) / hz / wall
 
 
+def claim1_model_ratio(step_time: str, num_envs: int, alpha: int, draws: int = 20_000) -> float | None:
+    """Zero-compute bound on HTS/sync under exponential step times (seed 000, Claim 1; module docstring)."""
+    if not step_time.startswith("exp:"):
+        return None
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    sync_step = rng.exponential(1.0, (draws, num_envs)).max(axis=1).mean()
+    hts_round = rng.gamma(alpha, 1.0, (draws, num_envs)).max(axis=1).mean()
+    return float(alpha * sync_step / hts_round)
+
+
 def _median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -330,19 +301,17 @@ def main(argv):
     started = datetime.datetime.now().astimezone()
     raw_path = os.path.join(_OUT_DIR.value, f"{name}_runs.csv")
     raw_fields = ["group", "env_id", "num_envs", "step_time", "alpha", "total_steps", "system", "repeat",
-                  "fix_take_wake", "sps", "summary_sps", "first_update_s", "wall_s", "max_policy_lag", "started",
+                  "sps", "summary_sps", "first_update_s", "wall_s", "max_policy_lag", "started",
                   "background_cores", "error"]
     raw_rows = []
     table = []
     for row in rows:
-        fix = _FIX_TAKE_WAKE.value if row.fix_take_wake is None else row.fix_take_wake
         repeats = 1 if quick else (_HEAVY_REPEATS.value if row.heavy else _REPEATS.value)
         base = dict(env_id=row.env_id, num_envs=row.num_envs, step_time=row.step_time,
-                    env_batch_size=row.env_batch_size, fix_take_wake=fix)
+                    env_batch_size=row.env_batch_size, inference_batch=row.inference_batch, alpha=row.alpha)
         results = {s: [] for s in ("ceiling", *row.systems)}
         jobs = []
-        if row.group != "asis":
-            jobs.append(("ceiling", 0))  # one ceiling run per row: it is the least noisy of the three
+        jobs.append(("ceiling", 0))  # one ceiling run per row: it is the least noisy of the three
         for r in range(repeats):
             jobs += [(s, r) for s in row.systems]
         for system, r in jobs:
@@ -352,7 +321,7 @@ def main(argv):
             results[system].append(result)
             raw_rows.append({
                 "group": row.group, "env_id": row.env_id, "num_envs": row.num_envs, "step_time": row.step_time,
-                "alpha": ALPHA, "total_steps": row.total_steps, "system": system, "repeat": r, "fix_take_wake": fix,
+                "alpha": row.alpha, "total_steps": row.total_steps, "system": system, "repeat": r,
                 **{k: result.get(k) for k in ("sps", "summary_sps", "first_update_s", "wall_s", "max_policy_lag",
                                               "started", "background_cores", "error")},
             })
@@ -365,12 +334,14 @@ def main(argv):
         hts = _median(x["sps"] for x in results.get("hts", []))
         errors = sorted({x["error"] for xs in results.values() for x in xs if x.get("error")})
         table.append(dict(
-            group=row.group, env_id=row.env_id, num_envs=row.num_envs, step_time=row.step_time, alpha=ALPHA,
+            group=row.group, env_id=row.env_id, num_envs=row.num_envs, step_time=row.step_time, alpha=row.alpha,
             total_steps=row.total_steps, env_batch_size=row.env_batch_size or max(1, row.num_envs // 2),
-            repeats=repeats, fix_take_wake=fix, ceiling_sps=ceiling, sync_sps=sync, hts_sps=hts,
+            inference_batch=row.inference_batch or max(1, row.num_envs // 2),
+            repeats=repeats, ceiling_sps=ceiling, sync_sps=sync, hts_sps=hts,
             hts_over_sync=hts / sync if hts and sync else None,
             hts_over_ceiling=hts / ceiling if hts and ceiling else None,
             sync_over_ceiling=sync / ceiling if sync and ceiling else None,
+            model_hts_over_sync=claim1_model_ratio(row.step_time, row.num_envs, row.alpha),
             background_cores=_median(x.get("background_cores") for xs in results.values() for x in xs),
             errors="; ".join(errors),
         ))
@@ -400,8 +371,9 @@ def _markdown(table, command, started, now) -> str:
         f"{(now - _START) / 60:.1f} min.",
         f"- Command: `{command}` (from the repository root).",
         f"- Agent: {ALGO.upper()} (CartPole: MLP; Breakout: Nature CNN; GFootball: the preset network), "
-        f"num_epochs={NUM_EPOCHS}, num_minibatches={NUM_MINIBATCHES}, alpha (sync_interval)={ALPHA}, "
-        f"num_actors={NUM_ACTORS} (HTS), env_batch_size as listed (HTS and ceiling; sync uses num_envs), "
+        f"num_epochs={NUM_EPOCHS}, num_minibatches={NUM_MINIBATCHES}, alpha (sync_interval) as listed, "
+        f"num_actors={NUM_ACTORS} (HTS), env_batch_size and inference_batch as listed (HTS and ceiling; sync uses "
+        "num_envs for both), "
         "other hyperparameters from `systems.common.config.preset`; eval_episodes=0.",
         "- SPS = env steps per second in steady state: from `progress.csv`, (env_steps, wall_time) of the last "
         "logged update minus the first, so JIT compilation and start-up are excluded. HTS and sync run the same "
@@ -412,19 +384,20 @@ def _markdown(table, command, started, now) -> str:
         "- background = median CPU cores used by *other* processes on the machine during the row's runs (from "
         "/proc): anything well above 0 means the numbers were measured on a shared, loaded machine.",
         "- Targets: HTS >= 3x sync under exponential step times; HTS/ceiling >= 0.5 on CartPole with step time.",
-        "- `fix` = whether the worker patched `StateBuffer.take`'s wake time (see `benchmarks/README.md`: without it "
-        "the sync baseline waits ~1 s per step whenever a step time is injected).",
+        "- model HTS/sync = the zero-compute Claim 1 bound for that row (module docstring of the script).",
         "",
-        "| env | num_envs | step_time | alpha | env batch | total steps | repeats | fix | ceiling SPS | sync SPS | "
-        "HTS SPS | HTS/sync | HTS/ceiling | sync/ceiling | background | errors |",
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| env | num_envs | step_time | alpha | env batch | infer batch | total steps | repeats | ceiling SPS | "
+        "sync SPS | HTS SPS | HTS/sync | model HTS/sync | HTS/ceiling | sync/ceiling | background | errors |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| --- |",
     ]
     for t in table:
         lines.append(
             f"| {t['env_id']} | {t['num_envs']} | {t['step_time']} | {t['alpha']} | {t['env_batch_size']} | "
-            f"{t['total_steps']:,} | {t['repeats']} | {'yes' if t['fix_take_wake'] else 'no'} | "
+            f"{t['inference_batch']} | {t['total_steps']:,} | {t['repeats']} | "
             f"{_fmt(t['ceiling_sps'])} | {_fmt(t['sync_sps'])} | {_fmt(t['hts_sps'])} | "
-            f"{_fmt(t['hts_over_sync'], 2)} | {_fmt(t['hts_over_ceiling'], 2)} | {_fmt(t['sync_over_ceiling'], 2)} | "
+            f"{_fmt(t['hts_over_sync'], 2)} | {_fmt(t['model_hts_over_sync'], 2)} | "
+            f"{_fmt(t['hts_over_ceiling'], 2)} | {_fmt(t['sync_over_ceiling'], 2)} | "
             f"{_fmt(t['background_cores'], 2)} | {t['errors'] or ''} |"
         )
     lines.append("")

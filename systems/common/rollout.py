@@ -38,8 +38,7 @@ class RoundStorage:
         self.valid = np.zeros((t, n), np.float32)
         self.log_probs = np.zeros((t, n), np.float32)
         self.values = np.zeros((t, n), np.float32)
-        self.round_index = -1
-        self.behaviour_version = -1
+        self.behaviour_version = -1  # policy version that collected this round, set when the round completes
 
     def to_rollout(self) -> Rollout:
         """Device copy of the round, in the agents' time-major `Rollout` layout."""
@@ -114,12 +113,6 @@ class RoundCollector:
         self._held: list[tuple[int, np.ndarray]] = []
         self._pad_obs = np.zeros((inference_batch, *spec.obs_shape), spec.obs_dtype)
         self.finished = threading.Event()
-        self.rounds_completed = 0
-        self._storages[first_round % 2].round_index = first_round
-
-    @property
-    def current_round(self) -> int:
-        return self._round
 
     def process(self, results: StepResults) -> None:
         """Consumes one batch of ready observations: stores rewards, picks actions, sends them."""
@@ -188,7 +181,6 @@ class RoundCollector:
 
     def _advance_round(self, storage: RoundStorage) -> None:
         next_round = self._round + 1
-        self.rounds_completed += 1
         last = next_round >= self.total_rounds
         result = self._on_round_complete(storage, last)
         if last or result is None:
@@ -199,7 +191,6 @@ class RoundCollector:
             held, self._held = self._held, []
             self._round = next_round
             self._params, self._version = params, version
-            self._storages[next_round % 2].round_index = next_round
         # The held observations open the new round: hand them back to the actors, ready now.
         ids = np.asarray([h[0] for h in held], np.int32)
         obs = np.stack([h[1] for h in held])

@@ -1,0 +1,80 @@
+"""Run-level behaviour: evaluation metrics of seed 000 section 5, the time limit, and errors in worker threads."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from systems.common import learner as learner_lib
+from systems.common.config import TrainConfig
+from systems.common.evaluation import EvaluationRecord, final_metric, required_time
+from systems.hts import system as hts
+
+
+def _record(i, returns):
+    return EvaluationRecord(env_steps=100 * i, wall_time=10.0 * i, policy_version=i, returns=list(returns))
+
+
+def test_final_metric_uses_the_last_ten_policies():
+    records = [_record(i, [float(i)] * 10) for i in range(1, 13)]  # policies 1..12, 10 episodes each
+    assert final_metric(records) == pytest.approx(np.mean(range(3, 13)))
+    assert final_metric([]) is None
+
+
+def test_required_time_is_when_the_running_average_reaches_the_target():
+    # Running averages over the last ten evaluations: 1, 1.5, 2, 2.5, ... -> first >= 2.5 at the 4th (t = 40 s).
+    records = [_record(i, [float(i)] * 10) for i in range(1, 8)]
+    assert required_time(records, 2.5) == 40.0
+    assert required_time(records, 100.0) is None
+    assert required_time(records, None) is None
+
+
+def _tiny(tmp_path, **overrides):
+    values = dict(
+        env_id="CartPole-v1", num_envs=4, sync_interval=8, total_steps=10_000_000, num_epochs=1, num_minibatches=2,
+        eval_episodes=2, quiet=True, logdir=str(tmp_path / "run"), num_actors=2,
+    )
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def test_time_limit_stops_training_and_reports_the_final_time_metric(tmp_path):
+    summary = hts.run(_tiny(tmp_path, time_limit=3.0))
+    assert summary["stopped_by_time_limit"] is True
+    assert 0 < summary["env_steps"] < 10_000_000
+    assert summary["final_time_metric"] is not None and summary["final_time_metric"] == summary["final_metric"]
+
+
+class _Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("where", ["learner", "actor"])
+def test_an_error_in_a_worker_thread_stops_the_run_with_the_original_exception(tmp_path, monkeypatch, where):
+    real_build = learner_lib.build
+
+    def failing_build(config, spec):
+        setup, state = real_build(config, spec)
+        if where == "learner":
+            def update(*args):
+                raise _Boom("learner failed")
+            return dataclasses.replace(setup, update=update), state
+        calls = []
+
+        def policy(*args):
+            calls.append(1)
+            if len(calls) > 20:
+                raise _Boom("actor failed")
+            return setup.policy(*args)
+        return dataclasses.replace(setup, policy=policy), state
+
+    monkeypatch.setattr(hts, "build", failing_build)
+    with pytest.raises(_Boom, match=f"{where} failed") as info:
+        hts.run(_tiny(tmp_path, eval_episodes=0))
+    # The original traceback is kept: its innermost frame is the raising function.
+    frames = []
+    tb = info.value.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    assert frames[-1] in ("update", "policy")
