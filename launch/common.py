@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import warnings
 from typing import Callable
 
-from absl import flags
+from absl import flags, logging
 
 from envs.factory import family_of, resolve_env_id
 from envs.step_time import parse_step_time
@@ -92,6 +93,10 @@ def config_from_flags() -> config_lib.TrainConfig:
 
 def run_main(run: Callable[[config_lib.TrainConfig], dict]) -> dict:
     """Builds the config (bad values: one line on stderr, exit 2) and runs; Ctrl-C exits 130 after a checkpoint."""
+    # Start-up noise a user cannot act on: JAX's INFO line about a missing TPU runtime and gymnasium's warning
+    # about casting float64 space bounds of classic-control tasks to float32.
+    logging.set_verbosity(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
     try:
         config = config_from_flags()
     except ValueError as error:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from systems.common import learner as learner_lib
+from systems.common import run as run_lib
 from systems.common.config import TrainConfig
 from systems.common.evaluation import EvaluationRecord, final_metric, required_time
 from systems.hts import system as hts
@@ -68,7 +69,7 @@ def test_an_error_in_a_worker_thread_stops_the_run_with_the_original_exception(t
             return setup.policy(*args)
         return dataclasses.replace(setup, policy=policy), state
 
-    monkeypatch.setattr(hts, "build", failing_build)
+    monkeypatch.setattr(run_lib, "build", failing_build)
     with pytest.raises(_Boom, match=f"{where} failed") as info:
         hts.run(_tiny(tmp_path, eval_episodes=0))
     # The original traceback is kept: its innermost frame is the raising function.

@@ -24,29 +24,23 @@ import queue
 import jax
 
 from envs.executor import Executor
-from envs.factory import make_spec
-from envs.step_time import parse_step_time
 from systems.common import config as config_lib
 from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
-from systems.common.learner import build
 from systems.common.monitor import LearnerReport, Monitor
-from systems.common.rollout import RoundCollector, RoundStorage
+from systems.common.rollout import RoundStorage
+from systems.common.run import start_run
 
 SYSTEM = "hts"
 
 
 def run(config: config_lib.TrainConfig) -> dict:
     """Trains with HTS-RL; returns the summary (also written to `<run dir>/summary.json`)."""
-    config_lib.validate(config)
-    step_time = parse_step_time(config.step_time)
-    spec = make_spec(config.env_id)
-    setup, state = build(config, spec)
-    monitor = Monitor(SYSTEM, config, spec, setup, state)
-    state = monitor.state
-    start_round = int(state.update_step)
-    total_rounds = config_lib.total_rounds(config)
+    ctx = start_run(SYSTEM, config)
+    monitor, setup = ctx.monitor, ctx.setup
+    start_round, total_rounds = ctx.start_round, ctx.total_rounds
     if start_round >= total_rounds:
         return monitor.finish()
+    state = monitor.state
 
     group = ThreadGroup()
     store = ParameterStore(state.params, version=start_round)
@@ -65,15 +59,9 @@ def run(config: config_lib.TrainConfig) -> dict:
             return None
         return store.latest()
 
-    executor = Executor(
-        spec, num_envs=config.num_envs, batch_size=config_lib.env_batch_size(config), seed=config.seed,
-        step_time=step_time,
-    )
-    collector = RoundCollector(
-        executor, policy_fn=setup.policy, run_key=setup.action_key, sync_interval=config.sync_interval,
-        inference_batch=config_lib.inference_batch(config), first_round=start_round, total_rounds=total_rounds,
-        params=state.params, version=start_round, on_round_complete=on_round_complete,
-        action_shape=setup.action_shape, action_dtype=setup.action_dtype,
+    executor = ctx.make_executor(config_lib.env_batch_size(config))
+    collector = ctx.make_collector(
+        executor, inference_batch=config_lib.inference_batch(config), on_round_complete=on_round_complete
     )
 
     def actor_loop():

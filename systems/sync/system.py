@@ -8,31 +8,21 @@ from __future__ import annotations
 
 import jax
 
-from envs.executor import Executor
-from envs.factory import make_spec
-from envs.step_time import parse_step_time
 from systems.common import config as config_lib
-from systems.common.learner import build
-from systems.common.monitor import LearnerReport, Monitor
-from systems.common.rollout import RoundCollector, RoundStorage
+from systems.common.monitor import LearnerReport
+from systems.common.rollout import RoundStorage
+from systems.common.run import start_run
 
 SYSTEM = "sync"
 
 
 def run(config: config_lib.TrainConfig) -> dict:
     """Trains with the synchronous baseline; returns the summary (also written to `<run dir>/summary.json`)."""
-    config_lib.validate(config)
-    step_time = parse_step_time(config.step_time)
-    spec = make_spec(config.env_id)
-    setup, state = build(config, spec)
-    monitor = Monitor(SYSTEM, config, spec, setup, state)
-    start_round = int(monitor.state.update_step)
-    total_rounds = config_lib.total_rounds(config)
-    if start_round >= total_rounds:
+    ctx = start_run(SYSTEM, config)
+    monitor, setup = ctx.monitor, ctx.setup
+    if ctx.start_round >= ctx.total_rounds:
         return monitor.finish()
-    executor = Executor(
-        spec, num_envs=config.num_envs, batch_size=config.num_envs, seed=config.seed, step_time=step_time
-    )
+    executor = ctx.make_executor(config.num_envs)
     stop = [False]
 
     def on_round_complete(storage: RoundStorage, last: bool):
@@ -43,12 +33,7 @@ def run(config: config_lib.TrainConfig) -> dict:
         stop[0] = monitor.on_report(report, executor.pop_episodes())
         return None if stop[0] else (version + 1, new_state.params)
 
-    collector = RoundCollector(
-        executor, policy_fn=setup.policy, run_key=setup.action_key, sync_interval=config.sync_interval,
-        inference_batch=config.num_envs, first_round=start_round, total_rounds=total_rounds,
-        params=monitor.state.params, version=start_round, on_round_complete=on_round_complete,
-        action_shape=setup.action_shape, action_dtype=setup.action_dtype,
-    )
+    collector = ctx.make_collector(executor, inference_batch=config.num_envs, on_round_complete=on_round_complete)
     interrupted = False
     try:
         executor.start()

@@ -1,0 +1,67 @@
+"""What every on-policy system does before its own loop: validate the config, build the env spec, the agent and
+the monitor (run directory, resume), and make the executor and round collector with the run's settings."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from envs.executor import Executor
+from envs.factory import EnvSpec, make_spec
+from envs.step_time import StepTimeDistribution, parse_step_time
+from systems.common import config as config_lib
+from systems.common.learner import LearnerSetup, build
+from systems.common.monitor import Monitor
+from systems.common.rollout import RoundCollector, RoundStorage
+
+
+@dataclasses.dataclass
+class RunContext:
+    config: config_lib.TrainConfig
+    spec: EnvSpec
+    setup: LearnerSetup
+    monitor: Monitor
+    step_time: StepTimeDistribution
+
+    @property
+    def start_round(self) -> int:
+        """Rounds already learned (non-zero after --resume)."""
+        return int(self.monitor.state.update_step)
+
+    @property
+    def total_rounds(self) -> int:
+        return config_lib.total_rounds(self.config)
+
+    def make_executor(self, batch_size: int) -> Executor:
+        return Executor(
+            self.spec, num_envs=self.config.num_envs, batch_size=batch_size, seed=self.config.seed,
+            step_time=self.step_time,
+        )
+
+    def make_collector(
+        self,
+        executor: Executor,
+        *,
+        inference_batch: int,
+        on_round_complete: Callable[[RoundStorage, bool], tuple | None],
+    ) -> RoundCollector:
+        return RoundCollector(
+            executor, policy_fn=self.setup.policy, run_key=self.setup.action_key,
+            sync_interval=self.config.sync_interval, inference_batch=inference_batch, first_round=self.start_round,
+            total_rounds=self.total_rounds, params=self.monitor.state.params, version=self.start_round,
+            on_round_complete=on_round_complete, action_shape=self.setup.action_shape,
+            action_dtype=self.setup.action_dtype,
+        )
+
+
+def start_run(system: str, config: config_lib.TrainConfig) -> RunContext:
+    """Validates `config` (ConfigError on a bad value) and prepares the run (restoring a checkpoint on resume)."""
+    config_lib.validate(config)
+    try:
+        step_time = parse_step_time(config.step_time)
+    except ValueError as error:
+        raise config_lib.ConfigError(str(error)) from None
+    spec = make_spec(config.env_id)
+    setup, state = build(config, spec)
+    monitor = Monitor(system, config, spec, setup, state)
+    return RunContext(config=config, spec=spec, setup=setup, monitor=monitor, step_time=step_time)
