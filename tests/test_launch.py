@@ -161,3 +161,25 @@ def test_ctrl_c_stops_cleanly_and_keeps_a_checkpoint(tmp_path):
     summary = _summary(run_dir)
     assert summary["interrupted"] is True
     assert summary["env_steps"] > 0 and list_checkpoints(run_dir)
+
+
+def test_checkpoints_are_atomic_and_partial_files_are_ignored(tmp_path):
+    from systems.common.checkpoint import save_checkpoint
+
+    config = TrainConfig(env_id="CartPole-v1", num_envs=4, sync_interval=16)
+    _, state = build(config, make_spec("CartPole-v1"))
+    run_dir = str(tmp_path)
+    save_checkpoint(run_dir, 64, state, {"env_steps": 64})
+    # A writer killed mid-write leaves only a temporary file, and a newer but truncated checkpoint is skipped.
+    directory = os.path.join(run_dir, "checkpoints")
+    with open(os.path.join(directory, "ckpt_000000000128.msgpack.tmp-123"), "wb") as f:
+        f.write(b"partial")
+    with open(os.path.join(directory, "ckpt_000000000192.msgpack"), "wb") as f:
+        f.write(b"\x85truncated")
+    restored, meta = load_latest_checkpoint(run_dir, state)
+    assert meta["env_steps"] == 64
+    assert int(restored.update_step) == int(state.update_step)
+    save_checkpoint(run_dir, 256, state, {"env_steps": 256})
+    names = sorted(os.listdir(directory))
+    assert not [n for n in names if ".tmp-" in n]
+    assert load_latest_checkpoint(run_dir, state)[1]["env_steps"] == 256

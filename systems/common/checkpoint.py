@@ -35,6 +35,8 @@ def save_checkpoint(run_dir: str, step: int, state: Any, meta: dict, keep: int =
     _fsync_dir(directory)
     for old in list_checkpoints(run_dir)[:-keep]:
         os.remove(old)
+    for partial in glob.glob(os.path.join(directory, "ckpt_*.msgpack.tmp-*")):  # left by a killed writer
+        os.remove(partial)
     return path
 
 
