@@ -97,6 +97,12 @@ def validate(config: TrainConfig) -> None:
 
 
 # Defaults by (env family, algo). Sources: REFERENCE.md ("Settings the seeds' authors used").
+# HTS-RL's A2C is Kostrikov's: 16 envs, 5 steps, RMSProp 7e-4 (eps 1e-5, PyTorch semantics), n-step returns (GAE
+# lambda 1), entropy 0.01, value 0.5, gradient norm 0.5. The families differ only in gamma, entropy and run length.
+_KOSTRIKOV_A2C = dict(
+    num_envs=16, sync_interval=5, learning_rate=7e-4, anneal_lr=False, optimizer="rmsprop", opt_eps=1e-5,
+    gamma=0.99, gae_lambda=1.0, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5,
+)
 PRESETS: dict[tuple[str, str], dict] = {
     # CleanRL / Cleanba PPO Atari.
     ("atari", "ppo"): dict(
@@ -104,41 +110,29 @@ PRESETS: dict[tuple[str, str], dict] = {
         gamma=0.99, gae_lambda=0.95, clip_eps=0.1, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5,
         num_epochs=4, num_minibatches=4, total_steps=10_000_000,
     ),
-    # HTS-RL Atari A2C (Kostrikov's A2C: 16 envs, 5 steps, RMSProp 7e-4, n-step returns = GAE lambda 1).
-    ("atari", "a2c"): dict(
-        num_envs=16, sync_interval=5, learning_rate=7e-4, anneal_lr=False, optimizer="rmsprop", opt_eps=1e-5,
-        gamma=0.99, gae_lambda=1.0, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5, total_steps=20_000_000,
-    ),
-    # HTS-RL GFootball scripts (PPO, 16 envs, sync every 128 steps).
+    # HTS-RL Atari: A2C, 20M env steps.
+    ("atari", "a2c"): dict(_KOSTRIKOV_A2C, total_steps=20_000_000),
+    # HTS-RL GFootball scripts (PPO, 16 envs, 4 actors, sync every 128 steps, 5M steps).
     ("gfootball", "ppo"): dict(
         num_envs=16, num_actors=4, sync_interval=128, learning_rate=3.43e-4, anneal_lr=True, optimizer="adam",
         opt_eps=1e-5, gamma=0.993, gae_lambda=0.95, clip_eps=0.08, entropy_coef=0.003, value_coef=0.5,
         max_grad_norm=0.64, num_epochs=2, num_minibatches=8, total_steps=5_000_000,
     ),
-    ("gfootball", "a2c"): dict(
-        num_envs=16, sync_interval=5, learning_rate=7e-4, anneal_lr=False, optimizer="rmsprop", opt_eps=1e-5,
-        gamma=0.993, gae_lambda=1.0, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5, total_steps=5_000_000,
-    ),
+    ("gfootball", "a2c"): dict(_KOSTRIKOV_A2C, gamma=0.993, total_steps=5_000_000),
     # CleanRL ppo.py (classic control).
     ("classic", "ppo"): dict(
         num_envs=4, sync_interval=128, learning_rate=2.5e-4, anneal_lr=True, optimizer="adam", opt_eps=1e-5,
         gamma=0.99, gae_lambda=0.95, clip_eps=0.2, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5,
         num_epochs=4, num_minibatches=4, total_steps=500_000,
     ),
-    ("classic", "a2c"): dict(
-        num_envs=16, sync_interval=5, learning_rate=7e-4, anneal_lr=False, optimizer="rmsprop", opt_eps=1e-5,
-        gamma=0.99, gae_lambda=1.0, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5, total_steps=500_000,
-    ),
+    ("classic", "a2c"): dict(_KOSTRIKOV_A2C, total_steps=500_000),
     # CleanRL ppo_continuous_action.py (MuJoCo), without its observation/reward normalisation wrappers.
     ("mujoco", "ppo"): dict(
         num_envs=1, sync_interval=2048, learning_rate=3e-4, anneal_lr=True, optimizer="adam", opt_eps=1e-5,
         gamma=0.99, gae_lambda=0.95, clip_eps=0.2, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5,
         num_epochs=10, num_minibatches=32, total_steps=1_000_000,
     ),
-    ("mujoco", "a2c"): dict(
-        num_envs=16, sync_interval=5, learning_rate=7e-4, anneal_lr=False, optimizer="rmsprop", opt_eps=1e-5,
-        gamma=0.99, gae_lambda=1.0, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5, total_steps=1_000_000,
-    ),
+    ("mujoco", "a2c"): dict(_KOSTRIKOV_A2C, entropy_coef=0.0, total_steps=1_000_000),
 }
 PRESETS[("box2d", "ppo")] = PRESETS[("classic", "ppo")]
 PRESETS[("box2d", "a2c")] = PRESETS[("classic", "a2c")]
