@@ -216,7 +216,8 @@ class Executor:
                     self._spare_in_flight += len(spares)
                 if spares:
                     with self._send_lock:
-                        self._pool.send(np.repeat(self._spare_action, len(spares), axis=0), np.asarray(spares, np.int32))
+                        actions = np.repeat(self._spare_action, len(spares), axis=0)
+                        self._pool.send(actions, np.asarray(spares, np.int32))
                 obs, rewards, terminated, truncated, info = self._pool.recv()
                 self._handle(obs, rewards, terminated, truncated, info)
         except BaseException as error:  # noqa: BLE001 - handed to the actors, who re-raise it

@@ -21,8 +21,8 @@ from typing import Any
 
 import envpool
 import numpy as np
-from gymnasium import spaces as gym_spaces
 from envpool.registration import registry as _registry
+from gymnasium import spaces as gym_spaces
 
 # EnvPool's module path for each task id -> our family name. Anything else is not supported.
 _FAMILY_BY_MODULE = {
@@ -137,7 +137,7 @@ def _pool_kwargs(family: str, evaluation: bool) -> dict[str, Any]:
     return {}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def make_spec(env_id: str) -> EnvSpec:
     """Spaces of env_id under make_pool's settings.
 

@@ -5,15 +5,13 @@ HTS-RL A2C; GFootball: the HTS-RL scripts; classic control: CleanRL; see `system
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 from absl import flags, logging
 
 from envs.factory import family_of, resolve_env_id
-from envs.step_time import parse_step_time
 from systems.common import config as config_lib
 
 _GAME = flags.DEFINE_string("game", None, "Atari game name, e.g. Breakout (EnvPool id Breakout-v5).")
@@ -86,7 +84,6 @@ def config_from_flags() -> config_lib.TrainConfig:
         eval_episodes=_EVAL_EPISODES.value, eval_deterministic=_EVAL_DET.value, time_limit=_TIME_LIMIT.value,
         target_return=_TARGET.value, step_time=_STEP_TIME.value, quiet=_QUIET.value, **values,
     )
-    parse_step_time(config.step_time)
     config_lib.validate(config)
     return config
 
@@ -111,6 +108,3 @@ def run_main(run: Callable[[config_lib.TrainConfig], dict]) -> dict:
         print("interrupted; the newest checkpoint is in the run directory (use --resume)", file=sys.stderr)
         sys.exit(130)
 
-
-def describe(config: config_lib.TrainConfig) -> str:
-    return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items())

@@ -1,4 +1,6 @@
-"""`python -m launch.hts --game=Breakout`: train with High-Throughput Synchronous RL (seed 000). Flags: launch/common.py."""
+"""`python -m launch.hts --game=Breakout`: train with High-Throughput Synchronous RL (seed 000).
+
+Flags: launch/common.py."""
 
 from absl import app
 

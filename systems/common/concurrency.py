@@ -5,8 +5,8 @@ behaviour policy of the batch it learns from; STYLE.md: no loose globals between
 from __future__ import annotations
 
 import threading
-import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class StopRequested(Exception):
@@ -23,7 +23,6 @@ class ThreadGroup:
         self.stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._error: BaseException | None = None
-        self._error_thread: str | None = None
         self._lock = threading.Lock()
 
     def spawn(self, name: str, target: Callable[[], None]) -> None:
@@ -36,8 +35,6 @@ class ThreadGroup:
                 with self._lock:
                     if self._error is None:
                         self._error = error
-                        self._error_thread = name
-                        self._traceback = traceback.format_exc()
                 self.stopping.set()
 
         thread = threading.Thread(target=body, name=name, daemon=True)
@@ -49,17 +46,10 @@ class ThreadGroup:
         if self._error is not None:
             raise self._error
 
-    @property
-    def failed_thread(self) -> str | None:
-        return self._error_thread
-
     def stop(self, timeout: float = 10.0) -> None:
         self.stopping.set()
         for thread in self._threads:
             thread.join(timeout=timeout)
-
-    def alive(self) -> bool:
-        return any(t.is_alive() for t in self._threads)
 
 
 class ParameterStore:

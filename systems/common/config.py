@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from envs.step_time import parse_step_time
+
 
 class ConfigError(ValueError):
     """A user mistake found while starting a run (bad flag value, missing checkpoint): one line, exit 2."""
@@ -94,6 +96,10 @@ def validate(config: TrainConfig) -> None:
         )
     if config.time_limit < 0:
         raise ConfigError(f"--time_limit must be non-negative, got {config.time_limit}")
+    try:
+        parse_step_time(config.step_time)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 # Defaults by (env family, algo). Sources: REFERENCE.md ("Settings the seeds' authors used").

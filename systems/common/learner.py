@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -79,7 +80,7 @@ def build(config: config_lib.TrainConfig, spec: EnvSpec) -> tuple[LearnerSetup, 
     setup = LearnerSetup(
         network=network,
         update=jax.jit(update),
-        policy=make_policy_fn(network.apply, spec.continuous),
+        policy=make_policy_fn(network.apply),
         action_key=jax.random.fold_in(run_key, _ACTIONS),
         eval_seed=config.seed + 10_000,
         action_shape=action_shape,

@@ -7,7 +7,6 @@ import collections
 import dataclasses
 import os
 import time
-from typing import Any
 
 import numpy as np
 
@@ -42,7 +41,9 @@ class Monitor:
         self.config = config
         self.run_dir = config.logdir or default_run_dir(system, config)
         if config.resume and not os.path.isdir(self.run_dir):
-            raise config_lib.ConfigError(f"--resume needs --logdir to be an existing run directory, got '{config.logdir}'")
+            raise config_lib.ConfigError(
+                f"--resume needs --logdir to be an existing run directory, got '{config.logdir}'"
+            )
         self.state = state
         self.evaluations: list[EvaluationRecord] = []
         self.wall_offset = 0.0

@@ -104,7 +104,8 @@ class RunOutputs:
         if self._tb is not None:
             step = int(row["env_steps"])
             for key, value in row.items():
-                if key != "env_steps" and isinstance(value, (int, float, np.floating, np.integer)) and np.isfinite(value):
+                numeric = isinstance(value, (int, float, np.floating, np.integer))
+                if key != "env_steps" and numeric and np.isfinite(value):
                     self._tb.add_scalar(f"train/{key}", float(value), step)
 
     def log_evaluation(self, row: dict) -> None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -54,7 +55,7 @@ class RoundStorage:
         )
 
 
-def make_policy_fn(apply_fn: Callable, continuous: bool):
+def make_policy_fn(apply_fn: Callable):
     """Jitted (params, obs [C,...], env_ids [C], env_steps [C], run_key) -> (actions, log_probs, values)."""
 
     @jax.jit
@@ -177,7 +178,7 @@ class RoundCollector:
                 chunk_steps = np.concatenate([chunk_steps, np.zeros(pad, chunk_steps.dtype)])
             out = self._policy_fn(params, chunk_obs, chunk_ids.astype(np.int32), chunk_steps, self._run_key)
             outs.append([np.asarray(x)[: stop - start] for x in out])
-        return [np.concatenate(parts) for parts in zip(*outs)]
+        return [np.concatenate(parts) for parts in zip(*outs, strict=True)]
 
     def _advance_round(self, storage: RoundStorage) -> None:
         next_round = self._round + 1

@@ -4,7 +4,7 @@ the monitor (run directory, resume), and make the executor and round collector w
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from envs.executor import Executor
 from envs.factory import EnvSpec, make_spec
@@ -57,10 +57,7 @@ class RunContext:
 def start_run(system: str, config: config_lib.TrainConfig) -> RunContext:
     """Validates `config` (ConfigError on a bad value) and prepares the run (restoring a checkpoint on resume)."""
     config_lib.validate(config)
-    try:
-        step_time = parse_step_time(config.step_time)
-    except ValueError as error:
-        raise config_lib.ConfigError(str(error)) from None
+    step_time = parse_step_time(config.step_time)
     spec = make_spec(config.env_id)
     setup, state = build(config, spec)
     monitor = Monitor(system, config, spec, setup, state)
