@@ -7,6 +7,11 @@ taken *at* theta_{j-1} (policy log-probs, values and entropy all recomputed ther
 estimate on-policy and avoids the stale-policy term of Eq. (5). It is then applied, through the
 optimizer, to the current parameters theta_j. With ``behaviour_params is state.params`` this is
 plain synchronous A2C.
+
+Data-parallel (seed paper 001, Distributed BA3C, Sec. 2.2-2.3, synchronous training): under
+``jax.pmap(..., axis_name=DEVICE_AXIS)`` with ``axis_name=DEVICE_AXIS`` each replica computes the gradient
+on its shard of the environments, the gradients are averaged with ``mean_over_axis`` and every replica
+applies the same optimizer step, so replicas that start equal stay bit-identical.
 """
 
 import dataclasses
@@ -16,6 +21,7 @@ import optax
 
 from agents.batching import prepare_batch
 from agents.losses import a2c_loss
+from agents.parallel import mean_over_axis
 from agents.types import Rollout, TrainState
 
 
@@ -44,6 +50,8 @@ def a2c_update(
     apply_fn,
     optimizer: optax.GradientTransformation,
     config: A2CConfig,
+    axis_name: str | None = None,
+    return_grads: bool = False,
 ) -> tuple[TrainState, dict]:
     """One delayed-gradient A2C update (Eq. 6).
 
@@ -54,12 +62,20 @@ def a2c_update(
       apply_fn: ``apply_fn(params, obs) -> (policy_out, value)`` (static under jit).
       optimizer: optax transformation whose state is ``state.opt_state`` (static under jit).
       config: ``A2CConfig`` (static under jit).
+      axis_name: pmap axis to average gradients and metrics over before the optimizer step
+        (data-parallel); None for a single replica. Each replica's loss is a masked mean over its own
+        rows, so replicas are weighted equally: this equals the single-device update on the
+        concatenated rollout when every replica has the same number of valid rows.
+      return_grads: also return the (averaged) gradient pytree as ``metrics["grads"]`` (GALA's
+        gradient-similarity log, seed 004 Fig. 2b).
 
     Returns:
       ``(new_state, metrics)``; ``new_state.params = theta_j + optimizer(grad at theta_{j-1})``,
       ``update_step`` incremented, ``key`` passed through unchanged (A2C draws no randomness).
-      Metrics: ``policy_loss``, ``value_loss``, ``entropy``, ``total_loss``, ``grad_norm``,
-      ``advantage_mean``.
+      Metrics (averaged over ``axis_name``): ``policy_loss``, ``value_loss``, ``entropy``,
+      ``total_loss``, ``advantage_mean``; ``grad_norm``, the global norm of the (averaged) gradient;
+      ``update_norm``, the global norm of the optimizer update actually added to the parameters
+      (after clipping and the learning rate).
     """
     batch, advantage_mean = prepare_batch(
         behaviour_params,
@@ -81,9 +97,18 @@ def a2c_update(
         value_coef=config.value_coef,
         entropy_coef=config.entropy_coef,
     )
+    # The one cross-replica reduction: identical averaged gradients give identical updates everywhere.
+    grads, metrics, advantage_mean = mean_over_axis((grads, metrics, advantage_mean), axis_name)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = dict(metrics, grad_norm=optax.tree.norm(grads), advantage_mean=advantage_mean)
+    metrics = dict(
+        metrics,
+        grad_norm=optax.tree.norm(grads),
+        update_norm=optax.tree.norm(updates),
+        advantage_mean=advantage_mean,
+    )
+    if return_grads:
+        metrics["grads"] = grads
     new_state = TrainState(
         params=params,
         opt_state=opt_state,

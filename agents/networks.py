@@ -9,6 +9,10 @@ both heads.
   1).
 * ``GFootballCNN``: the same Nature-style CNN as used by the HTS-RL / GFootball baselines' "cnn"
   policy, on the 72x96x4 super-mini-map (SMM) observation.
+* ``BA3CTorso``: the tensorpack A3C network that Distributed BA3C (seed paper 001, Adamski et al.
+  2018, Sec. 2.5 and Table 2) is built on: four SAME convolutions each followed by 2x2 max pooling,
+  then one fully connected layer of ``hidden`` units, whose width the paper shrank from 256 to 128 to
+  cut communication.
 * ``MLPTorso`` / MLP actor-critic: CleanRL ``ppo.py`` / ``ppo_continuous_action.py`` (separate actor
   and critic MLPs, tanh, state-independent learned log-std for continuous actions).
 """
@@ -28,7 +32,9 @@ _VALUE_HEAD_GAIN = 1.0
 
 NATURE_CNN_OBS_SHAPE = (4, 84, 84)
 GFOOTBALL_SMM_OBS_SHAPE = (72, 96, 4)
-TORSOS = ("nature_cnn", "gfootball_cnn", "mlp")
+TORSOS = ("nature_cnn", "gfootball_cnn", "mlp", "ba3c")
+# Seed paper 001 Table 2 uses 256 hidden units as its initial setup (and settles on 128).
+BA3C_DEFAULT_HIDDEN = 256
 
 
 def _dense(features: int, gain: float) -> nn.Dense:
@@ -131,6 +137,48 @@ class GFootballCNN(nn.Module):
         return _nature_trunk(x)
 
 
+def _same_conv(features: int, kernel: int) -> nn.Conv:
+    return nn.Conv(
+        features,
+        (kernel, kernel),
+        strides=(1, 1),
+        padding="SAME",
+        kernel_init=nn.initializers.orthogonal(_TORSO_GAIN),
+        bias_init=nn.initializers.zeros,
+    )
+
+
+class BA3CTorso(nn.Module):
+    """Tensorpack A3C / Distributed BA3C torso (seed paper 001, Sec. 2.5, Table 2) for EnvPool Atari frames.
+
+    Conv 5x5x32, 5x5x32, 4x4x64, 3x3x64 (stride 1, SAME, ReLU), each followed by a 2x2 stride-2 VALID max
+    pool (84 -> 42 -> 21 -> 10 -> 5, so 5 * 5 * 64 = 1600 features), then Dense(``hidden``) + ReLU.
+
+    Parameter count of the full discrete ``ActorCritic`` with ``A`` actions:
+    ``98,624 + hidden * (1600 + 1 + A + 1) + A + 1`` (convolutions 98,624; dense ``1600 hidden + hidden``;
+    policy head ``hidden A + A``; value head ``hidden + 1``). The per-hidden-unit slope 1600 + 1 + A + 1 is
+    exactly Table 2's: 1608 for the 6 actions of their game (538,119 - 332,295 = 128 x 1608). The constant
+    part is 98,631 here against the paper's 126,471 (538,119 - 256 x 1608): 27,840 fewer, because the paper
+    does not give its exact input size and convolution shapes; we keep EnvPool's 4x84x84 grey frames.
+
+    Input: uint8 ``[B, 4, 84, 84]`` (channels first). Output: float32 ``[B, hidden]``.
+    """
+
+    hidden: int = BA3C_DEFAULT_HIDDEN
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+        chex.assert_rank(obs, 4)
+        chex.assert_shape(obs, (None, *NATURE_CNN_OBS_SHAPE))
+        x = obs.astype(jnp.float32) / 255.0
+        x = jnp.transpose(x, (0, 2, 3, 1))  # NCHW -> NHWC
+        for features, kernel in ((32, 5), (32, 5), (64, 4), (64, 3)):
+            x = nn.relu(_same_conv(features, kernel)(x))
+            x = nn.max_pool(x, (2, 2), strides=(2, 2), padding="VALID")
+        x = x.reshape((x.shape[0], -1))  # [B, 1600]
+        return nn.relu(_dense(self.hidden, _TORSO_GAIN)(x))  # [B, hidden]
+
+
 class MLPTorso(nn.Module):
     """Tanh MLP for vector observations ``[B, D]`` -> ``[B, hidden_sizes[-1]]``."""
 
@@ -149,10 +197,11 @@ class ActorCritic(nn.Module):
     """Policy and value heads on a torso.
 
     Attributes:
-        torso: one of ``"nature_cnn"``, ``"gfootball_cnn"``, ``"mlp"``.
+        torso: one of ``TORSOS``: ``"nature_cnn"``, ``"gfootball_cnn"``, ``"mlp"``, ``"ba3c"``.
         action_dim: number of discrete actions, or dimension of the continuous action.
         continuous: Gaussian policy if True, categorical otherwise.
         hidden_sizes: MLP hidden sizes (only used by the ``"mlp"`` torso).
+        hidden: width of the fully connected layer (only used by the ``"ba3c"`` torso).
 
     ``__call__(obs)`` returns ``(policy_out, value)``: ``value`` is float32 ``[B]``;
     ``policy_out`` is logits ``[B, A]`` (discrete) or ``(mean [B, A], log_std [B, A])``
@@ -163,6 +212,7 @@ class ActorCritic(nn.Module):
     action_dim: int
     continuous: bool
     hidden_sizes: tuple = (64, 64)
+    hidden: int = BA3C_DEFAULT_HIDDEN
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray):
@@ -175,6 +225,8 @@ class ActorCritic(nn.Module):
             # Shared CNN torso: conv features are expensive, so both heads read the same ones.
             torso_cls = NatureCNN if self.torso == "nature_cnn" else GFootballCNN
             actor_features = critic_features = torso_cls(name="torso")(obs)
+        elif self.torso == "ba3c":
+            actor_features = critic_features = BA3CTorso(self.hidden, name="torso")(obs)
         else:
             raise ValueError(f"Unknown torso {self.torso!r}; expected one of {TORSOS}.")
 
@@ -189,24 +241,60 @@ class ActorCritic(nn.Module):
         return (head, jnp.broadcast_to(log_std, head.shape)), value
 
 
-def make_network(obs_shape: tuple, action_dim: int, continuous: bool) -> ActorCritic:
-    """Picks the torso from the (unbatched) observation shape.
+def _torso_fits(torso: str, obs_shape: tuple) -> bool:
+    if torso in ("nature_cnn", "ba3c"):
+        return obs_shape == NATURE_CNN_OBS_SHAPE
+    if torso == "gfootball_cnn":
+        return obs_shape == GFOOTBALL_SMM_OBS_SHAPE
+    return len(obs_shape) == 1
 
-    ``(4, 84, 84)`` -> Nature CNN (Atari), ``(72, 96, 4)`` -> GFootball CNN (SMM), rank 1 -> MLP.
+
+_TORSO_NEEDS = {
+    "nature_cnn": f"Atari frames {NATURE_CNN_OBS_SHAPE} (channels first)",
+    "ba3c": f"Atari frames {NATURE_CNN_OBS_SHAPE} (channels first)",
+    "gfootball_cnn": f"the GFootball SMM shape {GFOOTBALL_SMM_OBS_SHAPE}",
+    "mlp": "a rank-1 vector observation",
+}
+
+
+def make_network(
+    obs_shape: tuple,
+    action_dim: int,
+    continuous: bool,
+    *,
+    torso: str | None = None,
+    hidden: int = BA3C_DEFAULT_HIDDEN,
+) -> ActorCritic:
+    """Builds the actor-critic, picking the torso from the (unbatched) observation shape unless given.
+
+    ``torso=None``: ``(4, 84, 84)`` -> Nature CNN (Atari), ``(72, 96, 4)`` -> GFootball CNN (SMM), rank 1 -> MLP.
+    ``torso="ba3c"``: the Distributed BA3C network (seed paper 001) with ``hidden`` units, Atari shape only.
+    Any explicit torso must fit the observation shape.
     """
     obs_shape = tuple(int(d) for d in obs_shape)
-    if obs_shape == NATURE_CNN_OBS_SHAPE:
-        torso = "nature_cnn"
-    elif obs_shape == GFOOTBALL_SMM_OBS_SHAPE:
-        torso = "gfootball_cnn"
-    elif len(obs_shape) == 1:
-        torso = "mlp"
-    else:
+    if torso is None:
+        if obs_shape == NATURE_CNN_OBS_SHAPE:
+            torso = "nature_cnn"
+        elif obs_shape == GFOOTBALL_SMM_OBS_SHAPE:
+            torso = "gfootball_cnn"
+        elif len(obs_shape) == 1:
+            torso = "mlp"
+        else:
+            raise ValueError(
+                f"No network for observation shape {obs_shape}: expected {NATURE_CNN_OBS_SHAPE} "
+                f"(Atari, channels first), {GFOOTBALL_SMM_OBS_SHAPE} (GFootball SMM, channels last) "
+                "or a rank-1 vector observation."
+            )
+    elif torso not in TORSOS:
+        raise ValueError(f"Unknown torso {torso!r}; expected one of {TORSOS}.")
+    elif not _torso_fits(torso, obs_shape):
         raise ValueError(
-            f"No network for observation shape {obs_shape}: expected {NATURE_CNN_OBS_SHAPE} "
-            f"(Atari, channels first), {GFOOTBALL_SMM_OBS_SHAPE} (GFootball SMM, channels last) "
-            "or a rank-1 vector observation."
+            f"Torso {torso!r} does not fit observation shape {obs_shape}: it needs {_TORSO_NEEDS[torso]}."
         )
     if action_dim < 1:
         raise ValueError(f"action_dim must be >= 1, got {action_dim}.")
-    return ActorCritic(torso=torso, action_dim=int(action_dim), continuous=bool(continuous))
+    if hidden < 1:
+        raise ValueError(f"hidden must be >= 1, got {hidden}.")
+    return ActorCritic(
+        torso=torso, action_dim=int(action_dim), continuous=bool(continuous), hidden=int(hidden)
+    )

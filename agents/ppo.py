@@ -5,6 +5,9 @@ parameters theta_{j-1} while the current parameters are theta_j. The epochs star
 (``state.params``); the importance ratio pi_theta / pi_{theta_{j-1}} uses the *stored* behaviour
 log-probs, so the clipped surrogate itself corrects for the one-step lag. Advantages come from the
 stored behaviour values plus the bootstrap value of ``obs[T]`` under theta_{j-1}.
+
+Data-parallel (as in seed paper 001's synchronous training): with ``axis_name`` set under ``pmap``, each
+minibatch gradient is averaged across replicas with ``mean_over_axis`` before its optimizer step.
 """
 
 import dataclasses
@@ -15,6 +18,7 @@ import optax
 
 from agents.batching import FlatBatch, prepare_batch
 from agents.losses import ppo_loss
+from agents.parallel import mean_over_axis
 from agents.types import Rollout, TrainState
 
 
@@ -51,6 +55,7 @@ def ppo_update(
     apply_fn,
     optimizer: optax.GradientTransformation,
     config: PPOConfig,
+    axis_name: str | None = None,
 ) -> tuple[TrainState, dict]:
     """``num_epochs x num_minibatches`` clipped-surrogate steps starting from ``state.params``.
 
@@ -63,6 +68,10 @@ def ppo_update(
       optimizer: optax transformation whose state is ``state.opt_state`` (static under jit); it is
         called ``num_epochs * num_minibatches`` times.
       config: ``PPOConfig`` (static under jit).
+      axis_name: pmap axis to average each minibatch gradient (and the metrics) over before its
+        optimizer step (data-parallel); None for a single replica. Every replica draws its minibatch
+        permutation from the same ``state.key`` over its own rows, and advantage normalisation stays
+        per replica minibatch, so this is a data-parallel PPO, not a bit-exact copy of one device's.
 
     Returns:
       ``(new_state, metrics)`` with the next key and ``update_step + 1``. Metrics are means over all
@@ -105,6 +114,7 @@ def ppo_update(
             entropy_coef=config.entropy_coef,
             normalize_advantages=config.normalize_advantages,
         )
+        grads, metrics = mean_over_axis((grads, metrics), axis_name)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
@@ -130,7 +140,7 @@ def ppo_update(
         epoch_step, (state.params, state.opt_state), epoch_keys, unroll=True
     )  # metrics leaves [E, M]
     metrics = jax.tree.map(jnp.mean, metrics)
-    metrics["advantage_mean"] = advantage_mean
+    metrics["advantage_mean"] = mean_over_axis(advantage_mean, axis_name)
     new_state = TrainState(
         params=params,
         opt_state=opt_state,

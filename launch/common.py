@@ -32,7 +32,10 @@ _SYNC_INTERVAL = flags.DEFINE_integer(
 _TOTAL_STEPS = flags.DEFINE_integer("total_steps", None, "Env steps to train (agent steps; default: preset).")
 _LR = flags.DEFINE_float("learning_rate", None, "Learning rate (default: preset).")
 _ANNEAL = flags.DEFINE_boolean("anneal_lr", None, "Linearly decay the learning rate to 0 (default: preset).")
-_OPTIMIZER = flags.DEFINE_enum("optimizer", None, ["adam", "rmsprop"], "Optimizer (default: preset).")
+_OPTIMIZER = flags.DEFINE_enum(
+    "optimizer", None, ["adam", "rmsprop", "adam_large_batch"],
+    "Optimizer (default: preset; launch.ba3c: adam_large_batch, the BA3C paper's eps-in-sqrt Adam).",
+)
 _OPT_EPS = flags.DEFINE_float("opt_eps", None, "Optimizer epsilon (default: preset).")
 _GRAD_NORM = flags.DEFINE_float("max_grad_norm", None, "Global gradient norm clip (default: preset).")
 _GAMMA = flags.DEFINE_float("gamma", None, "Discount (default: preset).")
@@ -63,10 +66,23 @@ _PRESET_FLAGS = {
 }
 
 
-def config_from_flags() -> config_lib.TrainConfig:
-    """Flags -> validated TrainConfig. Raises ValueError with one clear line on a bad value."""
+def config_from_flags(
+    config_cls: type = config_lib.TrainConfig,
+    *,
+    defaults: dict | None = None,
+    extra: dict | None = None,
+    validate: bool = True,
+    algo: str | None = None,
+):
+    """Flags -> validated config. Raises ValueError with one clear line on a bad value.
+
+    Precedence: a flag given on the command line, then the system's `defaults` (e.g. BA3C's optimizer), then the
+    preset of the env family and algorithm. `extra` holds the system's own fields (already read from its flags).
+    """
     env_id = resolve_env_id(_GAME.value, _ENV.value)
-    values = config_lib.preset(family_of(env_id), _ALGO.value)
+    algo = algo or _ALGO.value
+    values = config_lib.preset(family_of(env_id), algo)
+    values.update(defaults or {})
     for name, holder in _PRESET_FLAGS.items():
         if holder.value is not None:
             values[name] = holder.value
@@ -78,24 +94,33 @@ def config_from_flags() -> config_lib.TrainConfig:
     values["checkpoint_every"] = (
         _CKPT_EVERY.value if _CKPT_EVERY.value is not None else max(total_steps // 10, 1)
     )
-    config = config_lib.TrainConfig(
-        env_id=env_id, algo=_ALGO.value, seed=_SEED.value, env_batch_size=_ENV_BATCH.value,
+    config = config_cls(
+        env_id=env_id, algo=algo, seed=_SEED.value, env_batch_size=_ENV_BATCH.value,
         inference_batch=_INFER_BATCH.value, logdir=_LOGDIR.value, resume=_RESUME.value,
         eval_episodes=_EVAL_EPISODES.value, eval_deterministic=_EVAL_DET.value, time_limit=_TIME_LIMIT.value,
-        target_return=_TARGET.value, step_time=_STEP_TIME.value, quiet=_QUIET.value, **values,
+        target_return=_TARGET.value, step_time=_STEP_TIME.value, quiet=_QUIET.value, **values, **(extra or {}),
     )
-    config_lib.validate(config)
+    if validate:
+        config_lib.validate(config)
     return config
 
 
-def run_main(run: Callable[[config_lib.TrainConfig], dict]) -> dict:
+def flag_given(name: str) -> bool:
+    """True when `--name` was set on the command line (or by a test's flagsaver), not left at its default."""
+    return flags.FLAGS[name].present > 0 or flags.FLAGS[name].value != flags.FLAGS[name].default
+
+
+def run_main(
+    run: Callable[[config_lib.TrainConfig], dict],
+    make_config: Callable[[], config_lib.TrainConfig] = config_from_flags,
+) -> dict:
     """Builds the config (bad values: one line on stderr, exit 2) and runs; Ctrl-C exits 130 after a checkpoint."""
     # Start-up noise a user cannot act on: JAX's INFO line about a missing TPU runtime and gymnasium's warning
     # about casting float64 space bounds of classic-control tasks to float32.
     logging.set_verbosity(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
     try:
-        config = config_from_flags()
+        config = make_config()
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -115,3 +115,63 @@ def test_conv8x8_stride4_equals_flax_conv(height, width, channels):
     got = fast.apply(params, x)
     assert got.shape == expected.shape == (3, height // 4 - 1, width // 4 - 1, 32)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def _num_params(net, obs_shape):
+    params = jax.eval_shape(net.init, jax.random.key(0), jnp.zeros((1, *obs_shape), jnp.uint8))
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
+
+
+def test_ba3c_parameter_count_matches_table_2_slope():
+    """Seed paper 001, Table 2: weights grow by 1608 per hidden unit (538,119 - 332,295 = 128 x 1608)."""
+    num_actions = 6
+    # Conv (kernel, in, out) layers, each with a bias: 5x5 4->32, 5x5 32->32, 4x4 32->64, 3x3 64->64.
+    conv = sum(k * k * c_in * c_out + c_out for k, c_in, c_out in [(5, 4, 32), (5, 32, 32), (4, 32, 64), (3, 64, 64)])
+    assert conv == 98_624
+    features = 5 * 5 * 64  # 84 -> 42 -> 21 -> 10 -> 5 after four 2x2 pools
+    counts = {}
+    for hidden in (256, 128, 64):
+        net = agents.make_network((4, 84, 84), num_actions, False, torso="ba3c", hidden=hidden)
+        assert net.torso == "ba3c" and net.hidden == hidden
+        counts[hidden] = _num_params(net, (4, 84, 84))
+        # dense (features + 1) hidden, policy head (hidden + 1) A, value head hidden + 1.
+        assert counts[hidden] == conv + hidden * (features + 1 + num_actions + 1) + num_actions + 1
+        assert counts[hidden] == 98_624 + hidden * (1602 + num_actions) + num_actions + 1
+    assert counts[256] - counts[128] == 128 * 1608 == 538_119 - 332_295
+    assert counts[128] - counts[64] == 64 * 1608 == 332_295 - 229_383
+    # The constant part differs from the paper's (exact input and conv sizes are not given there).
+    assert 538_119 - counts[256] == 27_840
+
+
+def test_ba3c_forward_shapes():
+    batch, num_actions, hidden = 3, 6, 64
+    net = agents.make_network((4, 84, 84), num_actions, False, torso="ba3c", hidden=hidden)
+    obs = jnp.asarray(np.random.default_rng(0).integers(0, 256, size=(batch, 4, 84, 84)), jnp.uint8)
+    params = net.init(jax.random.key(0), obs)
+    torso = params["params"]["torso"]
+    # The dense layer reads the 5 x 5 x 64 = 1600 pooled features.
+    chex.assert_shape(torso["Dense_0"]["kernel"], (1600, hidden))
+    logits, values = jax.jit(net.apply)(params, obs)
+    chex.assert_shape(logits, (batch, num_actions))
+    chex.assert_shape(values, (batch,))
+    assert logits.dtype == values.dtype == jnp.float32
+    assert np.all(np.isfinite(logits)) and np.all(np.isfinite(values))
+    # Rows are processed independently and the input is really read.
+    assert not np.allclose(logits[0], logits[1])
+    features = agents.networks.BA3CTorso(hidden).apply({"params": torso}, obs)
+    chex.assert_shape(features, (batch, hidden))
+
+
+def test_make_network_torso_choice():
+    # torso=None keeps the automatic choice; an explicit torso must fit the shape.
+    assert agents.make_network((4, 84, 84), 6, False).torso == "nature_cnn"
+    assert agents.make_network((4, 84, 84), 6, False, torso="nature_cnn").torso == "nature_cnn"
+    assert agents.make_network((7,), 2, True, torso="mlp").torso == "mlp"
+    with pytest.raises(ValueError, match="does not fit observation shape"):
+        agents.make_network((7,), 6, False, torso="ba3c")
+    with pytest.raises(ValueError, match="does not fit observation shape"):
+        agents.make_network((72, 96, 4), 6, False, torso="ba3c")
+    with pytest.raises(ValueError, match="Unknown torso"):
+        agents.make_network((4, 84, 84), 6, False, torso="resnet")
+    with pytest.raises(ValueError, match="hidden"):
+        agents.make_network((4, 84, 84), 6, False, torso="ba3c", hidden=0)

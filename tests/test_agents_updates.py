@@ -125,6 +125,7 @@ def test_a2c_gradient_is_taken_at_behaviour_params(continuous):
         "entropy",
         "total_loss",
         "grad_norm",
+        "update_norm",
         "advantage_mean",
     }
     assert all(jnp.shape(v) == () for v in metrics.values())

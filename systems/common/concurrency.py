@@ -46,6 +46,10 @@ class ThreadGroup:
         if self._error is not None:
             raise self._error
 
+    def running(self) -> bool:
+        """True while any worker thread is still alive."""
+        return any(thread.is_alive() for thread in self._threads)
+
     def stop(self, timeout: float = 10.0) -> None:
         self.stopping.set()
         for thread in self._threads:

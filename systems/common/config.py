@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from agents.optim import OPTIMIZERS
 from envs.step_time import parse_step_time
 
 
@@ -27,7 +28,7 @@ class TrainConfig:
     sync_interval: int = 128  # alpha: steps per env in one round = rollout length of one update
     total_steps: int = 10_000_000  # env steps (agent steps, not frames); rounded up to whole rounds
     # Optimisation.
-    optimizer: str = "adam"  # "adam" or "rmsprop" (PyTorch semantics: eps outside the square root)
+    optimizer: str = "adam"  # adam | rmsprop (PyTorch: eps outside the sqrt) | adam_large_batch (BA3C Eq. 5-6)
     learning_rate: float = 2.5e-4
     anneal_lr: bool = True  # linear decay to 0 over the run
     opt_eps: float = 1e-5
@@ -81,8 +82,8 @@ def validate(config: TrainConfig) -> None:
             raise ConfigError(f"--{name} must be non-negative, got {getattr(config, name)}")
     if config.algo not in ("ppo", "a2c"):
         raise ConfigError(f"--algo must be 'ppo' or 'a2c', got '{config.algo}'")
-    if config.optimizer not in ("adam", "rmsprop"):
-        raise ConfigError(f"--optimizer must be 'adam' or 'rmsprop', got '{config.optimizer}'")
+    if config.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got '{config.optimizer}'")
     if env_batch_size(config) > config.num_envs:
         raise ConfigError(f"--env_batch_size={config.env_batch_size} exceeds --num_envs={config.num_envs}")
     if config.learning_rate <= 0:

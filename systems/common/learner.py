@@ -11,6 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from agents import (
     A2CConfig,
@@ -34,6 +35,7 @@ _INIT, _LEARNER, _ACTIONS, _EVAL = 0, 1, 2, 3
 class LearnerSetup:
     network: ActorCritic
     update: Callable  # jitted (state, behaviour_params, rollout) -> (state, metrics)
+    update_fn: Callable  # the same update before jit, for systems that pmap it (keyword `axis_name` for A2C)
     policy: Callable  # jitted (params, obs, env_ids, env_steps, run_key) -> (actions, log_probs, values)
     action_key: jax.Array  # the run key that action keys are folded from
     eval_seed: int
@@ -41,16 +43,25 @@ class LearnerSetup:
     action_dtype: Any
 
 
-def build(config: config_lib.TrainConfig, spec: EnvSpec) -> tuple[LearnerSetup, TrainState]:
-    network = make_network(spec.obs_shape, spec.action_dim, spec.continuous)
-    optimizer = make_optimizer(
-        name=config.optimizer,
-        learning_rate=config.learning_rate,
-        total_updates=config_lib.total_rounds(config) * _optimizer_steps_per_update(config),
-        anneal_lr=config.anneal_lr,
-        max_grad_norm=config.max_grad_norm,
-        eps=config.opt_eps,
-    )
+def build(
+    config: config_lib.TrainConfig,
+    spec: EnvSpec,
+    *,
+    network: ActorCritic | None = None,
+    optimizer: optax.GradientTransformation | None = None,
+) -> tuple[LearnerSetup, TrainState]:
+    """The agent of `config`; a system may pass its own `network` (BA3C's) or `optimizer` (large-batch Adam)."""
+    if network is None:
+        network = make_network(spec.obs_shape, spec.action_dim, spec.continuous)
+    if optimizer is None:
+        optimizer = make_optimizer(
+            name=config.optimizer,
+            learning_rate=config.learning_rate,
+            total_updates=config_lib.total_rounds(config) * optimizer_steps_per_update(config),
+            anneal_lr=config.anneal_lr,
+            max_grad_norm=config.max_grad_norm,
+            eps=config.opt_eps,
+        )
     run_key = jax.random.PRNGKey(config.seed)
     dummy_obs = jnp.zeros((1, *spec.obs_shape), spec.obs_dtype)
     params = network.init(jax.random.fold_in(run_key, _INIT), dummy_obs)
@@ -80,6 +91,7 @@ def build(config: config_lib.TrainConfig, spec: EnvSpec) -> tuple[LearnerSetup, 
     setup = LearnerSetup(
         network=network,
         update=jax.jit(update),
+        update_fn=update,
         policy=make_policy_fn(network.apply),
         action_key=jax.random.fold_in(run_key, _ACTIONS),
         eval_seed=config.seed + 10_000,
@@ -89,7 +101,7 @@ def build(config: config_lib.TrainConfig, spec: EnvSpec) -> tuple[LearnerSetup, 
     return setup, state
 
 
-def _optimizer_steps_per_update(config: config_lib.TrainConfig) -> int:
+def optimizer_steps_per_update(config: config_lib.TrainConfig) -> int:
     """PPO steps the optimizer once per minibatch, A2C once per round: the decay horizon counts optimizer steps."""
     return config.num_epochs * config.num_minibatches if config.algo == "ppo" else 1
 

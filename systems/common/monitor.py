@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -35,9 +38,23 @@ def default_run_dir(system: str, config: config_lib.TrainConfig) -> str:
 
 
 class Monitor:
-    def __init__(self, system: str, config: config_lib.TrainConfig, spec: EnvSpec, setup: LearnerSetup,
-                 state: TrainState):
+    def __init__(
+        self,
+        system: str,
+        config: config_lib.TrainConfig,
+        spec: EnvSpec,
+        setup: LearnerSetup,
+        state: TrainState,
+        *,
+        steps_per_update: int | None = None,
+        policy_params: Callable[[Any], Any] | None = None,
+        header: str = "",
+    ):
+        """`state` is the learner state (any pytree with `params` and a scalar `update_step`). Systems whose
+        updates are not rounds of every env (asynchronous gossip: one learner's iteration) pass `steps_per_update`;
+        systems with several parameter sets (gossip) pass `policy_params(state)`, the parameters to evaluate."""
         self.system = system
+        self.policy_params = policy_params or (lambda s: s.params)
         self.config = config
         self.run_dir = config.logdir or default_run_dir(system, config)
         if config.resume and not os.path.isdir(self.run_dir):
@@ -57,8 +74,9 @@ class Monitor:
             self.evaluations = [EvaluationRecord(**r) for r in meta["evaluations"]]
             self.resumed_from = int(meta["env_steps"])
         self.outputs = RunOutputs(self.run_dir, config, append=config.resume, quiet=config.quiet)
-        self.steps_per_round = config_lib.steps_per_round(config)
-        self.total_steps = config_lib.total_rounds(config) * self.steps_per_round
+        self.steps_per_round = steps_per_update or config_lib.steps_per_round(config)
+        self.total_updates = max(1, math.ceil(config.total_steps / self.steps_per_round))
+        self.total_steps = self.total_updates * self.steps_per_round
         self.start_round = int(self.state.update_step)
         self.start_steps = self.start_round * self.steps_per_round
         self.evaluator = None
@@ -76,7 +94,7 @@ class Monitor:
         self.stopped_by_time_limit = False
         self.outputs.print(
             f"[{system}] {config.env_id}  algo {config.algo}  envs {config.num_envs}  alpha {config.sync_interval}  "
-            f"params {parameter_count(self.state.params):,}  run dir {self.run_dir}"
+            f"params {parameter_count(self.policy_params(self.state)):,}{header}  run dir {self.run_dir}"
             + (f"  (resumed at {self.start_steps:,} steps)" if config.resume else "")
         )
         self._t0 = time.perf_counter()
@@ -150,7 +168,7 @@ class Monitor:
             return
         if self.evaluations and self.evaluations[-1].policy_version == int(self.state.update_step):
             return
-        returns = self.evaluator.run(self.state.params)
+        returns = self.evaluator.run(self.policy_params(self.state))
         record = EvaluationRecord(
             env_steps=self.env_steps, wall_time=self.wall_time(), policy_version=int(self.state.update_step),
             returns=[float(r) for r in returns],
@@ -170,8 +188,9 @@ class Monitor:
         }
         return save_checkpoint(self.run_dir, self.env_steps, self.state, meta)
 
-    def finish(self, *, interrupted: bool = False) -> dict:
-        """Final evaluation (unless interrupted), final checkpoint and summary.json; returns the summary."""
+    def finish(self, *, interrupted: bool = False, extra: dict | None = None) -> dict:
+        """Final evaluation (unless interrupted), final checkpoint and summary.json (plus the system's `extra`
+        entries); returns the summary."""
         if not interrupted:
             self.evaluate()
         self.checkpoint()
@@ -199,10 +218,11 @@ class Monitor:
             "evaluations": len(self.evaluations),
             "last_eval_return": float(np.mean(self.evaluations[-1].returns)) if self.evaluations else None,
             "last_metrics": {k: float(v) for k, v in self.last_metrics.items()},
-            "param_count": parameter_count(self.state.params),
+            "param_count": parameter_count(self.policy_params(self.state)),
             "param_fingerprint": params_fingerprint(self.state.params),
             "run_dir": self.run_dir,
             "resumed_from_env_steps": self.resumed_from,
+            **(extra or {}),
         }
         self.outputs.write_summary(summary)
         self.outputs.print(

@@ -33,6 +33,10 @@ PROGRESS_FIELDS = (
     "grad_norm",
     "approx_kl",
     "clip_fraction",
+    "update_norm",
+    "consensus_distance",  # gossip: ||X - mean(X)|| over the learners (seed 004, Fig. 2a)
+    "consensus_bound",  # gossip: the Proposition 1 bound from the learners' update norms
+    "grad_cosine_mean",  # gossip --log_grad_cosine: mean pairwise gradient cosine similarity (Fig. 2b)
 )
 EVAL_FIELDS = ("env_steps", "wall_time", "policy_version", "episodes", "mean_return", "std_return")
 

@@ -197,3 +197,83 @@ class RoundCollector:
         obs = np.stack([h[1] for h in held])
         zeros = np.zeros(len(held), np.float32)
         self.executor.buffer.put_rows(np.full(len(held), time.perf_counter()), ids, obs, zeros, zeros, zeros)
+
+
+def make_sharded_policy_fn(
+    apply_fn: Callable, devices: list | None, envs_per_shard: int, env_id_offset: int = 0, num_shards: int = 0
+):
+    """Policy for lock-step systems whose envs are split over devices (data-parallel workers, gossip learners).
+
+    Returns `policy(params, obs [D*E, ...], env_ids [D*E], env_steps [D*E], run_key)`, the same contract as
+    `make_policy_fn`, where `params` has a leading device axis (pmap-replicated for data-parallel, one set per
+    learner for gossip) and the batch holds every env exactly once (lock-step: each call sees all envs). Env
+    `e` runs on device `e // E` with that device's parameters, on a fixed [E] batch, so its actions do not depend
+    on how many processes or devices share the work. Action keys use the global env id `env_id_offset + e`.
+    `devices=None` (multi-process jobs) maps over this process's `num_shards` local devices.
+    """
+    num_shards = len(devices) if devices is not None else num_shards
+    total = num_shards * envs_per_shard
+
+    def shard_policy(params, obs, env_ids, env_steps, run_key):
+        def row_key(env_id, env_step):
+            return jax.random.fold_in(jax.random.fold_in(run_key, env_id), env_step)
+
+        keys = jax.vmap(row_key)(env_ids, env_steps)
+        return policy_step(params, obs, keys, apply_fn=apply_fn)
+
+    sharded = jax.pmap(shard_policy, in_axes=(0, 0, 0, 0, None), devices=devices)
+
+    def policy(params, obs, env_ids, env_steps, run_key):
+        env_ids = np.asarray(env_ids)
+        order = np.argsort(env_ids, kind="stable")
+        if len(env_ids) != total or not np.array_equal(env_ids[order], np.arange(total)):
+            raise RuntimeError(f"lock-step policy needs every env 0..{total - 1} exactly once, got {len(env_ids)}")
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(total)
+
+        def by_shard(x):
+            x = np.asarray(x)[order]
+            return x.reshape(num_shards, envs_per_shard, *x.shape[1:])
+
+        ids = (env_ids[order] + env_id_offset).astype(np.int32).reshape(num_shards, envs_per_shard)
+        outs = sharded(params, by_shard(obs), ids, by_shard(env_steps), run_key)
+        return tuple(np.asarray(x).reshape(total, *x.shape[2:])[inverse] for x in outs)
+
+    return policy
+
+
+def shard_rollout(storage: RoundStorage, num_shards: int) -> Rollout:
+    """A round's storage [T(+1), D*E, ...] as a Rollout with a leading device axis [D, T(+1), E, ...] (numpy)."""
+
+    def split(x):
+        t, b = x.shape[:2]
+        x = x.reshape(t, num_shards, b // num_shards, *x.shape[2:])
+        return np.ascontiguousarray(np.moveaxis(x, 1, 0))
+
+    s = storage
+    return Rollout(
+        obs=split(s.obs), actions=split(s.actions), rewards=split(s.rewards), terminations=split(s.terminations),
+        truncations=split(s.truncations), valid=split(s.valid), behaviour_log_probs=split(s.log_probs),
+        behaviour_values=split(s.values),
+    )
+
+
+def stack_host(tree: Any, n: int) -> Any:
+    """`n` host copies of every leaf along a new leading axis: the input of a pmapped function whose replicas (or
+    learners) start from the same values (pmap places row i on its device i)."""
+    return jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (n, *np.shape(x))).copy(), tree)
+
+
+def replica(tree: Any, index: int = 0) -> Any:
+    """Host copy of one local replica (row `index`) of a pmap output, read from the device that holds it.
+
+    Reads the shard directly: indexing (`x[0]`) would launch a JAX computation, which in a multi-process job is a
+    program every process must join."""
+
+    def row(x):
+        if isinstance(x, jax.Array):
+            shard = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)[index]
+            return np.asarray(shard.data).reshape(x.shape[1:])
+        return np.asarray(x)[index]
+
+    return jax.tree.map(row, tree)

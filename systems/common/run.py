@@ -62,3 +62,31 @@ def start_run(system: str, config: config_lib.TrainConfig) -> RunContext:
     setup, state = build(config, spec)
     monitor = Monitor(system, config, spec, setup, state)
     return RunContext(config=config, spec=spec, setup=setup, monitor=monitor, step_time=step_time)
+
+
+def run_lockstep(system: str, executor: Executor, collector: RoundCollector, monitor: Monitor,
+                 *, on_exit: Callable[[], None] | None = None, summary_extra: Callable[[], dict] | None = None) -> dict:
+    """The main loop of a lock-step system (sync baseline, data-parallel, pmap gossip): wait for every env of the
+    executor, hand the batch to the collector (which calls the system's update at each round's end), repeat until
+    the collector is finished; then the final evaluation, checkpoint and summary. Ctrl-C saves a checkpoint of the
+    newest parameters and re-raises KeyboardInterrupt."""
+    num_envs = executor.num_envs
+    interrupted = False
+    try:
+        executor.start()
+        while not collector.finished.is_set():
+            results = executor.take(max_items=num_envs, min_items=num_envs, timeout=1.0)
+            if results is not None:
+                collector.process(results)
+            monitor.heartbeat(executor.env_steps_received)
+    except KeyboardInterrupt:
+        interrupted = True
+        monitor.outputs.print(f"[{system}] interrupted: saving a checkpoint of the newest parameters")
+    finally:
+        executor.close()
+        if on_exit is not None:
+            on_exit()
+    summary = monitor.finish(interrupted=interrupted, extra=summary_extra() if summary_extra else None)
+    if interrupted:
+        raise KeyboardInterrupt
+    return summary

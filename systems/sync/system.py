@@ -11,7 +11,7 @@ import jax
 from systems.common import config as config_lib
 from systems.common.monitor import LearnerReport
 from systems.common.rollout import RoundStorage
-from systems.common.run import start_run
+from systems.common.run import run_lockstep, start_run
 
 SYSTEM = "sync"
 
@@ -34,21 +34,5 @@ def run(config: config_lib.TrainConfig) -> dict:
         return None if stop[0] else (version + 1, new_state.params)
 
     collector = ctx.make_collector(executor, inference_batch=config.num_envs, on_round_complete=on_round_complete)
-    interrupted = False
-    try:
-        executor.start()
-        while not collector.finished.is_set():
-            # Lock-step: wait for every env's result before acting (A2C/PPO's per-step synchronization).
-            results = executor.take(max_items=config.num_envs, min_items=config.num_envs, timeout=1.0)
-            if results is not None:
-                collector.process(results)
-            monitor.heartbeat(executor.env_steps_received)
-    except KeyboardInterrupt:
-        interrupted = True
-        monitor.outputs.print("[sync] interrupted: saving a checkpoint of the newest parameters")
-    finally:
-        executor.close()
-    summary = monitor.finish(interrupted=interrupted)
-    if interrupted:
-        raise KeyboardInterrupt
-    return summary
+    # Lock-step: wait for every env's result before acting (A2C/PPO's per-step synchronization).
+    return run_lockstep(SYSTEM, executor, collector, monitor)

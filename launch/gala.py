@@ -1,0 +1,52 @@
+"""`python -m launch.gala --game=Breakout`: GALA-A2C (seed 004), `--num_learners` A2C learners with their own envs
+mixing parameters by gossip over a directed ring (`--num_peers`) or a time-varying exponential graph.
+
+`--gossip=async` (default): a thread per learner, non-blocking messages, optional staleness bound
+`--max_staleness`; timing-dependent by design. `--gossip=pmap`: lock-step learners on a pmap axis (one per device),
+`ppermute` with one-iteration-old messages; bit-reproducible, multi-host with `--num_processes`. Takes the shared
+flags of launch.hts except `--num_envs` (use `--envs_per_learner`). Hyperparameters default to seed 004's Table 2
+(A2C, RMSProp, 16 envs per learner, horizon 5, learning rate 7e-4 x sqrt(learners))."""
+
+import dataclasses
+
+from absl import app, flags
+
+from launch import common, scaleout
+from systems.gossip import system
+
+_NUM_LEARNERS = flags.DEFINE_integer("num_learners", 4, "A2C learners, each with its own envs and parameters.")
+_ENVS_PER_LEARNER = flags.DEFINE_integer("envs_per_learner", 16, "Training envs of each learner.")
+_TOPOLOGY = flags.DEFINE_enum(
+    "topology", "ring", ["ring", "exponential"], "Peer graph: directed ring, or time-varying exponential (pmap)."
+)
+_NUM_PEERS = flags.DEFINE_integer("num_peers", 1, "Out-peers of each learner (paper: 1).")
+_GOSSIP = flags.DEFINE_enum("gossip", "async", ["async", "pmap"], "Execution: learner threads, or lock-step pmap.")
+_MAX_STALENESS = flags.DEFINE_integer(
+    "max_staleness", -1, "tau: wait when the newest in-peer message is more than tau local iterations old (-1: never)."
+)
+_COSINE = flags.DEFINE_boolean("log_grad_cosine", False, "Log the learners' pairwise gradient cosine similarity.")
+
+
+def make_config() -> system.GossipConfig:
+    if common.flag_given("algo") and flags.FLAGS.algo != "a2c":
+        raise ValueError("launch.gala trains A2C learners; drop --algo or use --algo=a2c")
+    if common.flag_given("num_envs"):
+        raise ValueError("launch.gala sizes envs with --envs_per_learner")
+    config = common.config_from_flags(
+        system.GossipConfig, validate=False, algo="a2c",
+        extra=dict(num_learners=_NUM_LEARNERS.value, topology=_TOPOLOGY.value, num_peers=_NUM_PEERS.value,
+                   gossip=_GOSSIP.value, max_staleness=_MAX_STALENESS.value, log_grad_cosine=_COSINE.value,
+                   lr_scaling=scaleout.LR_SCALING.value or "sqrt", **scaleout.multihost_values()),
+    )
+    config = dataclasses.replace(config, envs_per_learner=_ENVS_PER_LEARNER.value)
+    system.validate(config)
+    return config
+
+
+def main(argv):
+    del argv
+    common.run_main(system.run, make_config)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,231 @@
+"""Synchronous data-parallel actor-critic: Distributed BA3C (seed 001, sections 2.2-2.5) on a named pmap axis.
+
+* Workers are devices on the pmap axis `DEVICE_AXIS` (`--num_devices` per process; with `jax.distributed`, every
+  host's devices). Device d steps its own share of the envs (global env ids d*E .. d*E+E-1, E = local_batch /
+  sync_interval), runs their forward passes on its own replica of the parameters, and computes the A2C gradient
+  on its local batch of `local_batch` data points.
+* Gradients are averaged with `pmean` (the paper's synchronous gathering and averaging, without parameter servers:
+  an all-reduce does the same job) and every replica applies the same optimizer step, so the replicas stay
+  bit-identical; `--debug` checks this after every update (max over leaves of pmax - pmin must be exactly 0).
+  Effective batch = number of devices x local batch.
+* Optimizer: large-batch Adam (Eq. 5-6, epsilon inside the square root) with beta1 0.8, beta2 0.75, learning rate
+  1e-3 not scaled by default (`--lr_scaling` none/linear/sqrt by the number of devices), and epsilon 1e-8 when the
+  effective batch is 512 or more, else 1e-3, unless `--opt_eps` is given.
+* Network: on Atari the BA3C network with a `--hidden` wide FC layer (Table 2); elsewhere the default network.
+* Departure from the paper: within a worker the paper keeps BA3C's asynchronous prediction/training threads; here
+  each worker is synchronous (lock-step envs, then one update), which makes a run a pure function of the seed and
+  the device count. The paper's parameter servers are replaced by the all-reduce.
+* Multi-host (`--num_processes > 1`): one process per host, `jax.distributed` (gloo on CPU). Process p steps the
+  envs of its local devices only; env seeds and action keys use global env ids, so the parameters equal a
+  single-process run over the same total device count. Process 0 evaluates and writes the run directory; process
+  p > 0 writes `<logdir>/process-<p>` (its own checkpoints, no evaluation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+
+import jax
+import numpy as np
+
+from agents import DEVICE_AXIS, large_batch_eps, make_network, make_optimizer, scale_learning_rate
+from envs.executor import Executor
+from envs.factory import make_spec
+from envs.step_time import parse_step_time
+from systems.common import config as config_lib
+from systems.common import distributed
+from systems.common.learner import build, optimizer_steps_per_update
+from systems.common.monitor import LearnerReport, Monitor
+from systems.common.rollout import (
+    RoundCollector,
+    RoundStorage,
+    make_sharded_policy_fn,
+    replica,
+    shard_rollout,
+    stack_host,
+)
+from systems.common.run import run_lockstep
+
+SYSTEM = "datapar"
+LR_SCALING_RULES = ("none", "linear", "sqrt")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataParallelConfig(config_lib.TrainConfig):
+    """A data-parallel run. `num_envs` is derived (all devices x envs per device) by `resolve`."""
+
+    algo: str = "a2c"
+    optimizer: str = "adam_large_batch"
+    learning_rate: float = 1e-3  # before --lr_scaling
+    anneal_lr: bool = False
+    opt_eps: float | None = None  # None: the epsilon rule (1e-8 if the effective batch is >= 512, else 1e-3)
+    num_devices: int = 0  # devices per process on the pmap axis (0: all local devices)
+    local_batch: int = 80  # data points per device per update = envs per device x sync_interval
+    hidden: int = 256  # BA3C FC width (Atari); 128 is the paper's final choice (Table 2)
+    adam_b1: float = 0.8
+    adam_b2: float = 0.75
+    lr_scaling: str = "none"  # none | linear | sqrt, by the number of devices (the batch multiplier)
+    coordinator_address: str = ""  # host:port of process 0 (multi-host)
+    num_processes: int = 1
+    process_id: int = 0
+    debug: bool = False  # check after every update that all replicas hold bit-identical parameters
+
+
+def envs_per_device(config: DataParallelConfig) -> int:
+    return config.local_batch // config.sync_interval
+
+
+def validate(config: DataParallelConfig) -> None:
+    """One clear line (ConfigError) for the first bad data-parallel value; the shared checks run in `resolve`."""
+    if config.num_devices < 0:
+        raise config_lib.ConfigError(f"--num_devices must be non-negative, got {config.num_devices}")
+    if config.sync_interval <= 0:
+        raise config_lib.ConfigError(f"--sync_interval must be positive, got {config.sync_interval}")
+    if config.local_batch <= 0 or config.local_batch % config.sync_interval:
+        raise config_lib.ConfigError(
+            f"--local_batch={config.local_batch} must be a positive multiple of --sync_interval="
+            f"{config.sync_interval} (envs per device = local_batch / sync_interval)"
+        )
+    if config.hidden <= 0:
+        raise config_lib.ConfigError(f"--hidden must be positive, got {config.hidden}")
+    if config.lr_scaling not in LR_SCALING_RULES:
+        raise config_lib.ConfigError(f"--lr_scaling must be one of {', '.join(LR_SCALING_RULES)}, got "
+                                     f"'{config.lr_scaling}'")
+    if config.algo != "a2c":
+        raise config_lib.ConfigError("launch.ba3c trains A2C (BA3C); --algo must be a2c")
+    if config.optimizer not in ("adam_large_batch", "adam", "rmsprop"):
+        raise config_lib.ConfigError(
+            f"--optimizer must be adam_large_batch, adam or rmsprop, got '{config.optimizer}'"
+        )
+    if not (0 <= config.adam_b1 < 1 and 0 <= config.adam_b2 < 1):
+        raise config_lib.ConfigError("--adam_b1 and --adam_b2 must be in [0, 1)")
+    if config.opt_eps is not None and config.opt_eps <= 0:
+        raise config_lib.ConfigError(f"--opt_eps must be positive, got {config.opt_eps}")
+    if config.num_processes < 1:
+        raise config_lib.ConfigError(f"--num_processes must be >= 1, got {config.num_processes}")
+
+
+def select_devices(config: DataParallelConfig) -> list:
+    """The local devices on the pmap axis: all of them, or the first `num_devices` (single process only)."""
+    local = jax.local_devices()
+    if config.num_devices == 0:
+        return local
+    if config.num_devices > len(local):
+        raise config_lib.ConfigError(
+            f"--num_devices={config.num_devices} but this process has {len(local)} devices"
+            " (on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N gives N)"
+        )
+    if jax.process_count() > 1 and config.num_devices != len(local):
+        raise config_lib.ConfigError("with several processes every local device takes part: leave --num_devices=0")
+    return local[: config.num_devices]
+
+
+def resolve(config: DataParallelConfig, num_global_devices: int) -> DataParallelConfig:
+    """The run's derived values: total envs, the scaled learning rate and the epsilon rule."""
+    effective_batch = num_global_devices * config.local_batch
+    eps = config.opt_eps
+    if eps is None:
+        eps = large_batch_eps(effective_batch) if config.optimizer == "adam_large_batch" else 1e-5
+    resolved = dataclasses.replace(
+        config,
+        num_envs=num_global_devices * envs_per_device(config),
+        learning_rate=scale_learning_rate(config.learning_rate, num_global_devices, config.lr_scaling),
+        opt_eps=eps,
+    )
+    config_lib.validate(resolved)
+    return resolved
+
+
+def make_replica_check(devices: list):
+    """pmapped params -> largest pmax - pmin over every leaf and every device (0.0 iff replicas are identical)."""
+
+    def spread(params):
+        leaves = jax.tree_util.tree_leaves(params)
+        gaps = [jax.numpy.max(jax.lax.pmax(x, DEVICE_AXIS) - jax.lax.pmin(x, DEVICE_AXIS)) for x in leaves]
+        return jax.numpy.max(jax.numpy.stack(gaps))
+
+    return jax.pmap(spread, axis_name=DEVICE_AXIS, devices=distributed.pmap_devices(devices))
+
+
+def run(config: DataParallelConfig) -> dict:
+    """Trains data-parallel A2C (BA3C); returns the summary (also written to `<run dir>/summary.json`)."""
+    validate(config)
+    try:
+        distributed.initialize(config.coordinator_address, config.num_processes, config.process_id)
+    except ValueError as error:
+        raise config_lib.ConfigError(str(error)) from None
+    devices = select_devices(config)
+    num_local = len(devices)
+    num_global = num_local * jax.process_count()
+    config = resolve(config, num_global)
+    process = jax.process_index()
+    if process > 0:  # process 0 owns the run directory and the evaluations
+        run_dir = os.path.join(config.logdir or "runs", f"process-{process}")
+        config = dataclasses.replace(config, logdir=run_dir, eval_episodes=0, quiet=True)
+
+    spec = make_spec(config.env_id)
+    network = make_network(
+        spec.obs_shape, spec.action_dim, spec.continuous, torso="ba3c" if spec.family == "atari" else None,
+        hidden=config.hidden,
+    )
+    optimizer = make_optimizer(
+        name=config.optimizer, learning_rate=config.learning_rate,
+        total_updates=config_lib.total_rounds(config) * optimizer_steps_per_update(config),
+        anneal_lr=config.anneal_lr, max_grad_norm=config.max_grad_norm, eps=config.opt_eps,
+        b1=config.adam_b1 if config.optimizer != "rmsprop" else None,
+        b2=config.adam_b2 if config.optimizer != "rmsprop" else None,
+    )
+    setup, state = build(config, spec, network=network, optimizer=optimizer)
+    e = envs_per_device(config)
+    effective_batch = num_global * config.local_batch
+    monitor = Monitor(
+        SYSTEM, config, spec, setup, state,
+        header=(f"  devices {num_global} ({jax.process_count()} process(es))  local batch {config.local_batch}  "
+                f"effective batch {effective_batch}  lr {config.learning_rate:g}  eps {config.opt_eps:g}"),
+    )
+    start_round = int(monitor.state.update_step)
+    total_rounds = config_lib.total_rounds(config)
+    if start_round >= total_rounds:
+        return monitor.finish()
+
+    update = jax.pmap(
+        functools.partial(setup.update_fn, axis_name=DEVICE_AXIS), axis_name=DEVICE_AXIS,
+        devices=distributed.pmap_devices(devices),
+    )
+    replica_spread = make_replica_check(devices) if config.debug else None
+    replicated = stack_host(monitor.state, num_local)
+    holder = {"state": replicated}
+
+    first_env = process * num_local * e
+    executor = Executor(
+        spec, num_envs=num_local * e, batch_size=num_local * e, seed=config.seed + first_env,
+        step_time=parse_step_time(config.step_time),
+    )
+    stop = [False]
+
+    def on_round_complete(storage: RoundStorage, last: bool):
+        current = holder["state"]
+        version = int(current.update_step[0])
+        new_state, metrics = update(current, current.params, shard_rollout(storage, num_local))
+        if replica_spread is not None:
+            gap = float(np.max(np.asarray(replica_spread(new_state.params))))
+            if gap != 0.0:
+                raise RuntimeError(f"data-parallel replicas diverged (max |difference| {gap:g})")
+        holder["state"] = new_state
+        report = LearnerReport(replica(new_state), replica(metrics), version, version)
+        stop[0] = monitor.on_report(report, executor.pop_episodes())
+        return None if stop[0] else (version + 1, new_state.params)
+
+    collector = RoundCollector(
+        executor,
+        policy_fn=make_sharded_policy_fn(
+            network.apply, distributed.pmap_devices(devices), e, env_id_offset=first_env, num_shards=num_local
+        ),
+        run_key=setup.action_key, sync_interval=config.sync_interval, inference_batch=num_local * e,
+        first_round=start_round, total_rounds=total_rounds, params=replicated.params, version=start_round,
+        on_round_complete=on_round_complete, action_shape=setup.action_shape, action_dtype=setup.action_dtype,
+    )
+    # Lock-step: every env of this process, then one synchronous all-reduced update.
+    return run_lockstep(SYSTEM, executor, collector, monitor)

@@ -1,0 +1,530 @@
+"""Gossip-based Actor-Learner Architectures (GALA, seed 004, Algorithm 1): `num_learners` A2C learners, each with
+its own envs and parameters, that mix their parameters with their in-peers' after every local step,
+x_i <- (x_i + sum_j m_j) / (1 + |in-peers|), on a directed ring (`--num_peers`) or a time-varying exponential graph.
+
+Two execution modes, same learner update (`agents.a2c_update` and `agents.gossip.mix`):
+
+* `--gossip=async` (Algorithm 1 as written): one thread per learner, each on its own device when there are enough.
+  After its local A2C step a learner broadcasts its parameters without blocking (a newer message overwrites an
+  unread one), mixes when it holds a message from every in-peer, and otherwise carries on
+  (`systems.gossip.buffers.GossipNetwork`). `--max_staleness` (tau) makes a learner wait when its newest message
+  from an in-peer is more than tau local iterations old. A slow learner never holds the others back (without tau).
+  Results depend on thread timing by design: a seed does not fix them. Static ring topology only.
+* `--gossip=pmap`: learners on the named pmap axis `LEARNER_AXIS`, in lock-step. Each iteration a learner takes its
+  local step, mixes the result with the messages its in-peers sent one iteration earlier, and sends its new
+  parameters with `ppermute`; the messages are consumed the next iteration, so communication overlaps the next
+  step. The messages in transit start as the (common) initial parameters. A seed and a device count fix the run
+  bit for bit. Runs across hosts with `jax.distributed` (`--num_processes`).
+
+Logged every update: the consensus distance ||X - mean(X)|| over the learners, and the Proposition 1 bound
+computed from the learners' update norms (`agents.gossip.ConsensusBound`, the exact lock-step model with
+one-iteration-old messages; in async mode the same model is fed per round of all learners, which makes it an
+estimate there, not a guarantee). `--log_grad_cosine` adds the learners' pairwise gradient cosine similarity
+(Fig. 2b) to `grad_cosine.csv`.
+
+The learning rate is the base rate times sqrt(number of learners) by default (seed 004, Table 2). Evaluation plays
+learner 0's policy; the fingerprint in summary.json covers every learner's parameters.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import os
+import queue
+import threading
+from typing import Any, NamedTuple
+
+import jax
+import jax.flatten_util
+import jax.numpy as jnp
+import numpy as np
+
+from agents import LEARNER_AXIS, TrainState, make_optimizer, scale_learning_rate
+from agents.gossip import ConsensusBound, consensus_distance, make_topology, mix, pairwise_cosine
+from envs.executor import Executor
+from envs.factory import make_spec
+from envs.step_time import parse_step_time
+from systems.common import config as config_lib
+from systems.common import distributed
+from systems.common.concurrency import StopRequested, ThreadGroup
+from systems.common.learner import build
+from systems.common.monitor import LearnerReport, Monitor
+from systems.common.rollout import (
+    RoundCollector,
+    RoundStorage,
+    make_policy_fn,
+    make_sharded_policy_fn,
+    replica,
+    shard_rollout,
+    stack_host,
+)
+from systems.common.run import run_lockstep
+from systems.gossip.buffers import GossipNetwork
+
+SYSTEM = "gala"
+MODES = ("async", "pmap")
+TOPOLOGIES = ("ring", "exponential")
+
+
+@dataclasses.dataclass(frozen=True)
+class GossipConfig(config_lib.TrainConfig):
+    """A GALA run. `num_envs` is derived (learners x envs per learner); `learning_rate` is the base rate."""
+
+    algo: str = "a2c"
+    num_learners: int = 4
+    envs_per_learner: int = 16
+    topology: str = "ring"  # ring | exponential (time-varying, pmap mode only)
+    num_peers: int = 1  # out-peers per learner (paper: a 1-peer ring)
+    gossip: str = "async"  # async | pmap
+    max_staleness: int = -1  # tau in local iterations (async); -1: no bound, never wait
+    lr_scaling: str = "sqrt"  # none | linear | sqrt, by the number of learners (paper: sqrt)
+    log_grad_cosine: bool = False
+    coordinator_address: str = ""
+    num_processes: int = 1
+    process_id: int = 0
+
+
+class GossipState(NamedTuple):
+    """Every learner's state, checkpointed together.
+
+    pmap mode: leaves have a leading learner axis [n, ...] and `inbox` holds the messages in transit (one pytree of
+    [n, ...] per peer shift). Async mode: `params`, `opt_state` and `key` are tuples with one entry per learner and
+    `inbox` is empty (messages in flight are not saved). `update_step` counts gossip iterations (pmap: lock-step
+    iterations; async: local iterations summed over learners), `learner_steps` each learner's own count."""
+
+    params: Any
+    opt_state: Any
+    key: Any
+    update_step: Any
+    learner_steps: Any
+    inbox: Any
+
+
+def validate(config: GossipConfig) -> None:
+    bad = config_lib.ConfigError
+    if config.num_learners < 1:
+        raise bad(f"--num_learners must be positive, got {config.num_learners}")
+    if config.envs_per_learner < 1:
+        raise bad(f"--envs_per_learner must be positive, got {config.envs_per_learner}")
+    if config.gossip not in MODES:
+        raise bad(f"--gossip must be async or pmap, got '{config.gossip}'")
+    if config.topology not in TOPOLOGIES:
+        raise bad(f"--topology must be ring or exponential, got '{config.topology}'")
+    if config.topology == "exponential" and config.gossip == "async":
+        raise bad("--topology=exponential is time-varying and needs lock-step iterations: use --gossip=pmap")
+    if config.max_staleness < -1:
+        raise bad(f"--max_staleness must be -1 (no bound) or >= 0, got {config.max_staleness}")
+    if config.lr_scaling not in ("none", "linear", "sqrt"):
+        raise bad(f"--lr_scaling must be none, linear or sqrt, got '{config.lr_scaling}'")
+    if config.algo != "a2c":
+        raise bad("launch.gala trains A2C learners; --algo must be a2c")
+    if config.gossip == "async" and config.num_processes > 1:
+        raise bad("--gossip=async runs on one host; use --gossip=pmap with --num_processes > 1")
+    try:
+        make_topology(config.topology, config.num_learners, config.num_peers)
+    except ValueError as error:
+        raise bad(str(error)) from None
+
+
+def resolve(config: GossipConfig) -> GossipConfig:
+    resolved = dataclasses.replace(
+        config,
+        num_envs=config.num_learners * config.envs_per_learner,
+        learning_rate=scale_learning_rate(config.learning_rate, config.num_learners, config.lr_scaling),
+    )
+    config_lib.validate(resolved)
+    return resolved
+
+
+class CosineLog:
+    """grad_cosine.csv: the learners' pairwise gradient cosine similarity (seed 004, Fig. 2b), and its running mean."""
+
+    def __init__(self, run_dir: str, num_learners: int, append: bool):
+        path = os.path.join(run_dir, "grad_cosine.csv")
+        exists = append and os.path.exists(path)
+        self._handle = open(path, "a" if exists else "w", newline="")
+        self._writer = csv.writer(self._handle)
+        if not exists:
+            self._writer.writerow(["env_steps", "learner_i", "learner_j", "cosine"])
+        self.total = np.zeros((num_learners, num_learners))
+        self.count = 0
+
+    def add(self, env_steps: int, matrix: np.ndarray) -> float:
+        """Logs one matrix; returns the mean off-diagonal similarity."""
+        n = matrix.shape[0]
+        for i in range(n):
+            for j in range(n):
+                self._writer.writerow([env_steps, i, j, f"{float(matrix[i, j]):.6g}"])
+        self._handle.flush()
+        self.total += matrix
+        self.count += 1
+        return float((matrix.sum() - np.trace(matrix)) / max(n * (n - 1), 1))
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def run(config: GossipConfig) -> dict:
+    """Trains GALA-A2C; returns the summary (also written to `<run dir>/summary.json`)."""
+    validate(config)
+    try:
+        distributed.initialize(config.coordinator_address, config.num_processes, config.process_id)
+    except ValueError as error:
+        raise config_lib.ConfigError(str(error)) from None
+    config = resolve(config)
+    if config.gossip == "pmap":
+        return _run_pmap(config)
+    return _run_async(config)
+
+
+def _make_agent(config: GossipConfig):
+    spec = make_spec(config.env_id)
+    optimizer = make_optimizer(
+        name=config.optimizer, learning_rate=config.learning_rate, total_updates=_iterations(config),
+        anneal_lr=config.anneal_lr, max_grad_norm=config.max_grad_norm, eps=config.opt_eps,
+    )
+    setup, state = build(config, spec, optimizer=optimizer)
+    return spec, setup, state
+
+
+def _iterations(config: GossipConfig) -> int:
+    """Local iterations per learner over the run (the learning-rate decay horizon)."""
+    per_iteration = config.envs_per_learner * config.sync_interval
+    return max(1, -(-config.total_steps // (per_iteration * config.num_learners)))
+
+
+def _header(config: GossipConfig) -> str:
+    tau = "none" if config.max_staleness < 0 else str(config.max_staleness)
+    return (f"  learners {config.num_learners} x {config.envs_per_learner} envs  {config.topology} "
+            f"{config.num_peers} peer(s)  gossip {config.gossip}  tau {tau}  lr {config.learning_rate:g}")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# pmap mode: lock-step learners on a named axis, one-iteration-old messages through ppermute.
+
+
+def _gossip_step(state: TrainState, rollout, inbox, *, update_fn, shifts, num_learners, with_cosine):
+    """One lock-step GALA iteration of one learner (under pmap over LEARNER_AXIS).
+
+    Local A2C step (Algorithm 1, lines 2-4), mixing with the messages sent one iteration earlier (lines 6-7), and
+    the non-blocking broadcast of the freshly updated parameters (line 5) as `ppermute`s consumed next iteration.
+    """
+    new_state, metrics = update_fn(state, state.params, rollout)
+    updated = new_state.params
+    mixed = mix(updated, list(inbox))
+    outbox = tuple(
+        jax.lax.ppermute(updated, LEARNER_AXIS, perm=[(i, (i + s) % num_learners) for i in range(num_learners)])
+        for s in shifts
+    )
+    stats = {
+        "consensus_distance": _axis_consensus_distance(mixed),
+        "update_norm_total": jnp.sqrt(jax.lax.psum(jnp.square(metrics["update_norm"]), LEARNER_AXIS)),
+    }
+    if with_cosine:
+        grads = metrics.pop("grads")
+        flat = jax.flatten_util.ravel_pytree(grads)[0]
+        stats["grad_cosine"] = pairwise_cosine(jax.lax.all_gather(flat, LEARNER_AXIS))
+    metrics = jax.lax.pmean(metrics, LEARNER_AXIS)  # logged: the learners' mean losses
+    return new_state._replace(params=mixed), outbox, metrics, stats
+
+
+def _axis_consensus_distance(params) -> jax.Array:
+    """||X - mean(X)|| over the learner axis, inside pmap."""
+    mean = jax.lax.pmean(params, LEARNER_AXIS)
+    sq = sum(jnp.sum(jnp.square(x - m)) for x, m in zip(jax.tree.leaves(params), jax.tree.leaves(mean), strict=True))
+    return jnp.sqrt(jax.lax.psum(sq, LEARNER_AXIS))
+
+
+def _run_pmap(config: GossipConfig) -> dict:
+    n = config.num_learners
+    local = jax.local_devices()
+    num_local = n // jax.process_count()
+    if num_local * jax.process_count() != n or num_local > len(local):
+        raise config_lib.ConfigError(
+            f"--gossip=pmap puts one learner per device: --num_learners={n} needs {n} devices, this job has "
+            f"{len(local)} per process x {jax.process_count()} process(es) (on CPU, XLA_FLAGS="
+            "--xla_force_host_platform_device_count=N; on one GPU use --gossip=async)"
+        )
+    if jax.process_count() > 1 and num_local != len(local):
+        raise config_lib.ConfigError("with several processes every local device hosts one learner")
+    devices = local[:num_local]
+    process = jax.process_index()
+    if process > 0:
+        config = dataclasses.replace(
+            config, logdir=os.path.join(config.logdir or "runs", f"process-{process}"), eval_episodes=0, quiet=True
+        )
+    spec, setup, state = _make_agent(config)
+    topology = make_topology(config.topology, n, config.num_peers)
+    e = config.envs_per_learner
+
+    def stacked(tree):  # a leading axis over this process's learners (all start equal, as Prop. 1 assumes)
+        return stack_host(tree, num_local)
+
+    initial = GossipState(
+        params=stacked(state.params), opt_state=stacked(state.opt_state), key=stacked(state.key),
+        update_step=np.zeros((), np.int32), learner_steps=np.zeros((num_local,), np.int32),
+        inbox=tuple(stacked(state.params) for _ in range(config.num_peers)),
+    )
+    monitor = Monitor(
+        SYSTEM, config, spec, setup, initial, header=_header(config),
+        policy_params=lambda s: replica(s.params),
+    )
+    start = int(monitor.state.update_step)
+    total = config_lib.total_rounds(config)
+    if start >= total:
+        return monitor.finish()
+
+    first = process * num_local
+    restored = monitor.state
+
+    # Host arrays with a leading learner axis: pmap puts learner i's row on device i at the first step.
+    learners = TrainState(params=restored.params, opt_state=restored.opt_state, key=restored.key,
+                          update_step=np.asarray(restored.learner_steps))
+    inbox = tuple(restored.inbox)
+    update_fn = setup.update_fn
+    if config.log_grad_cosine:
+        update_fn = functools.partial(update_fn, return_grads=True)
+    steps = {
+        phase: jax.pmap(
+            functools.partial(_gossip_step, update_fn=update_fn, shifts=topology.shifts(phase), num_learners=n,
+                              with_cosine=config.log_grad_cosine),
+            axis_name=LEARNER_AXIS, devices=distributed.pmap_devices(devices),
+        )
+        for phase in range(topology.period)
+    }
+    bound = ConsensusBound(topology, delay=1)
+    cosine_log = CosineLog(monitor.run_dir, n, config.resume) if config.log_grad_cosine else None
+    executor = Executor(
+        spec, num_envs=num_local * e, batch_size=num_local * e, seed=config.seed + first * e,
+        step_time=parse_step_time(config.step_time),
+    )
+    holder = {"learners": learners, "inbox": inbox}
+    stop = [False]
+
+    def on_round_complete(storage: RoundStorage, last: bool):
+        iteration = int(monitor.state.update_step)
+        step = steps[iteration % topology.period]
+        new_learners, outbox, metrics, stats = step(holder["learners"], shard_rollout(storage, num_local),
+                                                     holder["inbox"])
+        holder["learners"], holder["inbox"] = new_learners, outbox
+        stats = replica(stats)
+        metrics = {k: v for k, v in replica(metrics).items() if k != "grads"}
+        metrics["consensus_distance"] = float(stats["consensus_distance"])
+        metrics["consensus_bound"] = bound.add(float(stats["update_norm_total"]))
+        snapshot = GossipState(
+            params=new_learners.params, opt_state=new_learners.opt_state, key=new_learners.key,
+            update_step=np.asarray(iteration + 1, np.int32),
+            learner_steps=np.full((num_local,), iteration + 1, np.int32), inbox=outbox,
+        )
+        if cosine_log is not None:
+            metrics["grad_cosine_mean"] = cosine_log.add((iteration + 1) * config.num_envs * config.sync_interval,
+                                                         np.asarray(stats["grad_cosine"]))
+        report = LearnerReport(snapshot, metrics, iteration, iteration)
+        stop[0] = monitor.on_report(report, executor.pop_episodes())
+        return None if stop[0] else (iteration + 1, new_learners.params)
+
+    collector = RoundCollector(
+        executor, policy_fn=make_sharded_policy_fn(setup.network.apply, distributed.pmap_devices(devices), e,
+                                         env_id_offset=first * e, num_shards=num_local),
+        run_key=setup.action_key, sync_interval=config.sync_interval, inference_batch=num_local * e,
+        first_round=start, total_rounds=total, params=learners.params, version=start,
+        on_round_complete=on_round_complete, action_shape=setup.action_shape, action_dtype=setup.action_dtype,
+    )
+    return run_lockstep(SYSTEM, executor, collector, monitor,
+                        on_exit=cosine_log.close if cosine_log is not None else None)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# async mode: one thread per learner, non-blocking gossip through GossipNetwork.
+
+
+@dataclasses.dataclass
+class _LearnerSlot:
+    """What the main thread may read of one learner: its newest state and per-iteration update norms."""
+
+    state: TrainState
+    iterations: int = 0
+    update_norms: list = dataclasses.field(default_factory=list)
+    grads: Any = None
+
+
+def _run_async(config: GossipConfig) -> dict:
+    n, e = config.num_learners, config.envs_per_learner
+    spec, setup, state = _make_agent(config)
+    topology = make_topology(config.topology, n, config.num_peers)
+    initial = GossipState(
+        params=tuple(state.params for _ in range(n)), opt_state=tuple(state.opt_state for _ in range(n)),
+        key=tuple(state.key for _ in range(n)), update_step=np.zeros((), np.int32),
+        learner_steps=np.zeros((n,), np.int32), inbox=(),
+    )
+    monitor = Monitor(
+        SYSTEM, config, spec, setup, initial, header=_header(config), policy_params=lambda s: s.params[0],
+        steps_per_update=e * config.sync_interval,
+    )
+    total_iterations = monitor.total_updates
+    start = int(monitor.state.update_step)
+    if start >= total_iterations:
+        return monitor.finish()
+    restored = monitor.state
+    devices = jax.local_devices()
+    slots = []
+    for i in range(n):
+        device = devices[i % len(devices)]
+        learner = TrainState(
+            params=restored.params[i], opt_state=restored.opt_state[i], key=restored.key[i],
+            update_step=np.asarray(restored.learner_steps[i], np.int32),
+        )
+        slots.append(_LearnerSlot(state=jax.device_put(learner, device),
+                                  iterations=int(restored.learner_steps[i])))
+
+    group = ThreadGroup()
+    tau = None if config.max_staleness < 0 else config.max_staleness
+    network = GossipNetwork(n, [topology.in_peers(i, 0) for i in range(n)], tau, group.stopping)
+    update = jax.jit(functools.partial(setup.update_fn, return_grads=True) if config.log_grad_cosine
+                     else setup.update_fn)
+    mix_jit = jax.jit(mix)
+    policy = make_policy_fn(setup.network.apply)
+    reports: queue.Queue = queue.Queue()
+    budget = {"taken": start}
+    budget_lock = threading.Lock()
+    executors = [
+        Executor(spec, num_envs=e, batch_size=e, seed=config.seed + i * e, step_time=parse_step_time(config.step_time))
+        for i in range(n)
+    ]
+
+    def claim_iteration() -> bool:
+        """One more local iteration for some learner while the run's budget lasts (shared by all learners)."""
+        with budget_lock:
+            if budget["taken"] >= total_iterations:
+                return False
+            budget["taken"] += 1
+            return True
+
+    def learner_loop(i: int):
+        slot, executor, device = slots[i], executors[i], devices[i % len(devices)]
+
+        def offset_policy(params, obs, env_ids, env_steps, run_key):
+            return policy(params, obs, env_ids + i * e, env_steps, run_key)
+
+        def on_round_complete(storage: RoundStorage, last: bool):
+            current = slot.state
+            new_state, metrics = update(current, current.params, storage.to_rollout())
+            iteration = slot.iterations + 1
+            network.send(i, iteration, new_state.params)
+            messages = network.receive(i, iteration)
+            params = new_state.params
+            if messages:
+                params = mix_jit(params, [jax.device_put(m.params, device) for m in messages])
+            grads = metrics.pop("grads", None)
+            slot.state = new_state._replace(params=params)
+            slot.update_norms.append(float(metrics["update_norm"]))
+            slot.grads = grads
+            slot.iterations = iteration
+            reports.put((i, jax.device_get(metrics), executor.pop_episodes()))
+            if group.stopping.is_set() or not claim_iteration():
+                return None
+            return iteration, params
+
+        collector = RoundCollector(
+            executor, policy_fn=offset_policy, run_key=setup.action_key, sync_interval=config.sync_interval,
+            inference_batch=e, first_round=slot.iterations, total_rounds=2**62, params=slot.state.params,
+            version=slot.iterations, on_round_complete=on_round_complete, action_shape=setup.action_shape,
+            action_dtype=setup.action_dtype,
+        )
+        try:
+            if not claim_iteration():
+                return
+            executor.start()
+            while not collector.finished.is_set():
+                if group.stopping.is_set():
+                    raise StopRequested
+                results = executor.take(max_items=e, min_items=e, timeout=0.2)
+                if results is not None:
+                    collector.process(results)
+        finally:
+            network.retire(i)  # learners waiting on this one's messages (tau) must not wait for ever
+
+    bound = ConsensusBound(topology, delay=1)
+    bound_rounds = [min(s.iterations for s in slots)]
+    gossip_metrics: dict = {}  # newest consensus distance, bound and gradient similarity, repeated on every row
+    cosine_log = CosineLog(monitor.run_dir, n, config.resume) if config.log_grad_cosine else None
+    interrupted = False
+    done = 0
+    try:
+        for i in range(n):
+            group.spawn(f"learner-{i}", functools.partial(learner_loop, i))
+        while done < total_iterations - start:
+            group.check()
+            try:
+                learner, metrics, episodes = reports.get(timeout=0.1)
+            except queue.Empty:
+                if not group.running():
+                    break
+                monitor.heartbeat(sum(x.env_steps_received for x in executors))
+                continue
+            done += 1
+            snapshot = _async_snapshot(slots, start + done)
+            metrics = {k: float(v) for k, v in metrics.items()}
+            # Proposition 1 model, fed once per round completed by every learner.
+            while min(s.iterations for s in slots) > bound_rounds[0]:
+                r = bound_rounds[0]
+                norms = [s.update_norms[r - _first_iteration(s)] for s in slots]
+                gossip_metrics["consensus_bound"] = bound.add(float(np.sqrt(np.sum(np.square(norms)))))
+                bound_rounds[0] += 1
+            if learner == 0:  # a snapshot of every learner's newest parameters, once per learner-0 iteration
+                gossip_metrics["consensus_distance"] = float(
+                    consensus_distance(_stack([s.state.params for s in slots]))
+                )
+                if cosine_log is not None and all(s.grads is not None for s in slots):
+                    flat = np.stack([np.asarray(jax.flatten_util.ravel_pytree(s.grads)[0]) for s in slots])
+                    gossip_metrics["grad_cosine_mean"] = cosine_log.add(
+                        monitor.env_steps, np.asarray(pairwise_cosine(jnp.asarray(flat)))
+                    )
+            metrics.update(gossip_metrics)
+            report = LearnerReport(snapshot, metrics, int(snapshot.update_step), int(snapshot.update_step))
+            if monitor.on_report(report, episodes):
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+        monitor.outputs.print(f"[{SYSTEM}] interrupted: saving a checkpoint of the newest parameters")
+    finally:
+        group.stop()
+        network.close()
+        for executor in executors:
+            executor.close()
+        if cosine_log is not None:
+            cosine_log.close()
+    if not interrupted:
+        group.check()
+    gossip_stats = [network.stats(i) for i in range(n)]
+    monitor.outputs.print(
+        f"[{SYSTEM}] gossip: local iterations {[s.iterations for s in slots]}, mixes "
+        f"{[g['mixes'] for g in gossip_stats]}, skipped {[g['skips'] for g in gossip_stats]}, waited "
+        f"{[round(g['wait_seconds'], 2) for g in gossip_stats]} s, max staleness mixed "
+        f"{[g['max_staleness_mixed'] for g in gossip_stats]}"
+    )
+    monitor.state = _async_snapshot(slots, int(monitor.state.update_step))
+    summary = monitor.finish(interrupted=interrupted, extra={"gossip": gossip_stats,
+                                                              "learner_iterations": [s.iterations for s in slots]})
+    if interrupted:
+        raise KeyboardInterrupt
+    return summary
+
+
+def _first_iteration(slot: _LearnerSlot) -> int:
+    """Local iteration index of `slot.update_norms[0]` (non-zero after --resume)."""
+    return slot.iterations - len(slot.update_norms)
+
+
+def _stack(trees: list):
+    return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(np.asarray(x)) for x in xs]), *trees)
+
+
+def _async_snapshot(slots: list[_LearnerSlot], update_step: int) -> GossipState:
+    return GossipState(
+        params=tuple(s.state.params for s in slots), opt_state=tuple(s.state.opt_state for s in slots),
+        key=tuple(s.state.key for s in slots), update_step=np.asarray(update_step, np.int32),
+        learner_steps=np.asarray([s.iterations for s in slots], np.int32), inbox=(),
+    )

@@ -1,0 +1,83 @@
+"""Data-parallel BA3C system (seed 001): replicas stay identical, a seed and a device count fix the run, and a
+2-process `jax.distributed` job (gloo on 127.0.0.1) ends where a single process over the same 4 devices ends.
+
+Each multi-device run happens in its own process (the device count is fixed when JAX starts)."""
+
+import json
+import socket
+import subprocess
+import sys
+
+import numpy as np
+from multidevice import ROOT, device_env, run_python
+
+_RUN = """
+import json, sys
+import numpy as np
+from systems.datapar import system
+from systems.common.checkpoint import list_checkpoints
+from flax import serialization
+config = system.DataParallelConfig(
+    env_id="CartPole-v1", seed=3, sync_interval=5, local_batch=20, total_steps=4 * 20 * 12, eval_episodes=0,
+    quiet=True, debug=True, logdir=sys.argv[1], num_devices={num_devices}, {extra}
+)
+summary = system.run(config)
+with open(list_checkpoints(summary["run_dir"])[-1], "rb") as f:
+    params = serialization.msgpack_restore(f.read())["state"]["params"]
+leaves = [np.asarray(x).ravel() for x in __import__("jax").tree_util.tree_leaves(params)]
+np.save(sys.argv[2], np.concatenate(leaves))
+print(json.dumps({{"fingerprint": summary["param_fingerprint"], "updates": summary["updates"],
+                  "env_steps": summary["env_steps"], "num_envs": {num_envs_expr}}}))
+"""
+
+
+def _script(num_devices, extra="", num_envs_expr='summary["env_steps"] // summary["updates"] // 5'):
+    return _RUN.format(num_devices=num_devices, extra=extra, num_envs_expr=num_envs_expr)
+
+
+def _run_single(tmp_path, name, num_devices):
+    code = _script(num_devices)
+    out = run_python(
+        f"import sys; sys.argv = ['x', {str(tmp_path / name)!r}, {str(tmp_path / (name + '.npy'))!r}]\n" + code,
+        num_devices=num_devices,
+    )
+    return json.loads(out.strip().splitlines()[-1]), np.load(tmp_path / f"{name}.npy")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_same_seed_and_devices_give_bit_identical_parameters(tmp_path):
+    first, params_a = _run_single(tmp_path, "a", 2)
+    second, params_b = _run_single(tmp_path, "b", 2)
+    assert first["updates"] == 4 * 20 * 12 // (2 * 20) and first["num_envs"] == 8
+    assert first["fingerprint"] == second["fingerprint"]
+    np.testing.assert_array_equal(params_a, params_b)
+
+
+def test_two_processes_equal_one_process_over_the_same_devices(tmp_path):
+    single, single_params = _run_single(tmp_path, "single", 4)
+    port = _free_port()
+    procs = []
+    for pid in range(2):
+        extra = f'coordinator_address="127.0.0.1:{port}", num_processes=2, process_id={pid}'
+        code = _script(0, extra=extra)
+        args = [sys.executable, "-c", code, str(tmp_path / "multi"), str(tmp_path / f"multi{pid}.npy")]
+        procs.append(subprocess.Popen(args, cwd=ROOT, env=device_env(2), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outputs = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, stderr[-3000:]
+        outputs.append(json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1]))
+    multi = [np.load(tmp_path / f"multi{pid}.npy") for pid in range(2)]
+    assert outputs[0]["num_envs"] == outputs[1]["num_envs"] == single["num_envs"] == 16
+    assert outputs[0]["updates"] == single["updates"] == 12
+    # Both processes hold the same parameters (the all-reduce gives every replica the same bits) ...
+    assert outputs[0]["fingerprint"] == outputs[1]["fingerprint"]
+    np.testing.assert_array_equal(multi[0], multi[1])
+    # ... equal to the single-process run over the same 4 devices up to the all-reduce's summation order.
+    np.testing.assert_allclose(multi[0], single_params, rtol=1e-5, atol=1e-6)
