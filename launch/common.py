@@ -18,7 +18,9 @@ _GAME = flags.DEFINE_string("game", None, "Atari game name, e.g. Breakout (EnvPo
 _ENV = flags.DEFINE_string(
     "env", None, "EnvPool task id instead of --game, e.g. CartPole-v1, gfootball/academy_empty_goal_close-v1."
 )
-_ALGO = flags.DEFINE_enum("algo", "ppo", ["ppo", "a2c"], "On-policy algorithm.")
+_ALGO = flags.DEFINE_enum(
+    "algo", None, ["ppo", "a2c"], "On-policy algorithm (default: ppo; launch.ba3c and launch.gala train a2c)."
+)
 _SEED = flags.DEFINE_integer("seed", 1, "Seed of envs, initial parameters, action keys and minibatch order.")
 _NUM_ENVS = flags.DEFINE_integer("num_envs", None, "Number of training envs (default: preset).")
 _NUM_ACTORS = flags.DEFINE_integer("num_actors", None, "HTS actor threads (default: preset or 1).")
@@ -80,7 +82,7 @@ def config_from_flags(
     preset of the env family and algorithm. `extra` holds the system's own fields (already read from its flags).
     """
     env_id = resolve_env_id(_GAME.value, _ENV.value)
-    algo = algo or _ALGO.value
+    algo = algo or _ALGO.value or "ppo"
     values = config_lib.preset(family_of(env_id), algo)
     values.update(defaults or {})
     for name, holder in _PRESET_FLAGS.items():

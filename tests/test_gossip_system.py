@@ -1,0 +1,135 @@
+"""GALA system (seed 004): the pmap mode mixes exactly the messages sent one iteration earlier, a seed and a device
+count fix a pmap run bit for bit, the consensus distance stays under the Proposition 1 bound, and the async mode
+runs its learners independently. Multi-device code runs in its own process (tests/multidevice.py)."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from multidevice import run_python
+
+from systems.common.config import ConfigError
+from systems.gossip import system
+
+_ONE_ITERATION_OLD = """
+import functools, json
+import jax, jax.numpy as jnp, numpy as np
+from agents import LEARNER_AXIS, TrainState
+from systems.gossip.system import _gossip_step
+
+n = 4
+def fake_update(state, behaviour_params, delta):  # a 'local step' that adds a known per-learner delta
+    params = jax.tree.map(lambda p: p + delta, state.params)
+    return state._replace(params=params, update_step=state.update_step + 1), {"update_norm": jnp.linalg.norm(delta)}
+
+step = jax.pmap(functools.partial(_gossip_step, update_fn=fake_update, shifts=(1,), num_learners=n,
+                                  with_cosine=False), axis_name=LEARNER_AXIS)
+x0 = np.zeros((n, 3), np.float32)
+state = TrainState(params={"w": x0}, opt_state=(), key=np.zeros((n, 2), np.uint32), update_step=np.zeros(n, np.int32))
+inbox = ({"w": x0},)  # messages in transit start as the initial parameters
+rng = np.random.default_rng(0)
+history = []
+for k in range(4):
+    delta = rng.normal(size=(n, 3)).astype(np.float32)
+    state, inbox, metrics, stats = step(state, delta, inbox)
+    history.append({"delta": delta.tolist(), "x": np.asarray(state.params["w"]).tolist(),
+                    "distance": float(np.asarray(stats["consensus_distance"])[0])})
+print(json.dumps(history))
+"""
+
+
+def test_pmap_mode_mixes_exactly_the_messages_sent_one_iteration_earlier():
+    history = json.loads(run_python(_ONE_ITERATION_OLD, num_devices=4).strip().splitlines()[-1])
+    n = 4
+    x = np.zeros((n, 3))
+    sent = np.zeros((n, 3))  # what each learner sent last iteration (initially the initial parameters)
+    for record in history:
+        updated = x + np.asarray(record["delta"])
+        from_in_peer = np.roll(sent, 1, axis=0)  # learner i's in-peer on the 1-peer ring is i - 1
+        x = (updated + from_in_peer) / 2
+        sent = updated
+        np.testing.assert_allclose(np.asarray(record["x"]), x, rtol=1e-5, atol=1e-6)
+        expected_distance = np.linalg.norm(x - x.mean(axis=0))
+        assert record["distance"] == pytest.approx(expected_distance, rel=1e-4)
+
+
+_PMAP_RUN = """
+import json, sys
+from systems.gossip import system
+config = system.GossipConfig(
+    env_id="CartPole-v1", seed=5, sync_interval=5, envs_per_learner=4, num_learners=4, total_steps=4 * 20 * 30,
+    eval_episodes=0, quiet=True, gossip="pmap", topology="{topology}", logdir=sys.argv[1], log_grad_cosine=True,
+)
+summary = system.run(config)
+print(json.dumps({{"fingerprint": summary["param_fingerprint"], "updates": summary["updates"]}}))
+"""
+
+
+def _pmap_run(tmp_path, name, topology="ring"):
+    code = f"import sys; sys.argv = ['x', {str(tmp_path / name)!r}]\n" + _PMAP_RUN.format(topology=topology)
+    return json.loads(run_python(code, num_devices=4).strip().splitlines()[-1])
+
+
+def _progress(run_dir):
+    with open(run_dir / "progress.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_pmap_runs_are_bit_reproducible_and_stay_inside_the_proposition_1_bound(tmp_path):
+    first = _pmap_run(tmp_path, "a")
+    second = _pmap_run(tmp_path, "b")
+    assert first["updates"] == second["updates"] == 30
+    assert first["fingerprint"] == second["fingerprint"]
+    rows = _progress(tmp_path / "a")
+    distances = np.array([float(r["consensus_distance"]) for r in rows])
+    bounds = np.array([float(r["consensus_bound"]) for r in rows])
+    assert np.all(distances > 0)  # the learners really differ (their envs differ) ...
+    assert np.all(distances <= bounds)  # ... but stay inside the epsilon-ball of Proposition 1
+    cosines = np.array([float(r["grad_cosine_mean"]) for r in rows])
+    assert np.all(np.abs(cosines) <= 1.0 + 1e-6)
+    with open(tmp_path / "a" / "grad_cosine.csv") as f:
+        assert len(list(csv.DictReader(f))) == 30 * 16
+
+
+def test_pmap_exponential_graph_runs_inside_its_bound(tmp_path):
+    _pmap_run(tmp_path, "exp", topology="exponential")
+    rows = _progress(tmp_path / "exp")
+    assert all(float(r["consensus_distance"]) <= float(r["consensus_bound"]) for r in rows)
+
+
+def test_async_learners_run_and_mix(tmp_path):
+    config = system.GossipConfig(
+        env_id="CartPole-v1", seed=5, sync_interval=5, envs_per_learner=4, num_learners=3, total_steps=3 * 20 * 20,
+        eval_episodes=2, quiet=True, logdir=str(tmp_path / "async"), max_staleness=2,
+    )
+    summary = system.run(config)
+    assert summary["updates"] == 60 and summary["env_steps"] == 3 * 20 * 20
+    assert sum(summary["learner_iterations"]) == 60
+    mixes = [g["mixes"] for g in summary["gossip"]]
+    assert all(m > 0 for m in mixes)
+    assert all(g["max_staleness_mixed"] <= 2 for g in summary["gossip"])
+    rows = _progress(tmp_path / "async")
+    assert any(r["consensus_distance"] for r in rows)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(gossip="async", topology="exponential"), "exponential"),
+        (dict(max_staleness=-3), "max_staleness"),
+        (dict(num_learners=0), "num_learners"),
+        (dict(num_learners=4, num_peers=4), "peer"),
+        (dict(algo="ppo"), "A2C"),
+    ],
+)
+def test_bad_gossip_settings_are_clear_errors(changes, message):
+    config = system.GossipConfig(env_id="CartPole-v1", **changes)
+    with pytest.raises(ConfigError, match=message):
+        system.validate(config)
+
+
+def test_pmap_mode_needs_one_device_per_learner(tmp_path):
+    config = system.GossipConfig(env_id="CartPole-v1", gossip="pmap", num_learners=4, logdir=str(tmp_path / "x"))
+    with pytest.raises(ConfigError, match="one learner per device"):
+        system.run(config)
