@@ -32,13 +32,16 @@ import json
 import os
 import shlex
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 from absl import app, flags
+
+from benchmarks.common import fmt as _fmt
+from benchmarks.common import machine as _machine
+from benchmarks.common import median as _median
+from benchmarks.common import run_job
 
 _QUICK = flags.DEFINE_bool("quick", False, "Two short CartPole rows, 1 repeat; writes *_quick files.")
 _GROUPS = flags.DEFINE_list(
@@ -203,53 +206,7 @@ def worker(job: dict) -> None:
 
 def _run_job(job: dict, timeout_s: float) -> dict:
     """Runs one measurement in a fresh process; returns its result dict, with 'error' on failure or timeout."""
-    cmd = [sys.executable, "-m", "benchmarks.throughput", f"--worker={json.dumps(job)}"]
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    started = time.strftime("%H:%M:%S")
-    cpu_before = _cpu_ticks_by_pid()
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        stdout, stderr = None, None
-    wall = time.perf_counter() - t0
-    background = _background_cores(cpu_before, _cpu_ticks_by_pid(), wall, exclude={os.getpid(), proc.pid})
-    meta = {"wall_s": wall, "started": started, "background_cores": background}
-    if stdout is None:
-        return {"sps": None, "error": f"timeout after {timeout_s:.0f} s", **meta}
-    for line in stdout.splitlines():
-        if line.startswith("RESULT "):
-            return {**json.loads(line[len("RESULT "):]), **meta}
-    tail = (stderr or stdout).strip().splitlines()[-3:]
-    return {"sps": None, "error": f"exit {proc.returncode}: {' | '.join(tail)}", **meta}
-
-
-def _cpu_ticks_by_pid() -> dict[int, int]:
-    """utime + stime clock ticks of every process (Linux /proc); {} elsewhere."""
-    ticks = {}
-    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            ticks[int(name)] = int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            continue
-    return ticks
-
-
-def _background_cores(before: dict, after: dict, wall: float, exclude: set) -> float | None:
-    """CPU cores used on average by processes other than this driver and the worker during a run: other people's
-    jobs on the machine steal cycles from the measurement (a 2-core machine is saturated by one run)."""
-    if not after or wall <= 0:
-        return None
-    hz = os.sysconf("SC_CLK_TCK")
-    used = sum(t - before.get(pid, 0) for pid, t in after.items() if pid not in exclude)
-    return max(used, 0) / hz / wall
+    return run_job("benchmarks.throughput", job, timeout_s)
 
 
 def claim1_model_ratio(step_time: str, num_envs: int, alpha: int, draws: int = 20_000) -> float | None:
@@ -262,30 +219,6 @@ def claim1_model_ratio(step_time: str, num_envs: int, alpha: int, draws: int = 2
     sync_step = rng.exponential(1.0, (draws, num_envs)).max(axis=1).mean()
     hts_round = rng.gamma(alpha, 1.0, (draws, num_envs)).max(axis=1).mean()
     return float(alpha * sync_step / hts_round)
-
-
-def _median(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def _fmt(value, digits=0):
-    if value is None:
-        return "n/a"
-    return f"{value:,.{digits}f}"
-
-
-def _machine() -> str:
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores"
 
 
 def main(argv):

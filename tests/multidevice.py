@@ -33,3 +33,42 @@ def run_python(code: str, num_devices: int, timeout: float = 600.0) -> str:
             f"child process failed (exit {result.returncode})\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
         )
     return result.stdout
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_processes(codes: list[str], num_devices: int, workdir: str, timeout: float = 600.0) -> list[str]:
+    """Runs one Python process per code string at once (a `jax.distributed` job), each with `num_devices` CPU
+    devices; returns their stdouts. Output goes to files, not pipes: a process blocked on a full pipe would never
+    reach JAX's shutdown barrier and the job would abort."""
+    procs, files = [], []
+    for i, code in enumerate(codes):
+        out = open(os.path.join(workdir, f"process-{i}.out"), "w+")
+        err = open(os.path.join(workdir, f"process-{i}.err"), "w+")
+        files.append((out, err))
+        procs.append(subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
+                                      env=device_env(num_devices), stdout=out, stderr=err, text=True))
+    outputs = []
+    try:
+        for proc, (out, err) in zip(procs, files, strict=True):
+            proc.wait(timeout=timeout)
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = out.read(), err.read()
+            if proc.returncode != 0:
+                raise AssertionError(f"process failed (exit {proc.returncode})\n--- stderr tail\n{stderr[-3000:]}")
+            outputs.append(stdout)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        for out, err in files:
+            out.close()
+            err.close()
+    return outputs

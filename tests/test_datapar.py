@@ -4,12 +4,9 @@
 Each multi-device run happens in its own process (the device count is fixed when JAX starts)."""
 
 import json
-import socket
-import subprocess
-import sys
 
 import numpy as np
-from multidevice import ROOT, device_env, run_python
+from multidevice import free_port, run_processes, run_python
 
 _RUN = """
 import json, sys
@@ -44,12 +41,6 @@ def _run_single(tmp_path, name, num_devices):
     return json.loads(out.strip().splitlines()[-1]), np.load(tmp_path / f"{name}.npy")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_same_seed_and_devices_give_bit_identical_parameters(tmp_path):
     first, params_a = _run_single(tmp_path, "a", 2)
     second, params_b = _run_single(tmp_path, "b", 2)
@@ -60,19 +51,16 @@ def test_same_seed_and_devices_give_bit_identical_parameters(tmp_path):
 
 def test_two_processes_equal_one_process_over_the_same_devices(tmp_path):
     single, single_params = _run_single(tmp_path, "single", 4)
-    port = _free_port()
-    procs = []
+    port = free_port()
+    codes = []
     for pid in range(2):
         extra = f'coordinator_address="127.0.0.1:{port}", num_processes=2, process_id={pid}'
-        code = _script(0, extra=extra)
-        args = [sys.executable, "-c", code, str(tmp_path / "multi"), str(tmp_path / f"multi{pid}.npy")]
-        procs.append(subprocess.Popen(args, cwd=ROOT, env=device_env(2), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    outputs = []
-    for proc in procs:
-        stdout, stderr = proc.communicate(timeout=600)
-        assert proc.returncode == 0, stderr[-3000:]
-        outputs.append(json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1]))
+        argv = [str(tmp_path / "multi"), str(tmp_path / f"multi{pid}.npy")]
+        codes.append(f"import sys; sys.argv = ['x', *{argv!r}]\n" + _script(0, extra=extra))
+    outputs = [
+        json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
+        for stdout in run_processes(codes, num_devices=2, workdir=str(tmp_path))
+    ]
     multi = [np.load(tmp_path / f"multi{pid}.npy") for pid in range(2)]
     assert outputs[0]["num_envs"] == outputs[1]["num_envs"] == single["num_envs"] == 16
     assert outputs[0]["updates"] == single["updates"] == 12

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from multidevice import run_python
+from multidevice import free_port, run_processes, run_python
 
 from systems.common.config import ConfigError
 from systems.gossip import system
@@ -133,3 +133,41 @@ def test_pmap_mode_needs_one_device_per_learner(tmp_path):
     config = system.GossipConfig(env_id="CartPole-v1", gossip="pmap", num_learners=4, logdir=str(tmp_path / "x"))
     with pytest.raises(ConfigError, match="one learner per device"):
         system.run(config)
+
+
+_MULTIHOST_PMAP = """
+import json, sys
+import numpy as np
+from flax import serialization
+from systems.common.checkpoint import list_checkpoints
+from systems.gossip import system
+config = system.GossipConfig(
+    env_id="CartPole-v1", seed=5, sync_interval=5, envs_per_learner=4, num_learners=4, total_steps=4 * 20 * 10,
+    eval_episodes=0, quiet=True, gossip="pmap", logdir=sys.argv[1], {extra}
+)
+summary = system.run(config)
+with open(list_checkpoints(summary["run_dir"])[-1], "rb") as f:
+    params = serialization.msgpack_restore(f.read())["state"]["params"]
+import jax
+print(json.dumps([np.asarray(x).reshape(np.shape(x)[0], -1).tolist() for x in jax.tree_util.tree_leaves(params)]))
+"""
+
+
+def test_pmap_gossip_over_two_processes_equals_one_process(tmp_path):
+    single = run_python(
+        f"import sys; sys.argv = ['x', {str(tmp_path / 'single')!r}]\n" + _MULTIHOST_PMAP.format(extra=""), 4
+    )
+    single_leaves = [np.asarray(x) for x in json.loads(single.strip().splitlines()[-1])]
+    port = free_port()
+    codes = [
+        f"import sys; sys.argv = ['x', {str(tmp_path / 'multi')!r}]\n"
+        + _MULTIHOST_PMAP.format(extra=f'coordinator_address="127.0.0.1:{port}", num_processes=2, process_id={pid}')
+        for pid in range(2)
+    ]
+    per_process = []
+    for stdout in run_processes(codes, num_devices=2, workdir=str(tmp_path)):
+        line = [x for x in stdout.splitlines() if x.startswith("[")][-1]
+        per_process.append([np.asarray(x) for x in json.loads(line)])
+    # Process p holds learners 2p and 2p + 1; together they are the single process's four learners.
+    for leaf, (first, second) in zip(single_leaves, zip(*per_process, strict=True), strict=True):
+        np.testing.assert_allclose(np.concatenate([first, second]), leaf, rtol=1e-5, atol=1e-6)

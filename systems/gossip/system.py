@@ -19,8 +19,12 @@ Two execution modes, same learner update (`agents.a2c_update` and `agents.gossip
 Logged every update: the consensus distance ||X - mean(X)|| over the learners, and the Proposition 1 bound
 computed from the learners' update norms (`agents.gossip.ConsensusBound`, the exact lock-step model with
 one-iteration-old messages; in async mode the same model is fed per round of all learners, which makes it an
-estimate there, not a guarantee). `--log_grad_cosine` adds the learners' pairwise gradient cosine similarity
-(Fig. 2b) to `grad_cosine.csv`.
+estimate there, not a guarantee; after `--resume` the learners no longer start equal, the proof's initial-spread term
+is not zero and the logged bound, which restarts from the resumed iteration, may be exceeded). `--log_grad_cosine`
+adds the learners' pairwise gradient cosine similarity (Fig. 2b) to `grad_cosine.csv`.
+
+Departures from seed 004: RMSProp epsilon is 1e-5 (the paper's code; its Table 2 says 0.01); the exponential graph
+needs lock-step iterations, so it runs in the pmap mode only.
 
 The learning rate is the base rate times sqrt(number of learners) by default (seed 004, Table 2). Evaluation plays
 learner 0's policy; the fingerprint in summary.json covers every learner's parameters.

@@ -1,0 +1,91 @@
+"""Helpers shared by the benchmark scripts (`throughput.py`, `scaleout.py`): one measurement per subprocess with a
+hard timeout, the CPU time other processes took meanwhile (from /proc), the machine line of a table header, and
+small formatting helpers.
+
+A benchmark module runs itself as the worker: `python -m <module> --worker=<JSON job>` prints one line
+`RESULT <JSON>`, which `run_job` reads back."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def run_job(module: str, job: dict, timeout_s: float, env: dict | None = None) -> dict:
+    """Runs `python -m module --worker=<job>` in a fresh process (environment `env`, default this one's); returns
+    its result dict plus wall_s, started and background_cores, with 'error' on failure or timeout."""
+    cmd = [sys.executable, "-m", module, f"--worker={json.dumps(job)}"]
+    env = dict(env if env is not None else os.environ, PYTHONWARNINGS="ignore")
+    started = time.strftime("%H:%M:%S")
+    cpu_before = cpu_ticks_by_pid()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        stdout, stderr = None, None
+    wall = time.perf_counter() - t0
+    background = background_cores(cpu_before, cpu_ticks_by_pid(), wall, exclude={os.getpid(), proc.pid})
+    meta = {"wall_s": wall, "started": started, "background_cores": background}
+    if stdout is None:
+        return {"sps": None, "error": f"timeout after {timeout_s:.0f} s", **meta}
+    for line in stdout.splitlines():
+        if line.startswith("RESULT "):
+            return {**json.loads(line[len("RESULT "):]), **meta}
+    tail = (stderr or stdout).strip().splitlines()[-3:]
+    return {"sps": None, "error": f"exit {proc.returncode}: {' | '.join(tail)}", **meta}
+
+
+def cpu_ticks_by_pid() -> dict[int, int]:
+    """utime + stime clock ticks of every process (Linux /proc); {} elsewhere."""
+    ticks = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks[int(name)] = int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return ticks
+
+
+def background_cores(before: dict, after: dict, wall: float, exclude: set) -> float | None:
+    """CPU cores used on average by processes other than this driver and the worker during a run: other people's
+    jobs on the machine steal cycles from the measurement (a 2-core machine is saturated by one run)."""
+    if not after or wall <= 0:
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    used = sum(t - before.get(pid, 0) for pid, t in after.items() if pid not in exclude)
+    return max(used, 0) / hz / wall
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(value, digits=0):
+    if value is None:
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores"

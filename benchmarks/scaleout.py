@@ -1,0 +1,490 @@
+"""Scale-out benchmark: data-parallel A2C (Distributed BA3C, seed 001) against its device count and FC width, and
+GALA (seed 004, Algorithm 1) against all-reduce A2C with the same learners and envs, on forced XLA CPU devices.
+
+Groups of rows:
+
+* `devices` (seed 001, Fig. 8 shape, weak scaling): `systems.datapar.system.run` on 1, 2 and 4 devices with the
+  local batch fixed (CartPole-v1: 16 envs x sync_interval 5 = 80 per device, RMSProp 7e-4, time to an evaluation
+  return of 450; Breakout-v5: the BA3C network and optimizer, 8 envs x 4 = 32 per device, SPS only).
+* `hidden` (seed 001, Fig. 6 shape): Breakout-v5 data-parallel BA3C on one device with `--hidden` 256, 128, 64.
+* `gala` (seed 004): 4 learners x 16 envs, sync_interval 5, CartPole-v1. GALA in its async (threads) and pmap
+  (lock-step, 4 devices) modes against all-reduce A2C (datapar on 4 devices), without and with exponential env
+  step times (mean 5 ms). Lock-step systems wait for the slowest of all 64 envs at every env step, an async GALA
+  learner only for the slowest of its own 16: the zero-compute model of that is E[max of 64 Exp] / E[max of 16
+  Exp] = H_64 / H_16 (harmonic numbers).
+
+The device count of the XLA CPU platform is fixed when JAX starts, so every measurement runs in its own subprocess
+with `XLA_FLAGS=--xla_force_host_platform_device_count=N` (`device_env`) and a hard timeout. On a 2-core machine
+forced devices share the same two cores: the `devices` rows measure the system's overhead per device, not a
+parallel speed-up.
+
+SPS is the steady-state rate from the run's `progress.csv`: env steps between the first logged update and the last
+over the wall time between them, minus the time spent in evaluations inside that span (lock-step systems stop
+training while they evaluate), so JIT compilation, start-up and evaluation are excluded. One env step is one data
+point, learned from once (A2C).
+
+Usage:
+  PYTHONPATH=. python -m benchmarks.scaleout            # full sweep (~21 min on 2 CPU cores)
+  PYTHONPATH=. python -m benchmarks.scaleout --quick    # short runs of every kind, 1 repeat (~4 min)
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+from benchmarks.common import fmt, machine, median, run_job
+
+_QUICK = flags.DEFINE_bool("quick", False, "Short runs of every row kind, 1 repeat; writes *_quick files.")
+_GROUPS = flags.DEFINE_list(
+    "groups", "devices,hidden,gala",
+    "Row groups to run: devices (data-parallel on 1/2/4 devices), hidden (BA3C FC width), gala (GALA vs "
+    "all-reduce A2C, with and without step times).",
+)
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Repeats of each CartPole row (median reported).")
+_HEAVY_REPEATS = flags.DEFINE_integer("heavy_repeats", 1, "Repeats of each Breakout-v5 row of the devices group.")
+_HIDDEN_REPEATS = flags.DEFINE_integer("hidden_repeats", 2, "Repeats of each row of the hidden group (Breakout-v5).")
+_OUT_DIR = flags.DEFINE_string("out_dir", "benchmarks/results", "Directory for the Markdown table and CSVs.")
+_NAME = flags.DEFINE_string("name", "scaleout_cpu", "Base name of the output files (quick mode adds _quick).")
+_WORKER = flags.DEFINE_string("worker", "", "Internal: JSON job for one measurement in this process.")
+
+SEED = 1  # repeat r runs seed SEED + r
+CARTPOLE = "CartPole-v1"
+BREAKOUT = "Breakout-v5"
+TARGET_RETURN = 450.0  # CartPole-v1 time-to-target threshold (max return 500)
+# CartPole A2C optimizer of every CartPole row (the GALA / Kostrikov A2C setting; BA3C's Adam does not learn
+# CartPole reliably). GALA scales the rate by sqrt(learners) (its default), all-reduce A2C does not.
+CARTPOLE_OPTIMIZER = dict(optimizer="rmsprop", learning_rate=7e-4, opt_eps=1e-5, anneal_lr=False)
+# Distributed BA3C's optimizer (launch.ba3c's defaults): large-batch Adam, lr 1e-3, epsilon by the batch rule.
+BA3C_OPTIMIZER = dict(optimizer="adam_large_batch", learning_rate=1e-3, opt_eps=None, anneal_lr=False)
+NUM_LEARNERS = 4
+ENVS_PER_LEARNER = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One table row: a system configuration measured `repeats` times."""
+
+    group: str  # devices | hidden | gala
+    system: str  # datapar | gala
+    env_id: str
+    devices: int  # forced XLA CPU devices of the worker (datapar: num_devices; GALA pmap: one per learner)
+    total_steps: int
+    mode: str = "all-reduce"  # all-reduce (datapar) | async | pmap (GALA)
+    step_time: str = "none"
+    local_batch: int = 80  # datapar: per device = envs per device x sync_interval
+    sync_interval: int = 5
+    hidden: int = 256  # BA3C FC width (Atari)
+    eval_every: int = 0  # env steps between evaluations (0: only at the end)
+    eval_episodes: int = 10
+    heavy: bool = False  # Breakout: heavy_repeats (hidden group: hidden_repeats) instead of repeats
+    timeout_s: int = 240
+
+    @property
+    def label(self) -> str:
+        system = "all-reduce A2C" if self.system == "datapar" else f"GALA {self.mode}"
+        return f"{self.group}: {system} {self.env_id} dev={self.devices} hidden={self.hidden} {self.step_time}"
+
+
+def _cartpole_datapar(group: str, devices: int, total_steps: int, eval_every: int, step_time: str = "none") -> Row:
+    return Row(group, "datapar", CARTPOLE, devices, total_steps, step_time=step_time, eval_every=eval_every)
+
+
+def _gala(mode: str, total_steps: int, step_time: str = "none") -> Row:
+    return Row("gala", "gala", CARTPOLE, NUM_LEARNERS if mode == "pmap" else 1, total_steps, mode=mode,
+               step_time=step_time)
+
+
+def _breakout(group: str, devices: int, total_steps: int, hidden: int = 256) -> Row:
+    return Row(group, "datapar", BREAKOUT, devices, total_steps, local_batch=32, sync_interval=4, hidden=hidden,
+               eval_episodes=0, heavy=True, timeout_s=300)
+
+
+def full_rows() -> list[Row]:
+    # Steps: CartPole 200k with an evaluation every 20k (10 evaluations, time to target); Breakout sized for
+    # ~60-90 s runs on 2 cores (~90 SPS); GALA vs A2C with 5 ms exponential step times sized for about a minute
+    # (all-reduce A2C ~2,100 SPS).
+    rows = [_cartpole_datapar("devices", d, 200_000, 20_000) for d in (1, 2, 4)]
+    rows += [_breakout("devices", d, 6_400) for d in (1, 2)]
+    rows += [_breakout("hidden", 1, 6_400, hidden=h) for h in (256, 128, 64)]
+    for step_time, steps in (("none", 200_000), ("exp:0.005", 120_000)):
+        # The all-reduce A2C row at no step time is the devices group's 4-device run (same job: measured once).
+        rows.append(_cartpole_datapar("gala", NUM_LEARNERS, steps, 20_000 if step_time == "none" else 0, step_time))
+        rows += [_gala(mode, steps, step_time) for mode in ("async", "pmap")]
+    return rows
+
+
+def quick_rows() -> list[Row]:
+    rows = [_cartpole_datapar("devices", d, 20_000, 10_000) for d in (1, 2, 4)]
+    rows += [_breakout("devices", d, 640) for d in (1, 2)]
+    rows += [_breakout("hidden", 1, 640, hidden=64)]
+    for step_time, steps in (("none", 20_000), ("exp:0.005", 6_400)):
+        rows.append(_cartpole_datapar("gala", NUM_LEARNERS, steps, 10_000 if step_time == "none" else 0, step_time))
+        rows += [_gala(mode, steps, step_time) for mode in ("async", "pmap")]
+    return rows
+
+
+def device_env(num_devices: int) -> dict:
+    """Environment of a worker that sees `num_devices` XLA CPU devices (read once, when JAX starts)."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices}"
+    env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Worker side (runs in a subprocess with the row's device count).
+
+
+def _make_config(job: dict):
+    from envs.factory import family_of
+    from systems.common.config import preset
+
+    atari = family_of(job["env_id"]) == "atari"
+    values = preset(family_of(job["env_id"]), "a2c")  # Kostrikov A2C: n-step returns, entropy 0.01, norm 0.5
+    values.pop("num_envs")  # derived by each system
+    values.update(BA3C_OPTIMIZER if atari else CARTPOLE_OPTIMIZER)
+    values.update(total_steps=job["total_steps"], sync_interval=job["sync_interval"])
+    common = dict(
+        env_id=job["env_id"], algo="a2c", seed=SEED + job["repeat"], step_time=job["step_time"],
+        eval_every=job["eval_every"], eval_episodes=job["eval_episodes"], eval_deterministic=True,
+        target_return=None if atari else TARGET_RETURN, checkpoint_every=0, logdir=job["logdir"], quiet=True,
+    )
+    if job["system"] == "datapar":
+        from systems.datapar.system import DataParallelConfig, run
+
+        config = DataParallelConfig(num_devices=job["devices"], local_batch=job["local_batch"], hidden=job["hidden"],
+                                    lr_scaling="none", **common, **values)
+    else:
+        from systems.gossip.system import GossipConfig, run
+
+        config = GossipConfig(num_learners=NUM_LEARNERS, envs_per_learner=ENVS_PER_LEARNER, gossip=job["mode"],
+                              lr_scaling="sqrt", **common, **values)
+    return config, run
+
+
+def _read_csv(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def steady_sps(progress: list[dict], evaluations: list[dict]) -> tuple[float | None, float]:
+    """(env steps per second between the first and last progress row, excluding evaluation time; that time).
+
+    An evaluation triggered at a progress row runs right after the row is logged and its record's wall_time is
+    taken when it ends, so its duration is the record's wall_time minus the row's."""
+    if len(progress) < 2:
+        return None, 0.0
+    first, last = progress[0], progress[-1]
+    first_steps, last_steps = int(first["env_steps"]), int(last["env_steps"])
+    row_time = {int(r["env_steps"]): float(r["wall_time"]) for r in progress}
+    eval_s = 0.0
+    for record in evaluations:
+        steps = int(record["env_steps"])
+        if first_steps <= steps < last_steps and steps in row_time:
+            eval_s += max(float(record["wall_time"]) - row_time[steps], 0.0)
+    span = float(last["wall_time"]) - float(first["wall_time"]) - eval_s
+    return ((last_steps - first_steps) / span if span > 0 else None), eval_s
+
+
+def _measure(job: dict) -> dict:
+    from agents import scale_learning_rate
+
+    logdir = tempfile.mkdtemp(prefix=f"scaleout-{job['system']}-")
+    job = dict(job, logdir=os.path.join(logdir, "run"))
+    config, run = _make_config(job)
+    t0 = time.perf_counter()
+    try:
+        summary = run(config)
+        elapsed = time.perf_counter() - t0
+        progress = _read_csv(os.path.join(job["logdir"], "progress.csv"))
+        evaluations = _read_csv(os.path.join(job["logdir"], "evaluations.csv"))
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+    sps, eval_s = steady_sps(progress, evaluations)
+    returns = [float(r["mean_return"]) for r in evaluations]
+    reached = [float(r["wall_time"]) for r in evaluations
+               if config.target_return is not None and float(r["mean_return"]) >= config.target_return]
+    return {
+        "sps": sps,
+        "eval_s_in_span": eval_s,
+        "summary_sps": summary["sps"],
+        "env_steps": summary["env_steps"],
+        "updates": summary["updates"],
+        "first_update_s": float(progress[0]["wall_time"]) if progress else None,
+        "process_run_s": elapsed,
+        "param_count": summary["param_count"],
+        "learning_rate": scale_learning_rate(config.learning_rate, job["devices"] if job["system"] == "datapar"
+                                             else NUM_LEARNERS, config.lr_scaling),  # as the system resolves it
+        "time_to_target": reached[0] if reached else None,  # first evaluation >= target (wall time of its end)
+        "required_time_avg10": summary["required_time"],  # seed 000's metric: running mean of the last 10 evals
+        "final_return": returns[-1] if returns else None,
+        "best_return": max(returns) if returns else None,
+        "eval_returns": " ".join(f"{r:.0f}" for r in returns),
+        "learner_iterations": " ".join(str(i) for i in summary.get("learner_iterations", [])),
+    }
+
+
+def worker(job: dict) -> None:
+    import logging
+    import warnings
+
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    print("RESULT " + json.dumps(_measure(job)), flush=True)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Driver side.
+
+
+def harmonic(n: int) -> float:
+    return sum(1.0 / k for k in range(1, n + 1))
+
+
+def _step_mean(step_time: str) -> float | None:
+    return float(step_time.split(":")[1]) if step_time.startswith("exp:") else None
+
+
+def zero_compute_sps(row: Row) -> float | None:
+    """SPS if only the exponential step times cost anything: every lock-step env step waits for the slowest of all
+    the run's envs (E[max of n Exp(mean)] = mean H_n); an async GALA learner for the slowest of its own."""
+    mean = _step_mean(row.step_time)
+    if mean is None:
+        return None
+    num_envs = NUM_LEARNERS * ENVS_PER_LEARNER
+    if row.system == "datapar":
+        num_envs = row.devices * row.local_batch // row.sync_interval
+    if row.system == "gala" and row.mode == "async":
+        return NUM_LEARNERS * ENVS_PER_LEARNER / (mean * harmonic(ENVS_PER_LEARNER))
+    return num_envs / (mean * harmonic(num_envs))
+
+
+RUN_FIELDS = ["group", "system", "mode", "env_id", "devices", "effective_batch", "hidden", "step_time",
+              "total_steps", "repeat", "seed", "sps", "summary_sps", "eval_s_in_span", "env_steps", "first_update_s",
+              "wall_s", "param_count", "learning_rate", "time_to_target", "required_time_avg10", "final_return",
+              "best_return", "eval_returns", "learner_iterations", "reused", "started", "background_cores", "error"]
+
+
+def effective_batch(row: Row) -> int:
+    if row.system == "datapar":
+        return row.devices * row.local_batch
+    return NUM_LEARNERS * ENVS_PER_LEARNER * row.sync_interval  # summed over learners (each learns from 80)
+
+
+def main(argv):
+    del argv
+    if _WORKER.value:
+        worker(json.loads(_WORKER.value))
+        return
+    quick = _QUICK.value
+    rows = [r for r in (quick_rows() if quick else full_rows()) if r.group in _GROUPS.value]
+    name = _NAME.value + ("_quick" if quick else "")
+    os.makedirs(_OUT_DIR.value, exist_ok=True)
+    command = " ".join(["PYTHONPATH=. python -m benchmarks.scaleout", *(shlex.quote(a) for a in sys.argv[1:])])
+    started = datetime.datetime.now(datetime.timezone.utc)
+    t_start = time.perf_counter()
+    done: dict[str, dict] = {}  # job key -> result: an identical job in two groups is measured once
+    raw_rows, table = [], []
+    for row in rows:
+        if quick:
+            repeats = 1
+        elif row.group == "hidden":
+            repeats = _HIDDEN_REPEATS.value
+        else:
+            repeats = _HEAVY_REPEATS.value if row.heavy else _REPEATS.value
+        results = []
+        for r in range(repeats):
+            job = dict(system=row.system, mode=row.mode, env_id=row.env_id, devices=row.devices,
+                       total_steps=row.total_steps, step_time=row.step_time, local_batch=row.local_batch,
+                       sync_interval=row.sync_interval, hidden=row.hidden, eval_every=row.eval_every,
+                       eval_episodes=row.eval_episodes, repeat=r)
+            key = json.dumps(job, sort_keys=True)
+            reused = key in done
+            if not reused:
+                done[key] = run_job("benchmarks.scaleout", job, row.timeout_s, env=device_env(row.devices))
+            result = done[key]
+            results.append(result)
+            raw_rows.append({
+                "group": row.group, "system": row.system, "mode": row.mode, "env_id": row.env_id,
+                "devices": row.devices, "effective_batch": effective_batch(row), "hidden": row.hidden,
+                "step_time": row.step_time, "total_steps": row.total_steps, "repeat": r, "seed": SEED + r,
+                "reused": reused, **{k: result.get(k) for k in RUN_FIELDS if k in result},
+            })
+            print(f"{row.label:<75} rep {r}: SPS {fmt(result.get('sps'))}  final return "
+                  f"{fmt(result.get('final_return'))}  target at {fmt(result.get('time_to_target'), 1)} s  "
+                  f"({result['wall_s']:.1f} s{', reused' if reused else ''}, background "
+                  f"{fmt(result.get('background_cores'), 2)} cores)"
+                  + (f"  ERROR {result['error']}" if result.get("error") else ""), flush=True)
+        reached = [x["time_to_target"] for x in results if x.get("time_to_target") is not None]
+        table.append(dict(
+            group=row.group, system=row.system, mode=row.mode, env_id=row.env_id, devices=row.devices,
+            effective_batch=effective_batch(row), hidden=row.hidden, step_time=row.step_time,
+            total_steps=row.total_steps, eval_every=row.eval_every, repeats=repeats,
+            sps=median(x.get("sps") for x in results),
+            param_count=median(x.get("param_count") for x in results),
+            learning_rate=median(x.get("learning_rate") for x in results),
+            time_to_target=median(reached), reached=len(reached),
+            final_return=median(x.get("final_return") for x in results),
+            zero_compute_sps=zero_compute_sps(row),
+            background_cores=median(x.get("background_cores") for x in results),
+            errors="; ".join(sorted({x["error"] for x in results if x.get("error")})),
+        ))
+    _add_ratios(table)
+    sweep_s = time.perf_counter() - t_start
+    raw_path = os.path.join(_OUT_DIR.value, f"{name}_runs.csv")
+    with open(raw_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=RUN_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(raw_rows)
+    csv_path = os.path.join(_OUT_DIR.value, f"{name}.csv")
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+    md_path = os.path.join(_OUT_DIR.value, f"{name}.md")
+    with open(md_path, "w") as f:
+        f.write(_markdown(table, command, started, sweep_s))
+    print(f"sweep {sweep_s / 60:.1f} min; wrote {md_path}, {csv_path}, {raw_path}")
+
+
+def _add_ratios(table: list[dict]) -> None:
+    """relative_sps: to the 1-device row of the same env (devices, hidden: to hidden 256) or to all-reduce A2C with
+    the same step time (gala)."""
+    for t in table:
+        if t["group"] == "gala":
+            base = [b for b in table if b["group"] == "gala" and b["system"] == "datapar"
+                    and b["step_time"] == t["step_time"]]
+        elif t["group"] == "hidden":
+            base = [b for b in table if b["group"] == "hidden" and b["hidden"] == 256]
+        else:
+            base = [b for b in table if b["group"] == t["group"] and b["env_id"] == t["env_id"] and b["devices"] == 1]
+        base_sps = base[0]["sps"] if base else None
+        t["relative_sps"] = t["sps"] / base_sps if t["sps"] and base_sps else None
+
+
+def _markdown(table, command, started, sweep_s) -> str:
+    lines = [
+        "# Scale-out: data-parallel A2C (BA3C) and GALA on forced CPU devices",
+        "",
+        f"- Machine: {machine()} (no GPU). Date: {started:%Y-%m-%d %H:%M} UTC. Sweep wall time: "
+        f"{sweep_s / 60:.1f} min.",
+        f"- Command: `{command}` (from the repository root).",
+        "- Every run is its own process with `XLA_FLAGS=--xla_force_host_platform_device_count=N` (N = devices "
+        "column). **Forced CPU devices share the machine's cores** (4 devices on 2 cores here), so more devices "
+        "measure the system's per-device overhead, not a real parallel speed-up.",
+        "- SPS = env steps (= data points, each learned from once) per second in steady state: from `progress.csv`, "
+        "env steps between the first and last logged update over the wall time between them minus evaluation time, "
+        "so JIT compilation, start-up and evaluations are excluded. Medians over the repeats (repeat r: seed 1 + r).",
+        "- Agent: A2C (n-step returns, entropy 0.01, value 0.5, gradient norm 0.5, gamma 0.99: the Kostrikov "
+        "preset). CartPole: MLP, RMSProp (PyTorch form) eps 1e-5, base learning rate 7e-4 (all-reduce A2C: not "
+        "scaled; GALA: x sqrt(4 learners) = 1.4e-3, its default), no annealing. Breakout: BA3C network "
+        "(`--hidden` as listed), BA3C large-batch Adam (lr 1e-3, beta 0.8/0.75, eps 1e-3 below batch 512).",
+        "- background = median CPU cores used by *other* processes during the row's runs (from /proc): well above 0 "
+        "means a loaded machine and unreliable numbers.",
+        "- A job identical in two groups is measured once and reused (`reused` in the runs CSV): the hidden-256 row's "
+        "first repeat is the devices group's 1-device Breakout run, the GALA table's all-reduce row without step "
+        "times is the devices group's 4-device CartPole runs.",
+        "",
+    ]
+    devices = [t for t in table if t["group"] == "devices"]
+    if devices:
+        lines += [
+            "## Data-parallel scaling (seed 001, Fig. 8 shape)",
+            "",
+            "Weak scaling: the local batch is fixed (CartPole 16 envs x 5 steps = 80, Breakout 8 envs x 4 = 32 per "
+            "device), so the effective batch grows with the devices; gradients are averaged by an all-reduce "
+            "(`pmean`). CartPole: an evaluation with 10 deterministic episodes every `eval every` env steps; "
+            f"time to target = wall time (from the start of the run, JIT included) at the end of the first "
+            f"evaluation with mean return >= {TARGET_RETURN:.0f}, median over the runs that reached it; final "
+            "eval return = the last evaluation (at the end of the run). Breakout: SPS only, no evaluation. "
+            "relative SPS = SPS / the 1-device SPS of the same env.",
+            "",
+            "| env | devices | effective batch | total steps | eval every | repeats | SPS | relative SPS | "
+            "time to target (s) | reached | final eval return | background | errors |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for t in devices:
+            cartpole = t["env_id"] == CARTPOLE
+            reached = f"{t['reached']}/{t['repeats']}"
+            lines.append(
+                f"| {t['env_id']} | {t['devices']} | {t['effective_batch']} | {t['total_steps']:,} | "
+                f"{fmt(t['eval_every']) if cartpole else '-'} | {t['repeats']} | {fmt(t['sps'])} | "
+                f"{fmt(t['relative_sps'], 2)} | "
+                f"{fmt(t['time_to_target'], 1) if cartpole else '-'} | "
+                f"{reached if cartpole else '-'} | "
+                f"{fmt(t['final_return'], 1) if cartpole else '-'} | {fmt(t['background_cores'], 2)} | "
+                f"{t['errors']} |"
+            )
+        lines.append("")
+    hidden = [t for t in table if t["group"] == "hidden"]
+    if hidden:
+        lines += [
+            "## Throughput against the FC width (seed 001, Fig. 6 shape)",
+            "",
+            "Breakout-v5, BA3C network, 1 device, local batch 32 (8 envs x 4 steps), no evaluation. On one machine "
+            "no gradients cross a network, so only the compute cost of the wider FC layer shows (in the paper the "
+            "FC layer's size also sets the communication volume). relative SPS = SPS / the hidden-256 SPS.",
+            "",
+            "| hidden | parameters | total steps | repeats | SPS | relative SPS | background | errors |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for t in hidden:
+            lines.append(
+                f"| {t['hidden']} | {fmt(t['param_count'])} | {t['total_steps']:,} | {t['repeats']} | "
+                f"{fmt(t['sps'])} | {fmt(t['relative_sps'], 2)} | {fmt(t['background_cores'], 2)} | {t['errors']} |"
+            )
+        lines.append("")
+    gala = [t for t in table if t["group"] == "gala"]
+    if gala:
+        model = harmonic(NUM_LEARNERS * ENVS_PER_LEARNER) / harmonic(ENVS_PER_LEARNER)
+        async_exp = [t for t in gala if t["mode"] == "async" and t["step_time"] != "none"]
+        ratio = async_exp[0]["relative_sps"] if async_exp else None
+        verdict = "n/a" if ratio is None else ("met" if ratio >= 1.3 else "not met")
+        lines += [
+            "## GALA vs all-reduce A2C (seed 004)",
+            "",
+            f"CartPole-v1, {NUM_LEARNERS} learners x {ENVS_PER_LEARNER} envs, sync_interval 5 (80 data points per "
+            "learner per update). All-reduce A2C = `systems.datapar` on 4 devices, local batch 80, RMSProp lr 7e-4 "
+            "(not scaled: the GALA paper's A2C baseline uses the same base rate); GALA = `systems.gossip`, 1-peer "
+            "ring, lr 7e-4 x sqrt(4) = 1.4e-3, `async` (a thread per learner, 1 device) or `pmap` (lock-step, one "
+            "learner per forced device). `exp:0.005` = every env step takes an exponential time of mean 5 ms: the "
+            "lock-step systems wait for the slowest of all 64 envs at each step, an async GALA learner only for the "
+            "slowest of its own 16. Budgets: total steps as listed; with both groups in the sweep the all-reduce "
+            "row without step times is the devices group's 4-device runs (the same job, measured once: its "
+            "periodic evaluations are excluded from SPS); final eval return = 10 deterministic episodes at the end. "
+            "ratio = SPS / all-reduce A2C SPS with the same step time. zero-compute SPS = 64 envs / "
+            "(5 ms x E[max of the envs waited for]) = 64 / (5 ms x H_n), n = 64 lock-step or 16 async.",
+            "",
+            f"Target: async GALA >= 1.3x all-reduce A2C SPS with step times: ratio {fmt(ratio, 2)}, **{verdict}**. "
+            f"Zero-compute model: H_64 / H_16 = {harmonic(64):.3f} / {harmonic(16):.3f} = {model:.3f}.",
+            "",
+            "| system | mode | devices | step_time | total steps | repeats | SPS | ratio to A2C | zero-compute SPS | "
+            "final eval return | background | errors |",
+            "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for t in gala:
+            system = "all-reduce A2C" if t["system"] == "datapar" else "GALA"
+            lines.append(
+                f"| {system} | {t['mode']} | {t['devices']} | {t['step_time']} | {t['total_steps']:,} | "
+                f"{t['repeats']} | {fmt(t['sps'])} | {fmt(t['relative_sps'], 2)} | {fmt(t['zero_compute_sps'])} | "
+                f"{fmt(t['final_return'], 1)} | {fmt(t['background_cores'], 2)} | {t['errors']} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    app.run(main)
