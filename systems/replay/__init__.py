@@ -1,0 +1,6 @@
+"""Replay for off-policy agents: PAL's K-ary sum tree and thread-safe prioritized / uniform buffers (seed 003)."""
+
+from systems.replay.buffers import PrioritizedBuffer, ReplayBuffer, Sample, UniformBuffer
+from systems.replay.sum_tree import SumTree
+
+__all__ = ["PrioritizedBuffer", "ReplayBuffer", "Sample", "SumTree", "UniformBuffer"]
