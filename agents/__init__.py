@@ -3,12 +3,15 @@
 ``a2c_update`` implements the one-step-delayed gradient of Eq. (6); ``ppo_update`` runs PPO epochs
 from the current parameters with ratios against the stored behaviour log-probs. Both take an optional
 pmap ``axis_name`` for data-parallel training; ``large_batch_adam`` is Distributed BA3C's Adam (seed
-paper 001, Eq. (5)-(6)). No threads, no I/O.
+paper 001, Eq. (5)-(6)). Off-policy learners for the PAL system (seed paper 003): DQN / Double DQN, DDPG / TD3
+and SAC, each returning new priorities and taking importance weights. No threads, no I/O.
 """
 
 from agents.a2c import A2CConfig, a2c_update
 from agents.acting import policy_step
+from agents.ddpg import DDPGConfig, DDPGState, ddpg_act, ddpg_config, ddpg_init, ddpg_update
 from agents.distributions import entropy, log_prob, mode, sample_actions
+from agents.dqn import DQNConfig, DQNState, dqn_act, dqn_init, dqn_update
 from agents.gae import gae_advantages
 from agents.losses import a2c_loss, ppo_loss
 from agents.networks import ActorCritic, make_network
@@ -21,18 +24,32 @@ from agents.optim import (
 )
 from agents.parallel import DEVICE_AXIS, LEARNER_AXIS, mean_over_axis
 from agents.ppo import PPOConfig, ppo_update
+from agents.sac import SACConfig, SACState, sac_act, sac_init, sac_update
 from agents.types import Rollout, TrainState
 
 __all__ = [
-    "DEVICE_AXIS",
-    "LEARNER_AXIS",
     "A2CConfig",
     "ActorCritic",
+    "DDPGConfig",
+    "DDPGState",
+    "DEVICE_AXIS",
+    "DQNConfig",
+    "DQNState",
+    "LEARNER_AXIS",
     "PPOConfig",
     "Rollout",
+    "SACConfig",
+    "SACState",
     "TrainState",
     "a2c_loss",
     "a2c_update",
+    "ddpg_act",
+    "ddpg_config",
+    "ddpg_init",
+    "ddpg_update",
+    "dqn_act",
+    "dqn_init",
+    "dqn_update",
     "entropy",
     "gae_advantages",
     "large_batch_adam",
@@ -45,6 +62,9 @@ __all__ = [
     "policy_step",
     "ppo_loss",
     "ppo_update",
+    "sac_act",
+    "sac_init",
+    "sac_update",
     "sample_actions",
     "scale_by_large_batch_adam",
     "scale_learning_rate",

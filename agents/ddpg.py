@@ -1,0 +1,290 @@
+"""DDPG and TD3 learners (seed paper 003, PAL: DDPG, TD3 with prioritized replay).
+
+* DDPG, Lillicrap et al. (2016), "Continuous control with deep RL", Algorithm 1: critic regression onto
+  y = r + gamma (1 - done) Q'(s', mu'(s')), actor ascent on Q(s, mu(s)) (deterministic policy gradient), and
+  soft target updates theta' <- tau theta + (1 - tau) theta'.
+* TD3, Fujimoto, van Hoof and Meger (2018), "Addressing Function Approximation Error in Actor-Critic Methods",
+  Algorithm 1: clipped double Q (Eq. 10, y = r + gamma min_{k=1,2} Q'_k(s', a~)), target policy smoothing
+  (Eq. 14-15, a~ = clip(mu'(s') + clip(eps, -c, c), low, high), eps ~ N(0, sigma)) and delayed policy updates
+  (actor and all targets move only every d critic updates; the actor ascends Q_1 only).
+
+``DDPGConfig(twin=False, policy_noise=0, policy_delay=1)`` is DDPG; the defaults are TD3's. TD3's noise is given
+relative to the action half-range (the paper's sigma = 0.2 and c = 0.5 for actions in [-1, 1]) and scaled by it.
+
+With prioritized replay the critic loss is importance-weighted (Schaul et al. 2016) and the new priority of a
+sample is max_k |delta_k| over the critics (Fujimoto et al. 2020, "An Equivalence between Loss Functions and
+Non-Uniform Sampling in Experience Replay", LAP). ``done`` is termination only: truncated transitions bootstrap.
+"""
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+from agents.offpolicy_networks import box_scale_and_offset
+
+
+@dataclasses.dataclass(frozen=True)
+class DDPGConfig:
+    """DDPG / TD3 hyperparameters (defaults: TD3, Fujimoto et al. 2018, Table 3).
+
+    Attributes:
+      gamma: discount factor.
+      tau: Polyak step of the target networks, ``target <- tau * online + (1 - tau) * target``.
+      policy_noise: std of the target-policy smoothing noise, relative to the action half-range (0 for DDPG).
+      noise_clip: the smoothing noise is clipped to ``[-noise_clip, noise_clip]`` (relative, like ``policy_noise``).
+      policy_delay: actor and target networks update on every ``policy_delay``-th update, counting from 1
+        (1 for DDPG).
+      twin: clipped double Q over two critics (TD3); ``critic_apply`` must then return ``[2, B]``, else ``[B]``.
+    """
+
+    gamma: float = 0.99
+    tau: float = 0.005
+    policy_noise: float = 0.2
+    noise_clip: float = 0.5
+    policy_delay: int = 2
+    twin: bool = True
+
+    def __post_init__(self):
+        if self.policy_delay < 1:
+            raise ValueError(f"policy_delay must be >= 1, got {self.policy_delay}.")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {self.tau}.")
+        if self.policy_noise < 0.0 or self.noise_clip < 0.0:
+            raise ValueError("policy_noise and noise_clip must be >= 0.")
+
+
+def ddpg_config() -> DDPGConfig:
+    """Plain DDPG (Lillicrap et al. 2016): one critic, no smoothing noise, actor updated every step."""
+    return DDPGConfig(policy_noise=0.0, noise_clip=0.0, policy_delay=1, twin=False, tau=0.005)
+
+
+class DDPGState(NamedTuple):
+    """DDPG / TD3 learner state.
+
+    Attributes:
+      actor_params, critic_params: online networks.
+      actor_target_params, critic_target_params: Polyak-averaged target networks.
+      actor_opt_state, critic_opt_state: optimizer states.
+      step: int32 scalar, number of ``ddpg_update`` calls (critic updates) so far.
+      key: PRNG key for the target-policy smoothing noise; each update returns the next one.
+    """
+
+    actor_params: Any
+    critic_params: Any
+    actor_target_params: Any
+    critic_target_params: Any
+    actor_opt_state: Any
+    critic_opt_state: Any
+    step: jax.Array
+    key: jax.Array
+
+
+def ddpg_init(
+    key: jax.Array,
+    actor_params,
+    critic_params,
+    *,
+    actor_optimizer: optax.GradientTransformation,
+    critic_optimizer: optax.GradientTransformation,
+) -> DDPGState:
+    """Initial state; targets start as copies of the online networks."""
+    return DDPGState(
+        actor_params=actor_params,
+        critic_params=critic_params,
+        actor_target_params=jax.tree.map(jnp.array, actor_params),
+        critic_target_params=jax.tree.map(jnp.array, critic_params),
+        actor_opt_state=actor_optimizer.init(actor_params),
+        critic_opt_state=critic_optimizer.init(critic_params),
+        step=jnp.zeros((), jnp.int32),
+        key=key,
+    )
+
+
+def _as_critics(q: jax.Array, twin: bool) -> jax.Array:
+    """Critic output as ``[K, B]``: ``[2, B]`` for twin critics, ``[1, B]`` for a single one."""
+    if twin:
+        chex.assert_rank(q, 2)
+        chex.assert_axis_dimension(q, 0, 2)
+        return q
+    chex.assert_rank(q, 1)
+    return q[None]
+
+
+def td3_target(
+    actor_target_params,
+    critic_target_params,
+    batch: dict,
+    key: jax.Array,
+    *,
+    actor_apply,
+    critic_apply,
+    config: DDPGConfig,
+    action_low,
+    action_high,
+) -> jax.Array:
+    """Critic target y ``[B]`` (TD3 Eq. 10 and 15; DDPG's when ``twin=False`` and ``policy_noise=0``).
+
+    Args:
+      actor_target_params, critic_target_params: target networks.
+      batch: ``reward [B]``, ``next_obs [B, D]``, ``done [B]`` (termination only).
+      key: PRNG key for the smoothing noise.
+      actor_apply: ``actor_apply(params, obs) -> action [B, A]``.
+      critic_apply: ``critic_apply(params, obs, action) -> [2, B]`` (twin) or ``[B]``.
+      config: ``DDPGConfig``.
+      action_low, action_high: ``[A]`` box bounds.
+    """
+    reward, done = batch["reward"], batch["done"]
+    chex.assert_rank([reward, done], 1)
+    scale, _ = box_scale_and_offset(action_low, action_high)
+    next_action = actor_apply(actor_target_params, batch["next_obs"])  # [B, A]
+    if config.policy_noise > 0.0:
+        noise = config.policy_noise * jax.random.normal(key, next_action.shape, next_action.dtype)
+        next_action = next_action + jnp.clip(noise, -config.noise_clip, config.noise_clip) * scale
+    next_action = jnp.clip(next_action, jnp.asarray(action_low), jnp.asarray(action_high))
+    q_next = _as_critics(critic_apply(critic_target_params, batch["next_obs"], next_action), config.twin)  # [K, B]
+    chex.assert_axis_dimension(q_next, 1, reward.shape[0])
+    # Clipped double Q: the min over critics counters overestimation (TD3 Sec. 4.1); with one critic it is Q'.
+    q_next = jnp.min(q_next, axis=0)  # [B]
+    return reward.astype(jnp.float32) + config.gamma * (1.0 - done.astype(jnp.float32)) * q_next
+
+
+def critic_loss(critic_params, batch: dict, target: jax.Array, weights: jax.Array, *, critic_apply, twin: bool):
+    """``sum_k mean_i w_i (Q_k(s_i, a_i) - y_i)^2`` (MSE per critic, summed as in TD3's reference code).
+
+    Returns:
+      ``(loss, (q [K, B], td [K, B]))`` with ``td = y - Q``.
+    """
+    q = _as_critics(critic_apply(critic_params, batch["obs"], batch["action"]), twin)  # [K, B]
+    chex.assert_equal_shape([target, weights, q[0]])
+    td = jax.lax.stop_gradient(target)[None] - q  # [K, B]
+    loss = jnp.sum(jnp.mean(jax.lax.stop_gradient(weights)[None] * jnp.square(td), axis=1))
+    return loss, (q, td)
+
+
+def deterministic_actor_loss(actor_params, critic_params, obs: jax.Array, *, actor_apply, critic_apply, twin: bool):
+    """``-mean_i Q_1(s_i, mu(s_i))`` (deterministic policy gradient, Silver et al. 2014; TD3 uses Q_1 only)."""
+    q = _as_critics(critic_apply(critic_params, obs, actor_apply(actor_params, obs)), twin)  # [K, B]
+    return -jnp.mean(q[0])
+
+
+def ddpg_update(
+    state: DDPGState,
+    batch: dict,
+    weights: jax.Array,
+    *,
+    actor_apply,
+    critic_apply,
+    actor_optimizer: optax.GradientTransformation,
+    critic_optimizer: optax.GradientTransformation,
+    config: DDPGConfig,
+    action_low,
+    action_high,
+) -> tuple[DDPGState, dict, jax.Array]:
+    """One critic step and, every ``policy_delay``-th call, one actor step plus Polyak target updates.
+
+    The delayed branch is a ``jax.lax.cond``, so the function traces once and the skipped actor optimizer state
+    does not advance. The actor ascends the *updated* critic, as in TD3's reference code.
+
+    Args:
+      state: learner state.
+      batch: ``obs [B, D]``, ``action [B, A]``, ``reward [B]``, ``next_obs [B, D]``, ``done [B]``
+        (termination only; truncations must be 0 so they bootstrap).
+      weights: ``[B]`` importance-sampling weights (ones for uniform replay).
+      actor_apply, critic_apply, actor_optimizer, critic_optimizer, config: static under jit; see ``td3_target``.
+      action_low, action_high: ``[A]`` box bounds (clip the smoothed target action).
+
+    Returns:
+      ``(new_state, metrics, new_priorities [B])`` with priorities ``max_k |delta_k|`` from the pre-update critics.
+      Metrics: ``critic_loss``, ``actor_loss`` (at the pre-step actor, also on skipped steps), ``q_mean``,
+      ``td_abs_mean``, ``critic_grad_norm``, ``actor_updated`` (1.0 on delayed-update steps).
+    """
+    chex.assert_rank(weights, 1)
+    key, noise_key = jax.random.split(state.key)
+    target = td3_target(
+        state.actor_target_params,
+        state.critic_target_params,
+        batch,
+        noise_key,
+        actor_apply=actor_apply,
+        critic_apply=critic_apply,
+        config=config,
+        action_low=action_low,
+        action_high=action_high,
+    )
+    critic_grads, (q, td) = jax.grad(critic_loss, has_aux=True)(
+        state.critic_params, batch, target, weights, critic_apply=critic_apply, twin=config.twin
+    )
+    critic_loss_value = jnp.sum(jnp.mean(weights[None] * jnp.square(td), axis=1))
+    updates, critic_opt_state = critic_optimizer.update(critic_grads, state.critic_opt_state, state.critic_params)
+    critic_params = optax.apply_updates(state.critic_params, updates)
+    step = state.step + 1
+    actor_updated = step % config.policy_delay == 0
+
+    def actor_loss_fn(actor_params):
+        return deterministic_actor_loss(
+            actor_params,
+            critic_params,
+            batch["obs"],
+            actor_apply=actor_apply,
+            critic_apply=critic_apply,
+            twin=config.twin,
+        )
+
+    def delayed_update(_):
+        actor_loss, actor_grads = jax.value_and_grad(actor_loss_fn)(state.actor_params)
+        actor_updates, actor_opt_state = actor_optimizer.update(actor_grads, state.actor_opt_state, state.actor_params)
+        actor_params = optax.apply_updates(state.actor_params, actor_updates)
+        actor_target = optax.incremental_update(actor_params, state.actor_target_params, config.tau)
+        critic_target = optax.incremental_update(critic_params, state.critic_target_params, config.tau)
+        return actor_params, actor_opt_state, actor_target, critic_target, actor_loss
+
+    def skip(_):
+        return (
+            state.actor_params,
+            state.actor_opt_state,
+            state.actor_target_params,
+            state.critic_target_params,
+            actor_loss_fn(state.actor_params),
+        )
+
+    actor_params, actor_opt_state, actor_target, critic_target, actor_loss = jax.lax.cond(
+        actor_updated, delayed_update, skip, None
+    )
+    metrics = {
+        "critic_loss": critic_loss_value,
+        "actor_loss": actor_loss,
+        "q_mean": jnp.mean(q),
+        "td_abs_mean": jnp.mean(jnp.abs(td)),
+        "critic_grad_norm": optax.tree.norm(critic_grads),
+        "actor_updated": actor_updated.astype(jnp.float32),
+    }
+    new_state = DDPGState(
+        actor_params=actor_params,
+        critic_params=critic_params,
+        actor_target_params=actor_target,
+        critic_target_params=critic_target,
+        actor_opt_state=actor_opt_state,
+        critic_opt_state=critic_opt_state,
+        step=step,
+        key=key,
+    )
+    return new_state, metrics, jnp.max(jnp.abs(jax.lax.stop_gradient(td)), axis=0)
+
+
+def ddpg_act(
+    actor_params, obs: jax.Array, key: jax.Array, noise_std, *, actor_apply, action_low, action_high
+) -> jax.Array:
+    """Exploration action ``clip(mu(s) + N(0, noise_std * half-range), low, high)``, ``[B, A]`` (TD3 Alg. 1).
+
+    ``noise_std`` is relative to the action half-range (TD3: 0.1); 0 gives the deterministic evaluation action.
+    The caller splits its own key; nothing is returned for it.
+    """
+    action = actor_apply(actor_params, obs)  # [B, A]
+    chex.assert_rank(action, 2)
+    scale, _ = box_scale_and_offset(action_low, action_high)
+    action = action + noise_std * scale * jax.random.normal(key, action.shape, action.dtype)
+    return jnp.clip(action, jnp.asarray(action_low), jnp.asarray(action_high))

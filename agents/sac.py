@@ -1,0 +1,264 @@
+"""Soft Actor-Critic with automatic temperature tuning (seed paper 003, PAL: SAC with prioritized replay).
+
+Haarnoja et al. (2018), "Soft Actor-Critic Algorithms and Applications" (arXiv:1812.05905), Algorithm 1:
+
+* critics (Eq. 5-7, with the clipped double Q of Fujimoto et al. 2018): J_Q = E[(Q_k(s, a) - y)^2] with
+  y = r + gamma (1 - done) (min_k Q'_k(s', a') - alpha log pi(a'|s')), a' ~ pi(.|s');
+* actor (Eq. 7/11, reparameterised): J_pi = E[alpha log pi(f(eps; s)|s) - min_k Q_k(s, f(eps; s))];
+* temperature (Eq. 18): J(alpha) = E[-alpha log pi(a|s) - alpha H_target] with H_target = -dim(A); alpha is
+  learned as log alpha so it stays positive;
+* targets: Polyak averaging every update, Q' <- tau Q + (1 - tau) Q'.
+
+The policy is a tanh-squashed Gaussian scaled to the action box (``agents.offpolicy_networks``, Eq. 21 for the
+log-density). With prioritized replay the critic loss is importance-weighted (Schaul et al. 2016) and the new
+priorities are max_k |delta_k| (Fujimoto et al. 2020, LAP). ``done`` is termination only: truncations bootstrap.
+"""
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+from agents.offpolicy_networks import squashed_gaussian_mode, squashed_gaussian_sample
+
+
+@dataclasses.dataclass(frozen=True)
+class SACConfig:
+    """SAC hyperparameters (defaults: Haarnoja et al. 2018, Table 1).
+
+    Attributes:
+      gamma: discount factor.
+      tau: Polyak step of the target critics, applied every update.
+      target_entropy: H_target of Eq. (18); None gives ``-action_dim`` (the paper's heuristic).
+      learn_alpha: tune the temperature with Eq. (18); if False, alpha stays at ``exp(state.log_alpha)``.
+    """
+
+    gamma: float = 0.99
+    tau: float = 0.005
+    target_entropy: float | None = None
+    learn_alpha: bool = True
+
+    def __post_init__(self):
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {self.tau}.")
+
+
+def sac_target_entropy(config: SACConfig, action_dim: int) -> float:
+    """H_target: ``config.target_entropy`` or ``-action_dim`` (derived, never written back into the config)."""
+    return -float(action_dim) if config.target_entropy is None else float(config.target_entropy)
+
+
+class SACState(NamedTuple):
+    """SAC learner state.
+
+    Attributes:
+      actor_params, critic_params: online networks (the critic is a twin, ``[2, B]``).
+      critic_target_params: Polyak-averaged target critics (SAC keeps no target actor).
+      log_alpha: float32 scalar, log of the temperature.
+      actor_opt_state, critic_opt_state, alpha_opt_state: optimizer states.
+      step: int32 scalar, number of ``sac_update`` calls so far.
+      key: PRNG key for the policy samples; each update returns the next one.
+    """
+
+    actor_params: Any
+    critic_params: Any
+    critic_target_params: Any
+    log_alpha: jax.Array
+    actor_opt_state: Any
+    critic_opt_state: Any
+    alpha_opt_state: Any
+    step: jax.Array
+    key: jax.Array
+
+
+def sac_init(
+    key: jax.Array,
+    actor_params,
+    critic_params,
+    *,
+    actor_optimizer: optax.GradientTransformation,
+    critic_optimizer: optax.GradientTransformation,
+    alpha_optimizer: optax.GradientTransformation,
+    initial_alpha: float = 1.0,
+) -> SACState:
+    """Initial state; the target critics start as copies of the critics."""
+    log_alpha = jnp.log(jnp.asarray(initial_alpha, jnp.float32))
+    return SACState(
+        actor_params=actor_params,
+        critic_params=critic_params,
+        critic_target_params=jax.tree.map(jnp.array, critic_params),
+        log_alpha=log_alpha,
+        actor_opt_state=actor_optimizer.init(actor_params),
+        critic_opt_state=critic_optimizer.init(critic_params),
+        alpha_opt_state=alpha_optimizer.init(log_alpha),
+        step=jnp.zeros((), jnp.int32),
+        key=key,
+    )
+
+
+def _sample(actor_params, obs, key, *, actor_apply, action_low, action_high):
+    mean, log_std = actor_apply(actor_params, obs)
+    return squashed_gaussian_sample(mean, log_std, key, action_low=action_low, action_high=action_high)
+
+
+def sac_critic_target(
+    actor_params,
+    critic_target_params,
+    alpha: jax.Array,
+    batch: dict,
+    key: jax.Array,
+    *,
+    actor_apply,
+    critic_apply,
+    gamma: float,
+    action_low,
+    action_high,
+) -> jax.Array:
+    """Soft TD target y ``[B]`` = r + gamma (1 - done) (min_k Q'_k(s', a') - alpha log pi(a'|s')), a' ~ pi(.|s')."""
+    reward, done = batch["reward"], batch["done"]
+    chex.assert_rank([reward, done], 1)
+    next_action, next_log_prob = _sample(
+        actor_params, batch["next_obs"], key, actor_apply=actor_apply, action_low=action_low, action_high=action_high
+    )
+    q_next = critic_apply(critic_target_params, batch["next_obs"], next_action)  # [2, B]
+    chex.assert_shape(q_next, (2, reward.shape[0]))
+    soft_value = jnp.min(q_next, axis=0) - alpha * next_log_prob  # [B]
+    target = reward.astype(jnp.float32) + gamma * (1.0 - done.astype(jnp.float32)) * soft_value
+    return jax.lax.stop_gradient(target)
+
+
+def temperature_loss(log_alpha: jax.Array, log_prob: jax.Array, *, target_entropy: float) -> jax.Array:
+    """Eq. (18): ``mean(alpha * (-log pi - H_target))``; alpha falls while the entropy exceeds its target."""
+    chex.assert_rank(log_alpha, 0)
+    return jnp.mean(jnp.exp(log_alpha) * jax.lax.stop_gradient(-log_prob - target_entropy))
+
+
+def sac_update(
+    state: SACState,
+    batch: dict,
+    weights: jax.Array,
+    *,
+    actor_apply,
+    critic_apply,
+    actor_optimizer: optax.GradientTransformation,
+    critic_optimizer: optax.GradientTransformation,
+    alpha_optimizer: optax.GradientTransformation,
+    config: SACConfig,
+    action_low,
+    action_high,
+) -> tuple[SACState, dict, jax.Array]:
+    """One SAC step: critics, then actor (on the updated critics), then temperature, then Polyak targets.
+
+    Args:
+      state: learner state.
+      batch: ``obs [B, D]``, ``action [B, A]``, ``reward [B]``, ``next_obs [B, D]``, ``done [B]``
+        (termination only; truncations must be 0 so they bootstrap).
+      weights: ``[B]`` importance-sampling weights for the critic loss (ones for uniform replay).
+      actor_apply: ``actor_apply(params, obs) -> (mean [B, A], log_std [B, A])`` (e.g. ``GaussianActor``).
+      critic_apply: ``critic_apply(params, obs, action) -> [2, B]`` (e.g. ``TwinQ``).
+      actor_optimizer, critic_optimizer, alpha_optimizer: optax transformations (alpha's acts on log alpha).
+      config: ``SACConfig``.
+      action_low, action_high: ``[A]`` box bounds.
+
+    Returns:
+      ``(new_state, metrics, new_priorities [B])``, priorities ``max_k |delta_k|`` from the pre-update critics.
+      Metrics: ``critic_loss``, ``actor_loss``, ``alpha_loss``, ``alpha`` (used in this step), ``entropy``
+      (``-mean log pi`` of fresh samples at s), ``q_mean``, ``td_abs_mean``, ``critic_grad_norm``,
+      ``actor_grad_norm``.
+    """
+    chex.assert_rank(weights, 1)
+    key, target_key, actor_key = jax.random.split(state.key, 3)
+    alpha = jnp.exp(state.log_alpha)
+    target = sac_critic_target(
+        state.actor_params,
+        state.critic_target_params,
+        alpha,
+        batch,
+        target_key,
+        actor_apply=actor_apply,
+        critic_apply=critic_apply,
+        gamma=config.gamma,
+        action_low=action_low,
+        action_high=action_high,
+    )
+    chex.assert_equal_shape([target, weights])
+    weights = jax.lax.stop_gradient(weights.astype(jnp.float32))
+
+    def critic_loss_fn(critic_params):
+        q = critic_apply(critic_params, batch["obs"], batch["action"])  # [2, B]
+        chex.assert_shape(q, (2, target.shape[0]))
+        td = target[None] - q  # [2, B]
+        return jnp.sum(jnp.mean(weights[None] * jnp.square(td), axis=1)), (q, td)
+
+    (critic_loss, (q, td)), critic_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(state.critic_params)
+    updates, critic_opt_state = critic_optimizer.update(critic_grads, state.critic_opt_state, state.critic_params)
+    critic_params = optax.apply_updates(state.critic_params, updates)
+
+    def actor_loss_fn(actor_params):
+        action, log_prob = _sample(
+            actor_params,
+            batch["obs"],
+            actor_key,
+            actor_apply=actor_apply,
+            action_low=action_low,
+            action_high=action_high,
+        )
+        q_pi = jnp.min(critic_apply(critic_params, batch["obs"], action), axis=0)  # [B]
+        return jnp.mean(alpha * log_prob - q_pi), log_prob
+
+    (actor_loss, log_prob), actor_grads = jax.value_and_grad(actor_loss_fn, has_aux=True)(state.actor_params)
+    updates, actor_opt_state = actor_optimizer.update(actor_grads, state.actor_opt_state, state.actor_params)
+    actor_params = optax.apply_updates(state.actor_params, updates)
+
+    action_dim = batch["action"].shape[-1]
+    target_entropy = sac_target_entropy(config, action_dim)
+    alpha_loss, alpha_grad = jax.value_and_grad(temperature_loss)(
+        state.log_alpha, log_prob, target_entropy=target_entropy
+    )
+    if config.learn_alpha:
+        updates, alpha_opt_state = alpha_optimizer.update(alpha_grad, state.alpha_opt_state, state.log_alpha)
+        log_alpha = optax.apply_updates(state.log_alpha, updates)
+    else:
+        log_alpha, alpha_opt_state = state.log_alpha, state.alpha_opt_state
+
+    critic_target_params = optax.incremental_update(critic_params, state.critic_target_params, config.tau)
+    metrics = {
+        "critic_loss": critic_loss,
+        "actor_loss": actor_loss,
+        "alpha_loss": alpha_loss,
+        "alpha": alpha,
+        "entropy": -jnp.mean(log_prob),
+        "q_mean": jnp.mean(q),
+        "td_abs_mean": jnp.mean(jnp.abs(td)),
+        "critic_grad_norm": optax.tree.norm(critic_grads),
+        "actor_grad_norm": optax.tree.norm(actor_grads),
+    }
+    new_state = SACState(
+        actor_params=actor_params,
+        critic_params=critic_params,
+        critic_target_params=critic_target_params,
+        log_alpha=log_alpha,
+        actor_opt_state=actor_opt_state,
+        critic_opt_state=critic_opt_state,
+        alpha_opt_state=alpha_opt_state,
+        step=state.step + 1,
+        key=key,
+    )
+    return new_state, metrics, jnp.max(jnp.abs(jax.lax.stop_gradient(td)), axis=0)
+
+
+def sac_act(
+    actor_params, obs: jax.Array, key: jax.Array, deterministic: bool, *, actor_apply, action_low, action_high
+) -> jax.Array:
+    """Action ``[B, A]``: a squashed-Gaussian sample, or ``offset + scale * tanh(mean)`` if ``deterministic``.
+
+    ``deterministic`` is a Python bool (static under jit). The caller splits its own key.
+    """
+    mean, log_std = actor_apply(actor_params, obs)
+    if deterministic:
+        return squashed_gaussian_mode(mean, action_low=action_low, action_high=action_high)
+    action, _ = squashed_gaussian_sample(mean, log_std, key, action_low=action_low, action_high=action_high)
+    return action
