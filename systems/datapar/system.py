@@ -196,7 +196,7 @@ def run(config: DataParallelConfig) -> dict:
     )
     replica_spread = make_replica_check(devices) if config.debug else None
     replicated = stack_host(monitor.state, num_local)
-    holder = {"state": replicated}
+    holder = {"state": replicated, "version": start_round}  # version: updates applied so far (a host int)
 
     first_env = process * num_local * e
     executor = Executor(
@@ -206,14 +206,13 @@ def run(config: DataParallelConfig) -> dict:
     stop = [False]
 
     def on_round_complete(storage: RoundStorage, last: bool):
-        current = holder["state"]
-        version = int(current.update_step[0])
+        current, version = holder["state"], holder["version"]
         new_state, metrics = update(current, current.params, shard_rollout(storage, num_local))
         if replica_spread is not None:
             gap = float(np.max(np.asarray(replica_spread(new_state.params))))
             if gap != 0.0:
                 raise RuntimeError(f"data-parallel replicas diverged (max |difference| {gap:g})")
-        holder["state"] = new_state
+        holder["state"], holder["version"] = new_state, version + 1
         report = LearnerReport(replica(new_state), replica(metrics), version, version)
         stop[0] = monitor.on_report(report, executor.pop_episodes())
         return None if stop[0] else (version + 1, new_state.params)
