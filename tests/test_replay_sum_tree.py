@@ -7,9 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from systems.replay import sum_tree as sum_tree_module
 from systems.replay.sum_tree import SumTree
 
 FANOUTS = [2, 3, 16, 64]
+BACKENDS = [
+    "numpy",
+    pytest.param("numba", marks=pytest.mark.skipif(sum_tree_module.numba is None, reason="numba is not installed")),
+]
+needs_numba = pytest.mark.skipif(sum_tree_module.numba is None, reason="numba is not installed")
 
 
 def _reference_sample(priorities, targets):
@@ -117,8 +123,9 @@ def test_zeroing_every_leaf_leaves_an_exact_zero_total():
     assert not any(level.any() for level in tree.levels)
 
 
-def test_duplicate_indices_last_write_wins():
-    tree = SumTree(10, 3)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_duplicate_indices_last_write_wins(backend):
+    tree = SumTree(10, 3, backend=backend)
     tree.set([4, 7, 4, 4], [1.0, 2.0, 3.0, 5.0])
     assert tree.get([4, 7]).tolist() == [5.0, 2.0]
     assert tree.total() == 7.0
@@ -199,8 +206,9 @@ def test_sibling_groups_are_cache_line_aligned(k, capacity):
         assert tree.level_sizes[h] <= tree.level_sizes[h - 1] * k
 
 
-def test_bad_input_raises_and_writes_nothing():
-    tree = SumTree(10, 4)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_input_raises_and_writes_nothing(backend):
+    tree = SumTree(10, 4, backend=backend)
     tree.set(np.arange(10), np.arange(10, dtype=np.float64))
     before = [level.copy() for level in tree.levels]
     for indices, priorities, error in [
@@ -228,7 +236,118 @@ def test_bad_input_raises_and_writes_nothing():
     with pytest.raises(ValueError, match="batch_size"):
         tree.sample_proportional(np.random.default_rng(0), 0)
     with pytest.raises(ValueError, match="total priority is 0"):
-        SumTree(5).sample_proportional(np.random.default_rng(0), 4)
+        SumTree(5, backend=backend).sample_proportional(np.random.default_rng(0), 4)
     for capacity, k in [(0, 16), (10, 1), (10, 2.5), (True, 4)]:
         with pytest.raises(ValueError):
             SumTree(capacity, k)
+
+
+# ----------------------------------------------------------------------------------------------- backends
+
+
+def test_backend_argument_and_default():
+    assert sum_tree_module.DEFAULT_BACKEND == ("numba" if sum_tree_module.numba is not None else "numpy")
+    assert SumTree(4).backend == sum_tree_module.DEFAULT_BACKEND
+    assert SumTree(4, backend="numpy").backend == "numpy"
+    with pytest.raises(ValueError, match="backend"):
+        SumTree(4, backend="torch")
+
+
+@needs_numba
+def test_numba_kernels_release_the_gil():
+    for kernel in (
+        sum_tree_module._set_leaves_kernel,
+        sum_tree_module._update_ancestors_kernel,
+        sum_tree_module._sample_kernel,
+    ):
+        assert kernel.targetoptions.get("nogil") is True
+
+
+def _assert_trees_bit_identical(a, b):
+    assert a.height == b.height and a.level_sizes == b.level_sizes
+    for level_a, level_b in zip(a.levels, b.levels, strict=True):
+        np.testing.assert_array_equal(level_a.view(np.int64), level_b.view(np.int64))  # bits, signed zeros too
+
+
+def _boundary_targets(tree, fractions):
+    """Random targets plus every float edge: 0, each prefix sum of the leaves, just below total, total."""
+    total = tree.total()
+    cumulative = np.cumsum(tree.leaf_values())
+    targets = np.concatenate([np.asarray(fractions) * total, cumulative, [0.0, np.nextafter(total, 0.0), total]])
+    return targets[targets <= total]
+
+
+@st.composite
+def _float_histories(draw):
+    """A fan-out (131 > 128 exercises numpy's recursive pairwise sum), a capacity, batched writes of priorities
+    over many magnitudes (zeros and -0.0 included, sums that round) and sampling fractions."""
+    k = draw(st.sampled_from([*FANOUTS, 4, 9, 17, 131]))
+    capacity = draw(st.integers(1, 400))
+    priority = st.one_of(st.just(0.0), st.just(-0.0), st.floats(1e-300, 1e300), st.floats(0.0, 1.0))
+    writes = draw(
+        st.lists(
+            st.tuples(
+                st.lists(st.integers(0, capacity - 1), min_size=1, max_size=60),  # duplicates allowed
+                st.lists(priority, min_size=60, max_size=60),
+                st.booleans(),  # split into set_leaves + update_ancestors, as the buffers do
+            ),
+            min_size=1,
+            max_size=6,
+        )
+    )
+    fractions = draw(st.lists(st.floats(0, 1), min_size=1, max_size=30))
+    return k, capacity, writes, fractions
+
+
+@needs_numba
+@settings(max_examples=150, deadline=None)
+@given(_float_histories())
+def test_numba_backend_is_bit_identical_to_numpy(history):
+    k, capacity, writes, fractions = history
+    trees = {backend: SumTree(capacity, k, backend=backend) for backend in ("numpy", "numba")}
+    for indices, priorities, split in writes:
+        indices = np.array(indices)
+        priorities = np.array(priorities[: indices.size])
+        if split:
+            written = {name: tree.set_leaves(indices, priorities) for name, tree in trees.items()}
+            np.testing.assert_array_equal(written["numpy"], written["numba"])
+            assert written["numba"].dtype == np.int64
+            for name, tree in trees.items():
+                tree.update_ancestors(written[name])
+        else:
+            for tree in trees.values():
+                tree.set(indices, priorities)
+        _assert_trees_bit_identical(trees["numpy"], trees["numba"])
+        if trees["numpy"].total() == 0:
+            with pytest.raises(ValueError, match="total priority is 0"):
+                trees["numba"].sample([0.0])
+            continue
+        targets = _boundary_targets(trees["numpy"], fractions)
+        sampled = {name: tree.sample(targets) for name, tree in trees.items()}
+        np.testing.assert_array_equal(sampled["numpy"], sampled["numba"])
+        assert sampled["numba"].dtype == np.int64
+        assert np.all(trees["numba"].get(sampled["numba"]) > 0)
+
+
+@needs_numba
+@pytest.mark.parametrize("k", [4, 16])
+def test_numba_backend_is_bit_identical_to_numpy_on_a_large_tree(k):
+    capacity = 20_011  # not a power of K
+    rng = np.random.default_rng(7)
+    trees = [SumTree(capacity, k, backend=backend) for backend in ("numpy", "numba")]
+    priorities = rng.random(capacity) * 10.0 ** rng.uniform(-6, 6, size=capacity) * (rng.random(capacity) > 0.2)
+    for tree in trees:
+        tree.set(np.arange(capacity), priorities)
+    for _ in range(20):
+        indices = rng.integers(0, capacity, size=256)
+        values = rng.random(256) * 10.0 ** rng.uniform(-6, 6, size=256)
+        for tree in trees:
+            tree.update_ancestors(tree.set_leaves(indices, values))
+        _assert_trees_bit_identical(*trees)
+        seed = int(rng.integers(2**31))
+        for stratified in (False, True):
+            np.testing.assert_array_equal(
+                *(tree.sample_proportional(np.random.default_rng(seed), 256, stratified) for tree in trees)
+            )
+    targets = _boundary_targets(trees[0], rng.random(1000))
+    np.testing.assert_array_equal(trees[0].sample(targets), trees[1].sample(targets))

@@ -23,6 +23,13 @@ Differences from Algorithm 2, and why:
   its children) is clamped to the last non-zero child.
 - Both are batched: a batch of indices or targets moves through the tree one level at a time with numpy.
 
+Two backends compute the same thing, bit for bit: "numpy" (the batched code above, the reference) and "numba"
+(the default when numba imports): `numba.njit(nogil=True, cache=True)` kernels that write the leaves, recompute the
+ancestors and walk each target down the tree without numpy temporaries, releasing the GIL so actor and learner
+threads run in parallel (seed 003 / PAL). The numba kernels reproduce numpy's summation order exactly: an inner
+node is `0.0 + pairwise_sum(children)` with numpy's pairwise summation (plain loop below 8 terms, 8 accumulators up
+to 128, halving above), and the descent's prefix sums are the sequential `np.cumsum` of the children.
+
 The tree is not thread-safe; `systems.replay.buffers` puts the locks of Algorithm 3 around it. `set_leaves` and
 `update_ancestors` are the two halves of a priority update (Algorithm 3 lines 3-6) so the caller can hold the
 leaf lock for the first half only.
@@ -32,19 +39,154 @@ from __future__ import annotations
 
 import numpy as np
 
+try:
+    import numba
+except ImportError:  # pragma: no cover - exercised only where numba is missing
+    numba = None
+
 _CACHE_LINE_BYTES = 64
 _ITEM_BYTES = np.dtype(np.float64).itemsize
+
+BACKENDS = ("numba", "numpy")
+DEFAULT_BACKEND = "numba" if numba is not None else "numpy"
+"""Backend of a `SumTree` built without one: "numba" when numba imports, else "numpy"."""
+
+# ----------------------------------------------------------------------------------------------- numba kernels
+
+if numba is not None:
+
+    @numba.njit(nogil=True, cache=True)
+    def _pairwise_sum(array, start, n):  # pragma: no cover - compiled
+        """numpy's `pairwise_sum` for float64 (the inner loop of `np.add.reduce` along a contiguous axis) over
+        `array[start : start + n]`, same operations in the same order."""
+        if n < 8:
+            res = -0.0
+            for i in range(n):
+                res += array[start + i]
+            return res
+        if n <= 128:
+            r0 = array[start]
+            r1 = array[start + 1]
+            r2 = array[start + 2]
+            r3 = array[start + 3]
+            r4 = array[start + 4]
+            r5 = array[start + 5]
+            r6 = array[start + 6]
+            r7 = array[start + 7]
+            i = 8
+            end = n - n % 8
+            while i < end:
+                r0 += array[start + i]
+                r1 += array[start + i + 1]
+                r2 += array[start + i + 2]
+                r3 += array[start + i + 3]
+                r4 += array[start + i + 4]
+                r5 += array[start + i + 5]
+                r6 += array[start + i + 6]
+                r7 += array[start + i + 7]
+                i += 8
+            res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+            while i < n:
+                res += array[start + i]
+                i += 1
+            return res
+        n2 = n // 2
+        n2 -= n2 % 8
+        return _pairwise_sum(array, start, n2) + _pairwise_sum(array, start + n2, n - n2)
+
+    @numba.njit(nogil=True, cache=True)
+    def _sorted_unique(indices):  # pragma: no cover - compiled
+        """np.unique of an int64 array (sorted distinct values)."""
+        nodes = np.sort(indices)
+        count = 0
+        for i in range(nodes.size):
+            if count == 0 or nodes[i] != nodes[count - 1]:
+                nodes[count] = nodes[i]
+                count += 1
+        return nodes[:count]
+
+    @numba.njit(nogil=True, cache=True)
+    def _set_leaves_kernel(array, leaf_offset, k, stride, indices, priorities):  # pragma: no cover - compiled
+        """Writes leaves in order (the last write of an index wins); returns the sorted distinct indices."""
+        for i in range(indices.size):
+            index = indices[i]
+            array[leaf_offset + (index // k) * stride + index % k] = priorities[i]
+        return _sorted_unique(indices)
+
+    @numba.njit(nogil=True, cache=True)
+    def _update_ancestors_kernel(array, offsets, k, stride, indices):  # pragma: no cover - compiled
+        """Recomputes every ancestor of leaves `indices`, level by level from the leaves up, as
+        `0.0 + pairwise_sum(children)` (what `level[parents, :k].sum(axis=1)` computes)."""
+        nodes = _sorted_unique(indices)
+        count = nodes.size
+        for h in range(offsets.size - 1, 0, -1):
+            parents = 0
+            for i in range(count):  # sorted nodes give sorted parents: drop consecutive repeats
+                parent = nodes[i] // k
+                if parents == 0 or parent != nodes[parents - 1]:
+                    nodes[parents] = parent
+                    parents += 1
+            count = parents
+            for i in range(count):
+                parent = nodes[i]
+                total = 0.0 + _pairwise_sum(array, offsets[h] + parent * stride, k)
+                array[offsets[h - 1] + (parent // k) * stride + parent % k] = total
+
+    @numba.njit(nogil=True, cache=True)
+    def _sample_kernel(array, offsets, k, stride, values):  # pragma: no cover - compiled
+        """Per target, the numpy `sample` descent: sequential cumulative sums of the children, the first child
+        whose cumulative sum is > the remaining target, past the end the last non-zero child (k - 1 if none)."""
+        out = np.empty(values.size, dtype=np.int64)
+        for b in range(values.size):
+            remaining = values[b]
+            node = 0
+            for h in range(1, offsets.size):
+                base = offsets[h] + node * stride
+                cumulative = 0.0
+                left = 0.0
+                child = k
+                for j in range(k):
+                    # np.cumsum: cumulative[0] = children[0], then cumulative[j - 1] + children[j]
+                    cumulative = array[base] if j == 0 else cumulative + array[base + j]
+                    if cumulative > remaining:
+                        child = j
+                        break
+                    left = cumulative  # cumulative[child - 1] once the loop stops
+                if child == k:  # remaining >= sum of the children: target == total, or rounding
+                    child = k - 1
+                    for j in range(k - 1, -1, -1):
+                        if array[base + j] > 0:
+                            child = j
+                            break
+                    left = 0.0
+                    if child > 0:  # cumulative[child - 1]
+                        left = array[base]
+                        for j in range(1, child):
+                            left = left + array[base + j]
+                remaining = remaining - left  # left is 0.0 for child 0, as np.where gives
+                node = node * k + child
+            out[b] = node
+        return out
 
 
 class SumTree:
     """K-ary sum tree over `capacity` non-negative float64 priorities (seed 003, section IV-C)."""
 
-    def __init__(self, capacity: int, k: int = 16):
+    def __init__(self, capacity: int, k: int = 16, backend: str | None = None):
         """Args:
         capacity: number of leaves N (>= 1); leaves start at priority 0.
         k: fan-out K (>= 2). K a multiple of 8 fills whole cache lines with no padding (seed 003 chooses
           K % C == 0; 16 is a good default, see the paper's Fig. 9 for the trade-off in K).
+        backend: "numba" (njit kernels that release the GIL) or "numpy" (the batched reference); both give
+          bit-identical trees and samples. None: `DEFAULT_BACKEND` ("numba" when numba imports).
         """
+        if backend is None:
+            backend = DEFAULT_BACKEND
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if backend == "numba" and numba is None:
+            raise ValueError('backend="numba" needs numba, which is not installed')
+        self._backend = backend
         if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer) or capacity < 1:
             raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
         if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 2:
@@ -73,6 +215,7 @@ class SumTree:
             offset += n_groups * self._stride
         self._sizes = tuple(sizes)
         self._leaves = self._levels[-1]
+        self._offsets = np.cumsum([0] + groups[:-1], dtype=np.int64) * self._stride  # [H] start of each level
 
     # ----------------------------------------------------------------------------------------------- properties
 
@@ -85,6 +228,11 @@ class SumTree:
     def k(self) -> int:
         """Fan-out K."""
         return self._k
+
+    @property
+    def backend(self) -> str:
+        """The backend: "numba" or "numpy"."""
+        return self._backend
 
     @property
     def group_stride(self) -> int:
@@ -149,6 +297,15 @@ class SumTree:
         priorities = np.broadcast_to(np.asarray(priorities, dtype=np.float64), indices.shape)
         if not np.all(np.isfinite(priorities)) or np.any(priorities < 0):
             raise ValueError("priorities must be finite and >= 0")
+        if self._backend == "numba":
+            return _set_leaves_kernel(
+                self._array,
+                self._offsets[-1],
+                self._k,
+                self._stride,
+                np.ascontiguousarray(indices),
+                np.ascontiguousarray(priorities),
+            )
         # Keep the last occurrence of each index (numpy does not promise an order for repeated fancy assignment).
         unique, last_from_end = np.unique(indices[::-1], return_index=True)
         values = priorities[::-1][last_from_end]
@@ -159,10 +316,13 @@ class SumTree:
         """Second half of a priority update (Algorithm 3 line 6, UPDATEINTERMEDIATELEVEL): recomputes every
         ancestor of leaves `indices`, level by level, as the sum of its K children (no accumulated deltas).
 
-        Batched over the indices: one gather [P, K] and one row sum per level for the P distinct parents. (A numba
-        `njit(nogil=True)` kernel walking each leaf to the root would avoid the temporaries and release the GIL;
-        it would replace this loop.)
+        numpy backend: batched over the indices, one gather [P, K] and one row sum per level for the P distinct
+        parents. numba backend: the same parents in the same order, summed in numpy's order, without the GIL.
         """
+        if self._backend == "numba":
+            indices = np.ascontiguousarray(self._check_indices(indices))
+            _update_ancestors_kernel(self._array, self._offsets, self._k, self._stride, indices)
+            return
         nodes = np.unique(self._check_indices(indices))  # sorted, so parents below come out sorted too
         k = self._k
         for h in range(len(self._levels) - 1, 0, -1):
@@ -188,7 +348,8 @@ class SumTree:
         The whole batch walks down one level at a time: gather the K children of each current node [B, K],
         cumulative-sum them, take the first child whose cumulative sum exceeds the remaining target, subtract the
         sum of its left siblings (Theorem 2: the cutoff node of level m + 1 is a child of the cutoff node of level
-        m). A numba `njit(nogil=True)` kernel per target would go here to drop the [B, K] temporaries.
+        m). The numba backend walks each target down on its own with the same arithmetic, without the [B, K]
+        temporaries and without the GIL.
         """
         values = np.asarray(values, dtype=np.float64)
         if values.ndim > 1:
@@ -199,6 +360,8 @@ class SumTree:
             raise ValueError("cannot sample from a sum tree whose total priority is 0")
         if not np.all(np.isfinite(values)) or np.any(values < 0) or np.any(values > total):
             raise ValueError(f"sample targets must lie in [0, total={total!r}]")
+        if self._backend == "numba":
+            return _sample_kernel(self._array, self._offsets, self._k, self._stride, np.ascontiguousarray(values))
         k = self._k
         remaining = values.copy()  # [B]
         node = np.zeros(values.shape, dtype=np.int64)  # [B] index of the cutoff node within its level
