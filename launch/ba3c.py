@@ -28,10 +28,7 @@ _BA3C_DEFAULTS = dict(optimizer="adam_large_batch", learning_rate=1e-3, anneal_l
 
 
 def make_config() -> system.DataParallelConfig:
-    if common.flag_given("algo") and flags.FLAGS.algo != "a2c":
-        raise ValueError("launch.ba3c trains A2C (BA3C); drop --algo or use --algo=a2c")
-    if common.flag_given("num_envs"):
-        raise ValueError("launch.ba3c sizes envs with --local_batch (envs per device = local_batch / sync_interval)")
+    scaleout.reject_hts_sizing("launch.ba3c", "--local_batch (envs per device = local_batch / sync_interval)")
     uses_ba3c_adam = not common.flag_given("optimizer") or flags.FLAGS.optimizer == "adam_large_batch"
     config = common.config_from_flags(
         system.DataParallelConfig, defaults=_BA3C_DEFAULTS if uses_ba3c_adam else {}, validate=False, algo="a2c",

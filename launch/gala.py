@@ -28,10 +28,7 @@ _COSINE = flags.DEFINE_boolean("log_grad_cosine", False, "Log the learners' pair
 
 
 def make_config() -> system.GossipConfig:
-    if common.flag_given("algo") and flags.FLAGS.algo != "a2c":
-        raise ValueError("launch.gala trains A2C learners; drop --algo or use --algo=a2c")
-    if common.flag_given("num_envs"):
-        raise ValueError("launch.gala sizes envs with --envs_per_learner")
+    scaleout.reject_hts_sizing("launch.gala", "--envs_per_learner")
     config = common.config_from_flags(
         system.GossipConfig, validate=False, algo="a2c",
         extra=dict(num_learners=_NUM_LEARNERS.value, topology=_TOPOLOGY.value, num_peers=_NUM_PEERS.value,

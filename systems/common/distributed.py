@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import jax
 
+from systems.common.config import ConfigError
+
 _initialized = False
 
 
 def initialize(coordinator_address: str, num_processes: int, process_id: int) -> None:
-    """Joins the job (no-op for a single process). Raises ValueError on inconsistent flags."""
+    """Joins the job (no-op for a single process). Raises ConfigError (one line) on inconsistent flags."""
     global _initialized
     if num_processes <= 1:
         if process_id != 0:
-            raise ValueError(f"--process_id={process_id} needs --num_processes > 1")
+            raise ConfigError(f"--process_id={process_id} needs --num_processes > 1")
         return
     if not coordinator_address:
-        raise ValueError("--num_processes > 1 needs --coordinator_address=HOST:PORT (the address of process 0)")
+        raise ConfigError("--num_processes > 1 needs --coordinator_address=HOST:PORT (the address of process 0)")
     if not 0 <= process_id < num_processes:
-        raise ValueError(f"--process_id must be in [0, {num_processes}), got {process_id}")
+        raise ConfigError(f"--process_id must be in [0, {num_processes}), got {process_id}")
     if _initialized:
         return
     jax.config.update("jax_cpu_collectives_implementation", "gloo")

@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from agents import DEVICE_AXIS, large_batch_eps, make_network, make_optimizer, scale_learning_rate
+from agents.optim import LR_SCALING_RULES
 from envs.executor import Executor
 from envs.factory import make_spec
 from envs.step_time import parse_step_time
@@ -49,7 +50,6 @@ from systems.common.rollout import (
 from systems.common.run import run_lockstep
 
 SYSTEM = "datapar"
-LR_SCALING_RULES = ("none", "linear", "sqrt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,10 +95,6 @@ def validate(config: DataParallelConfig) -> None:
                                      f"'{config.lr_scaling}'")
     if config.algo != "a2c":
         raise config_lib.ConfigError("launch.ba3c trains A2C (BA3C); --algo must be a2c")
-    if config.optimizer not in ("adam_large_batch", "adam", "rmsprop"):
-        raise config_lib.ConfigError(
-            f"--optimizer must be adam_large_batch, adam or rmsprop, got '{config.optimizer}'"
-        )
     if not (0 <= config.adam_b1 < 1 and 0 <= config.adam_b2 < 1):
         raise config_lib.ConfigError("--adam_b1 and --adam_b2 must be in [0, 1)")
     if config.opt_eps is not None and config.opt_eps <= 0:
@@ -152,10 +148,7 @@ def make_replica_check(devices: list):
 def run(config: DataParallelConfig) -> dict:
     """Trains data-parallel A2C (BA3C); returns the summary (also written to `<run dir>/summary.json`)."""
     validate(config)
-    try:
-        distributed.initialize(config.coordinator_address, config.num_processes, config.process_id)
-    except ValueError as error:
-        raise config_lib.ConfigError(str(error)) from None
+    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id)
     devices = select_devices(config)
     num_local = len(devices)
     num_global = num_local * jax.process_count()

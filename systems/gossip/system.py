@@ -47,6 +47,7 @@ import numpy as np
 
 from agents import LEARNER_AXIS, TrainState, make_optimizer, scale_learning_rate
 from agents.gossip import ConsensusBound, consensus_distance, make_topology, mix, pairwise_cosine
+from agents.optim import LR_SCALING_RULES
 from envs.executor import Executor
 from envs.factory import make_spec
 from envs.step_time import parse_step_time
@@ -120,7 +121,7 @@ def validate(config: GossipConfig) -> None:
         raise bad("--topology=exponential is time-varying and needs lock-step iterations: use --gossip=pmap")
     if config.max_staleness < -1:
         raise bad(f"--max_staleness must be -1 (no bound) or >= 0, got {config.max_staleness}")
-    if config.lr_scaling not in ("none", "linear", "sqrt"):
+    if config.lr_scaling not in LR_SCALING_RULES:
         raise bad(f"--lr_scaling must be none, linear or sqrt, got '{config.lr_scaling}'")
     if config.algo != "a2c":
         raise bad("launch.gala trains A2C learners; --algo must be a2c")
@@ -173,10 +174,7 @@ class CosineLog:
 def run(config: GossipConfig) -> dict:
     """Trains GALA-A2C; returns the summary (also written to `<run dir>/summary.json`)."""
     validate(config)
-    try:
-        distributed.initialize(config.coordinator_address, config.num_processes, config.process_id)
-    except ValueError as error:
-        raise config_lib.ConfigError(str(error)) from None
+    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id)
     config = resolve(config)
     if config.gossip == "pmap":
         return _run_pmap(config)
