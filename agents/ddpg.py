@@ -14,6 +14,11 @@ relative to the action half-range (the paper's sigma = 0.2 and c = 0.5 for actio
 With prioritized replay the critic loss is importance-weighted (Schaul et al. 2016) and the new priority of a
 sample is max_k |delta_k| over the critics (Fujimoto et al. 2020, "An Equivalence between Loss Functions and
 Non-Uniform Sampling in Experience Replay", LAP). ``done`` is termination only: truncated transitions bootstrap.
+
+Parallel learners (seed paper 003, PAL, Sec. V-B: each learner samples its own batch and computes sub-gradients,
+the parameter server aggregates them and updates the weights): ``ddpg_update(..., axis_name=AXIS)`` under
+``jax.vmap(..., in_axes=(None, 0, 0), out_axes=(None, None, 0), axis_name=AXIS)`` (or ``pmap``) averages the
+critic and actor gradients over the learners with ``mean_over_axis`` before each optimizer step.
 """
 
 import dataclasses
@@ -25,6 +30,7 @@ import jax.numpy as jnp
 import optax
 
 from agents.offpolicy_networks import box_scale_and_offset
+from agents.parallel import mean_over_axis
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +189,7 @@ def ddpg_update(
     config: DDPGConfig,
     action_low,
     action_high,
+    axis_name: str | None = None,
 ) -> tuple[DDPGState, dict, jax.Array]:
     """One critic step and, every ``policy_delay``-th call, one actor step plus Polyak target updates.
 
@@ -196,14 +203,26 @@ def ddpg_update(
       weights: ``[B]`` importance-sampling weights (ones for uniform replay).
       actor_apply, critic_apply, actor_optimizer, critic_optimizer, config: static under jit; see ``td3_target``.
       action_low, action_high: ``[A]`` box bounds (clip the smoothed target action).
+      axis_name: named axis of parallel learners (seed 003, PAL, Sec. V-B) bound by ``vmap``/``pmap`` with the
+        state replicated and ``batch``/``weights`` split per learner. The critic gradients and (on delayed steps)
+        the actor gradients are averaged over it with ``mean_over_axis`` before their optimizer steps, so every
+        learner applies the same updates and the new state (``key`` included) is replicated; the smoothing-noise
+        key is folded with the learner index so the learners draw distinct noise. Each learner's losses are means
+        over its own ``B`` rows, so with equal ``B`` (and no smoothing noise) this equals one update on the
+        concatenated batches. None (default) for a single learner.
 
     Returns:
-      ``(new_state, metrics, new_priorities [B])`` with priorities ``max_k |delta_k|`` from the pre-update critics.
-      Metrics: ``critic_loss``, ``actor_loss`` (at the pre-step actor, also on skipped steps), ``q_mean``,
-      ``td_abs_mean``, ``critic_grad_norm``, ``actor_updated`` (1.0 on delayed-update steps).
+      ``(new_state, metrics, new_priorities [B])`` with priorities ``max_k |delta_k|`` from the pre-update critics
+      (per learner, its own rows, under ``axis_name``).
+      Metrics (averaged over ``axis_name``): ``critic_loss``, ``actor_loss`` (at the pre-step actor, also on skipped
+      steps), ``q_mean``, ``td_abs_mean``, ``critic_grad_norm`` (of the averaged gradient), ``actor_updated``
+      (1.0 on delayed-update steps).
     """
     chex.assert_rank(weights, 1)
     key, noise_key = jax.random.split(state.key)
+    if axis_name is not None:
+        # Distinct smoothing noise per learner; ``key`` (stored in the state) stays identical on every learner.
+        noise_key = jax.random.fold_in(noise_key, jax.lax.axis_index(axis_name))
     target = td3_target(
         state.actor_target_params,
         state.critic_target_params,
@@ -219,6 +238,8 @@ def ddpg_update(
         state.critic_params, batch, target, weights, critic_apply=critic_apply, twin=config.twin
     )
     critic_loss_value = jnp.sum(jnp.mean(weights[None] * jnp.square(td), axis=1))
+    # The parameter server's aggregation (PAL Sec. V-B): one averaged gradient, one update on every learner.
+    critic_grads = mean_over_axis(critic_grads, axis_name)
     updates, critic_opt_state = critic_optimizer.update(critic_grads, state.critic_opt_state, state.critic_params)
     critic_params = optax.apply_updates(state.critic_params, updates)
     step = state.step + 1
@@ -236,6 +257,7 @@ def ddpg_update(
 
     def delayed_update(_):
         actor_loss, actor_grads = jax.value_and_grad(actor_loss_fn)(state.actor_params)
+        actor_grads = mean_over_axis(actor_grads, axis_name)
         actor_updates, actor_opt_state = actor_optimizer.update(actor_grads, state.actor_opt_state, state.actor_params)
         actor_params = optax.apply_updates(state.actor_params, actor_updates)
         actor_target = optax.incremental_update(actor_params, state.actor_target_params, config.tau)
@@ -259,9 +281,12 @@ def ddpg_update(
         "actor_loss": actor_loss,
         "q_mean": jnp.mean(q),
         "td_abs_mean": jnp.mean(jnp.abs(td)),
-        "critic_grad_norm": optax.tree.norm(critic_grads),
-        "actor_updated": actor_updated.astype(jnp.float32),
     }
+    metrics = dict(
+        mean_over_axis(metrics, axis_name),
+        critic_grad_norm=optax.tree.norm(critic_grads),
+        actor_updated=actor_updated.astype(jnp.float32),
+    )
     new_state = DDPGState(
         actor_params=actor_params,
         critic_params=critic_params,

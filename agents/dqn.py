@@ -11,6 +11,11 @@
 
 ``done`` is *termination only*. A time-limit truncation is not an absorbing state, so its target must still
 bootstrap from Q(s', .): pass ``done = 0`` for truncated transitions (Pardo et al. 2018, "Time Limits in RL").
+
+Parallel learners (seed paper 003, PAL, Sec. V-B: each learner samples its own batch and computes sub-gradients,
+the parameter server aggregates them and updates the weights): ``dqn_update(..., axis_name=AXIS)`` under
+``jax.vmap(..., in_axes=(None, 0, 0), out_axes=(None, None, 0), axis_name=AXIS)`` (or ``pmap``) averages the
+gradients over the learners with ``mean_over_axis`` before one optimizer step.
 """
 
 import dataclasses
@@ -21,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import optax
 import rlax
+
+from agents.parallel import mean_over_axis
 
 DQN_LOSSES = ("huber", "mse")
 
@@ -141,6 +148,7 @@ def dqn_update(
     apply_fn,
     optimizer: optax.GradientTransformation,
     config: DQNConfig,
+    axis_name: str | None = None,
 ) -> tuple[DQNState, dict, jax.Array]:
     """One (Double) DQN gradient step and target-network update.
 
@@ -151,17 +159,26 @@ def dqn_update(
       apply_fn: ``apply_fn(params, obs) -> Q [B, A]`` (static under jit).
       optimizer: optax transformation whose state is ``state.opt_state`` (static under jit).
       config: ``DQNConfig`` (static under jit).
+      axis_name: named axis of parallel learners (seed 003, PAL, Sec. V-B) bound by ``vmap``/``pmap`` with the
+        state replicated and ``batch``/``weights`` split per learner; the gradients and the metrics are averaged
+        over it with ``mean_over_axis`` before the optimizer step, so every learner applies the same update and
+        the new state is replicated. Each learner's loss is a mean over its own ``B`` rows, so with equal ``B``
+        this equals one step on the concatenated batches. None (default) for a single learner.
 
     Returns:
       ``(new_state, metrics, new_priorities [B])``: ``new_priorities = |delta|`` computed with the parameters
-      *before* this step (the errors the sample was judged on). The target network is a hard copy of the new
-      online parameters when ``new_state.step % target_update_period == 0`` (or Polyak-averaged every step if
-      ``tau`` is set). Metrics: ``loss``, ``q_mean``, ``td_abs_mean``, ``grad_norm``, ``target_updated``.
+      *before* this step (the errors the sample was judged on; per learner, its own rows, under ``axis_name``).
+      The target network is a hard copy of the new online parameters when
+      ``new_state.step % target_update_period == 0`` (or Polyak-averaged every step if ``tau`` is set).
+      Metrics (averaged over ``axis_name``): ``loss``, ``q_mean``, ``td_abs_mean``, ``grad_norm`` (of the
+      averaged gradient), ``target_updated``.
     """
     chex.assert_rank(weights, 1)
     grads, (metrics, td) = jax.grad(dqn_loss, has_aux=True)(
         state.params, state.target_params, batch, weights, apply_fn=apply_fn, config=config
     )
+    # The parameter server's aggregation (PAL Sec. V-B): one averaged gradient, one update on every learner.
+    grads, metrics = mean_over_axis((grads, metrics), axis_name)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     step = state.step + 1

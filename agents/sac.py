@@ -12,6 +12,11 @@ Haarnoja et al. (2018), "Soft Actor-Critic Algorithms and Applications" (arXiv:1
 The policy is a tanh-squashed Gaussian scaled to the action box (``agents.offpolicy_networks``, Eq. 21 for the
 log-density). With prioritized replay the critic loss is importance-weighted (Schaul et al. 2016) and the new
 priorities are max_k |delta_k| (Fujimoto et al. 2020, LAP). ``done`` is termination only: truncations bootstrap.
+
+Parallel learners (seed paper 003, PAL, Sec. V-B: each learner samples its own batch and computes sub-gradients,
+the parameter server aggregates them and updates the weights): ``sac_update(..., axis_name=AXIS)`` under
+``jax.vmap(..., in_axes=(None, 0, 0), out_axes=(None, None, 0), axis_name=AXIS)`` (or ``pmap``) averages the
+critic, actor and temperature gradients over the learners with ``mean_over_axis`` before each optimizer step.
 """
 
 import dataclasses
@@ -23,6 +28,7 @@ import jax.numpy as jnp
 import optax
 
 from agents.offpolicy_networks import squashed_gaussian_mode, squashed_gaussian_sample
+from agents.parallel import mean_over_axis
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +155,7 @@ def sac_update(
     config: SACConfig,
     action_low,
     action_high,
+    axis_name: str | None = None,
 ) -> tuple[SACState, dict, jax.Array]:
     """One SAC step: critics, then actor (on the updated critics), then temperature, then Polyak targets.
 
@@ -162,15 +169,28 @@ def sac_update(
       actor_optimizer, critic_optimizer, alpha_optimizer: optax transformations (alpha's acts on log alpha).
       config: ``SACConfig``.
       action_low, action_high: ``[A]`` box bounds.
+      axis_name: named axis of parallel learners (seed 003, PAL, Sec. V-B) bound by ``vmap``/``pmap`` with the
+        state replicated and ``batch``/``weights`` split per learner. The critic, actor and temperature (log alpha)
+        gradients are averaged over it with ``mean_over_axis`` before their optimizer steps, so every learner
+        applies the same updates and the new state (``key`` included) is replicated; the keys of the policy
+        samples (target and actor) are folded with the learner index so the learners draw distinct samples.
+        Each learner's losses are means over its own ``B`` rows, so with equal ``B`` the averaged gradient is
+        that of the concatenated batches. None (default) for a single learner.
 
     Returns:
-      ``(new_state, metrics, new_priorities [B])``, priorities ``max_k |delta_k|`` from the pre-update critics.
-      Metrics: ``critic_loss``, ``actor_loss``, ``alpha_loss``, ``alpha`` (used in this step), ``entropy``
-      (``-mean log pi`` of fresh samples at s), ``q_mean``, ``td_abs_mean``, ``critic_grad_norm``,
-      ``actor_grad_norm``.
+      ``(new_state, metrics, new_priorities [B])``, priorities ``max_k |delta_k|`` from the pre-update critics
+      (per learner, its own rows, under ``axis_name``).
+      Metrics (averaged over ``axis_name``): ``critic_loss``, ``actor_loss``, ``alpha_loss``, ``alpha`` (used in
+      this step), ``entropy`` (``-mean log pi`` of fresh samples at s), ``q_mean``, ``td_abs_mean``,
+      ``critic_grad_norm``, ``actor_grad_norm`` (norms of the averaged gradients).
     """
     chex.assert_rank(weights, 1)
     key, target_key, actor_key = jax.random.split(state.key, 3)
+    if axis_name is not None:
+        # Distinct policy samples per learner; ``key`` (stored in the state) stays identical on every learner.
+        learner = jax.lax.axis_index(axis_name)
+        target_key = jax.random.fold_in(target_key, learner)
+        actor_key = jax.random.fold_in(actor_key, learner)
     alpha = jnp.exp(state.log_alpha)
     target = sac_critic_target(
         state.actor_params,
@@ -194,6 +214,8 @@ def sac_update(
         return jnp.sum(jnp.mean(weights[None] * jnp.square(td), axis=1)), (q, td)
 
     (critic_loss, (q, td)), critic_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(state.critic_params)
+    # The parameter server's aggregation (PAL Sec. V-B): one averaged gradient, one update on every learner.
+    critic_grads = mean_over_axis(critic_grads, axis_name)
     updates, critic_opt_state = critic_optimizer.update(critic_grads, state.critic_opt_state, state.critic_params)
     critic_params = optax.apply_updates(state.critic_params, updates)
 
@@ -210,6 +232,7 @@ def sac_update(
         return jnp.mean(alpha * log_prob - q_pi), log_prob
 
     (actor_loss, log_prob), actor_grads = jax.value_and_grad(actor_loss_fn, has_aux=True)(state.actor_params)
+    actor_grads = mean_over_axis(actor_grads, axis_name)
     updates, actor_opt_state = actor_optimizer.update(actor_grads, state.actor_opt_state, state.actor_params)
     actor_params = optax.apply_updates(state.actor_params, updates)
 
@@ -219,6 +242,7 @@ def sac_update(
         state.log_alpha, log_prob, target_entropy=target_entropy
     )
     if config.learn_alpha:
+        alpha_grad = mean_over_axis(alpha_grad, axis_name)
         updates, alpha_opt_state = alpha_optimizer.update(alpha_grad, state.alpha_opt_state, state.log_alpha)
         log_alpha = optax.apply_updates(state.log_alpha, updates)
     else:
@@ -236,6 +260,9 @@ def sac_update(
         "critic_grad_norm": optax.tree.norm(critic_grads),
         "actor_grad_norm": optax.tree.norm(actor_grads),
     }
+    # Per-learner statistics are averaged; alpha and the norms of the averaged gradients are already replicated.
+    replicated = ("alpha", "critic_grad_norm", "actor_grad_norm")
+    metrics.update(mean_over_axis({k: v for k, v in metrics.items() if k not in replicated}, axis_name))
     new_state = SACState(
         actor_params=actor_params,
         critic_params=critic_params,

@@ -388,3 +388,117 @@ def test_sac_update_jits_gives_finite_metrics_and_polyak_targets():
         "critic_grad_norm",
         "actor_grad_norm",
     }
+
+
+AXIS = "learner"
+
+
+def _parallel(update):
+    """PAL learners (seed 003, Sec. V-B): replicated state, one batch per learner, replicated new state."""
+    return jax.jit(jax.vmap(update, in_axes=(None, 0, 0), out_axes=(None, None, 0), axis_name=AXIS))
+
+
+def _stack(*trees):
+    return jax.tree.map(lambda *x: jnp.stack(x), *trees)
+
+
+def _concat(*trees):
+    return jax.tree.map(lambda *x: jnp.concatenate(x), *trees)
+
+
+@pytest.mark.parametrize("name", ["td3", "ddpg"])
+def test_parallel_td3_and_ddpg_learners_equal_one_update_on_the_concatenated_batch(name):
+    # No smoothing noise, so the target is deterministic and the noise keys do not matter.
+    config = DDPGConfig(gamma=0.99, tau=0.1, policy_noise=0.0) if name == "td3" else ddpg_config()
+    low, high = bounds_as_tuples(LOW, HIGH)
+    actor = DeterministicActor(ACTION_DIM, low, high, hidden_sizes=(16,))
+    twin = TwinQ(hidden_sizes=(16,))
+    critic_apply = twin.apply if config.twin else (lambda p, o, a: twin.apply(p, o, a)[0])
+    obs = jnp.zeros((1, OBS_DIM))
+    actor_params = actor.init(jax.random.key(0), obs)
+    critic_params = twin.init(jax.random.key(1), obs, jnp.zeros((1, ACTION_DIM)))
+    # SGD, not Adam: Adam's first step is invariant to the gradient's scale and would hide a sum for a mean.
+    actor_opt, critic_opt = optax.sgd(0.05), optax.sgd(0.05)
+    state = ddpg_init(
+        jax.random.key(2), actor_params, critic_params, actor_optimizer=actor_opt, critic_optimizer=critic_opt
+    )
+    update = functools.partial(
+        ddpg_update,
+        actor_apply=actor.apply,
+        critic_apply=critic_apply,
+        actor_optimizer=actor_opt,
+        critic_optimizer=critic_opt,
+        config=config,
+        action_low=LOW,
+        action_high=HIGH,
+    )
+    parallel, single = _parallel(functools.partial(update, axis_name=AXIS)), jax.jit(update)
+    rng = np.random.default_rng(0)
+    par_state = one_state = state
+    for step in range(2):  # TD3's actor and targets move on the second call only
+        batches = [_random_batch(10 * step + 1), _random_batch(10 * step + 2)]
+        weights = [jnp.asarray(rng.uniform(0.2, 1.0, size=B), jnp.float32) for _ in batches]
+        previous = par_state
+        par_state, par_metrics, par_priorities = parallel(par_state, _stack(*batches), _stack(*weights))
+        one_state, one_metrics, one_priorities = single(one_state, _concat(*batches), _concat(*weights))
+        chex.assert_trees_all_equal_shapes(par_state, state)
+        chex.assert_trees_all_close(par_metrics, one_metrics, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(par_priorities, np.reshape(one_priorities, (2, B)), rtol=1e-5, atol=1e-6)
+    assert float(par_metrics["actor_updated"]) == 1.0
+    for field in ("actor_params", "critic_params", "actor_target_params", "critic_target_params"):
+        chex.assert_trees_all_close(getattr(par_state, field), getattr(one_state, field), rtol=1e-5, atol=1e-6)
+    assert _changed(par_state.actor_params, state.actor_params)
+    np.testing.assert_array_equal(jax.random.key_data(par_state.key), jax.random.key_data(one_state.key))
+    # The learners' batches differ: the averaged step is not the step on the first learner's batch alone.
+    first_only, _, _ = single(previous, batches[0], weights[0])
+    assert _changed(par_state.critic_params, first_only.critic_params)
+    assert _changed(par_state.actor_params, first_only.actor_params)
+
+
+def test_parallel_sac_learners_fold_in_their_index_and_keep_the_state_replicated():
+    actor = GaussianActor(ACTION_DIM, hidden_sizes=(16,))
+    critic = TwinQ(hidden_sizes=(16,))
+    obs = jnp.zeros((1, OBS_DIM))
+    actor_params = actor.init(jax.random.key(0), obs)
+    critic_params = critic.init(jax.random.key(1), obs, jnp.zeros((1, ACTION_DIM)))
+    actor_opt, critic_opt, alpha_opt = optax.sgd(0.05), optax.sgd(0.05), optax.sgd(0.1)
+    state = sac_init(
+        jax.random.key(2),
+        actor_params,
+        critic_params,
+        actor_optimizer=actor_opt,
+        critic_optimizer=critic_opt,
+        alpha_optimizer=alpha_opt,
+    )
+    update = functools.partial(
+        sac_update,
+        actor_apply=actor.apply,
+        critic_apply=critic.apply,
+        actor_optimizer=actor_opt,
+        critic_optimizer=critic_opt,
+        alpha_optimizer=alpha_opt,
+        config=SACConfig(),
+        action_low=LOW,
+        action_high=HIGH,
+    )
+    batch, weights = _random_batch(3), jnp.ones((B,))
+    # Both learners get the SAME batch: only their (folded-in) sample keys differ.
+    par_state, par_metrics, par_priorities = _parallel(functools.partial(update, axis_name=AXIS))(
+        state, _stack(batch, batch), _stack(weights, weights)
+    )
+    one_state, one_metrics, _ = jax.jit(update)(state, batch, weights)
+
+    chex.assert_trees_all_equal_shapes(par_state, state)  # no learner axis anywhere
+    np.testing.assert_array_equal(jax.random.key_data(par_state.key), jax.random.key_data(one_state.key))
+    assert int(par_state.step) == 1
+    assert set(par_metrics) == set(one_metrics)
+    for name, value in par_metrics.items():
+        chex.assert_shape(value, ())
+        assert np.isfinite(float(value)), name
+    chex.assert_shape(par_priorities, (2, B))
+    # Without fold_in both learners would reproduce the single update exactly ((x + x) / 2 == x).
+    assert not np.allclose(par_priorities[0], par_priorities[1])  # distinct target samples
+    assert _changed(par_state.critic_params, one_state.critic_params)
+    assert _changed(par_state.actor_params, one_state.actor_params)
+    assert float(par_state.log_alpha) != float(one_state.log_alpha)  # distinct actor samples -> entropy
+    assert float(par_metrics["critic_loss"]) != float(one_metrics["critic_loss"])

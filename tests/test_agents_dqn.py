@@ -149,6 +149,53 @@ class DQNTest(chex.TestCase):
             DQNConfig().gamma = 0.1  # type: ignore[misc]
 
 
+def _second_batch():
+    eye = jnp.eye(3)
+    return {
+        "obs": eye[jnp.array([1, 2, 0])],
+        "action": jnp.array([2, 0, 1], jnp.int32),
+        "reward": jnp.array([-0.5, 2.0, 0.25]),
+        "next_obs": eye[jnp.array([0, 1, 2])],
+        "done": jnp.array([1.0, 0.0, 0.0]),
+    }
+
+
+AXIS = "learner"
+
+
+def test_parallel_learners_average_gradients_like_one_update_on_the_concatenated_batch():
+    # PAL (seed 003, Sec. V-B): N learners, each on its own batch, one step with the averaged gradient.
+    config = DQNConfig(gamma=GAMMA, double=True, loss="huber", target_update_period=100)
+    optimizer = optax.sgd(1.0)  # not Adam: its first step is scale-invariant
+    state = dqn_init(ONLINE, optimizer=optimizer)._replace(target_params=TARGET)
+    batches = [_batch(), _second_batch()]
+    weights = [jnp.array([1.0, 0.5, 2.0]), jnp.array([0.25, 1.5, 0.75])]
+    stacked_batch = jax.tree.map(lambda *x: jnp.stack(x), *batches)
+    concat_batch = jax.tree.map(lambda *x: jnp.concatenate(x), *batches)
+
+    parallel = jax.jit(
+        jax.vmap(
+            functools.partial(dqn_update, apply_fn=_linear_apply, optimizer=optimizer, config=config, axis_name=AXIS),
+            in_axes=(None, 0, 0),
+            out_axes=(None, None, 0),
+            axis_name=AXIS,
+        )
+    )
+    single = jax.jit(functools.partial(dqn_update, apply_fn=_linear_apply, optimizer=optimizer, config=config))
+    par_state, par_metrics, par_priorities = parallel(state, stacked_batch, jnp.stack(weights))
+    one_state, one_metrics, one_priorities = single(state, concat_batch, jnp.concatenate(weights))
+
+    chex.assert_trees_all_equal_shapes(par_state, state)  # replicated, no learner axis
+    chex.assert_trees_all_close(par_state, one_state, rtol=1e-5)
+    chex.assert_trees_all_close(par_metrics, one_metrics, rtol=1e-5)
+    chex.assert_shape(par_priorities, (2, 3))
+    np.testing.assert_allclose(par_priorities, np.reshape(one_priorities, (2, 3)), rtol=1e-6)
+    # Each learner's priorities are its own |td|, and the step is not the one of the first batch alone.
+    np.testing.assert_allclose(par_priorities[0], np.abs(_expected_td(True)), rtol=1e-6)
+    first_only, _, _ = single(state, batches[0], weights[0])
+    assert not np.allclose(par_state.params["w"], first_only.params["w"])
+
+
 def test_epsilon_greedy():
     params = {"w": jnp.array([[0.0, 3.0, 1.0], [2.0, 0.0, 1.0]])}
     obs = jnp.eye(2)[jnp.array([0, 1] * 500)]
