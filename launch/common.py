@@ -19,7 +19,9 @@ _ENV = flags.DEFINE_string(
     "env", None, "EnvPool task id instead of --game, e.g. CartPole-v1, gfootball/academy_empty_goal_close-v1."
 )
 _ALGO = flags.DEFINE_enum(
-    "algo", None, ["ppo", "a2c"], "On-policy algorithm (default: ppo; launch.ba3c and launch.gala train a2c)."
+    "algo", None, ["ppo", "a2c", "dqn", "ddqn", "ddpg", "td3", "sac"],
+    "Algorithm. launch.hts / launch.sync: ppo (default) or a2c; launch.ba3c and launch.gala train a2c; "
+    "launch.pal: dqn (default), ddqn, ddpg, td3 or sac.",
 )
 _SEED = flags.DEFINE_integer("seed", 1, "Seed of envs, initial parameters, action keys and minibatch order.")
 _NUM_ENVS = flags.DEFINE_integer("num_envs", None, "Number of training envs (default: preset).")
@@ -83,6 +85,8 @@ def config_from_flags(
     """
     env_id = resolve_env_id(_GAME.value, _ENV.value)
     algo = algo or _ALGO.value or "ppo"
+    if algo not in ("ppo", "a2c"):
+        raise ValueError(f"--algo={algo} is off-policy: train it with python -m launch.pal")
     values = config_lib.preset(family_of(env_id), algo)
     values.update(defaults or {})
     for name, holder in _PRESET_FLAGS.items():

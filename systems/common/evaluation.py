@@ -28,7 +28,18 @@ LAST_POLICIES = 10
 class Evaluator:
     """Runs `episodes` real episodes, one per env of its own EnvPool, with the given parameters."""
 
-    def __init__(self, spec: EnvSpec, apply_fn: Callable, *, episodes: int, seed: int, deterministic: bool):
+    def __init__(
+        self,
+        spec: EnvSpec,
+        apply_fn: Callable | None,
+        *,
+        episodes: int,
+        seed: int,
+        deterministic: bool,
+        act_fn: Callable | None = None,
+    ):
+        """`apply_fn(params, obs) -> (policy_out, value)` of an actor-critic; off-policy agents pass
+        `act_fn(params, obs, key) -> actions` (jitted) instead and `apply_fn=None`."""
         self.spec = spec
         self.episodes = episodes
         self._pool = make_pool(spec, num_envs=episodes, batch_size=episodes, seed=seed, evaluation=True)
@@ -43,7 +54,7 @@ class Evaluator:
             keys = jax.random.split(key, obs.shape[0])
             return distributions.sample_actions(policy_out, keys)
 
-        self._act = act
+        self._act = act if act_fn is None else act_fn
 
     def run(self, params: Any) -> np.ndarray:
         """Returns the `episodes` episode returns (each env's first complete episode)."""

@@ -28,7 +28,7 @@ class LearnerReport:
 
     state: TrainState  # after the update
     metrics: dict  # scalar losses etc. (host values)
-    behaviour_version: int  # policy version that collected the batch
+    behaviour_version: int  # policy version that collected the batch (PAL: the oldest version an actor holds)
     learner_version: int  # version of the parameters the update was applied to
 
 
@@ -43,16 +43,28 @@ class Monitor:
         system: str,
         config: config_lib.TrainConfig,
         spec: EnvSpec,
-        setup: LearnerSetup,
+        setup: LearnerSetup | None,
         state: TrainState,
         *,
         steps_per_update: int | None = None,
         policy_params: Callable[[Any], Any] | None = None,
         header: str = "",
+        env_steps_of: Callable[[Any], int] | None = None,
+        evaluator: Any = None,
+        max_policy_lag: int | None = 1,
+        checkpoint_extra: Callable[[int], dict] | None = None,
+        sizes: str | None = None,
     ):
         """`state` is the learner state (any pytree with `params` and a scalar `update_step`). Systems whose
         updates are not rounds of every env (asynchronous gossip: one learner's iteration) pass `steps_per_update`;
-        systems with several parameter sets (gossip) pass `policy_params(state)`, the parameters to evaluate."""
+        systems with several parameter sets (gossip) pass `policy_params(state)`, the parameters to evaluate.
+
+        Systems whose env steps are not a fixed multiple of updates (PAL: actors and learners held only to a
+        ratio) keep the env-step count in their state and pass `env_steps_of(state)`; they pass their own
+        `evaluator` (anything with `run(params) -> returns`) when `setup` is None, `max_policy_lag=None` when
+        the lag has no bound to check (it is still logged), and `checkpoint_extra(env_steps) -> meta entries`,
+        called before each checkpoint is written (PAL saves its replay buffer there). `sizes` replaces the
+        "envs N  alpha A" part of the first line."""
         self.system = system
         self.policy_params = policy_params or (lambda s: s.params)
         self.config = config
@@ -65,6 +77,10 @@ class Monitor:
         self.evaluations: list[EvaluationRecord] = []
         self.wall_offset = 0.0
         self.resumed_from = None
+        self.resumed_meta: dict = {}
+        self._env_steps_of = env_steps_of
+        self._max_policy_lag = max_policy_lag
+        self._checkpoint_extra = checkpoint_extra
         if config.resume:
             restored = load_latest_checkpoint(self.run_dir, state)
             if restored is None:
@@ -73,14 +89,19 @@ class Monitor:
             self.wall_offset = float(meta["wall_time"])
             self.evaluations = [EvaluationRecord(**r) for r in meta["evaluations"]]
             self.resumed_from = int(meta["env_steps"])
+            self.resumed_meta = meta
         self.outputs = RunOutputs(self.run_dir, config, append=config.resume, quiet=config.quiet)
         self.steps_per_round = steps_per_update or config_lib.steps_per_round(config)
         self.total_updates = max(1, math.ceil(config.total_steps / self.steps_per_round))
         self.total_steps = self.total_updates * self.steps_per_round
+        if env_steps_of is not None:
+            self.total_steps = config.total_steps
         self.start_round = int(self.state.update_step)
-        self.start_steps = self.start_round * self.steps_per_round
+        self.start_steps = self.env_steps
         self.evaluator = None
-        if config.eval_episodes > 0:
+        if evaluator is not None:
+            self.evaluator = evaluator if config.eval_episodes > 0 else None
+        elif config.eval_episodes > 0:
             self.evaluator = Evaluator(
                 spec, setup.network.apply, episodes=config.eval_episodes, seed=setup.eval_seed,
                 deterministic=config.eval_deterministic,
@@ -93,7 +114,8 @@ class Monitor:
         self.last_metrics: dict = {}
         self.stopped_by_time_limit = False
         self.outputs.print(
-            f"[{system}] {config.env_id}  algo {config.algo}  envs {config.num_envs}  alpha {config.sync_interval}  "
+            f"[{system}] {config.env_id}  algo {config.algo}  "
+            f"{sizes or f'envs {config.num_envs}  alpha {config.sync_interval}'}  "
             f"params {parameter_count(self.policy_params(self.state)):,}{header}  run dir {self.run_dir}"
             + (f"  (resumed at {self.start_steps:,} steps)" if config.resume else "")
         )
@@ -107,6 +129,8 @@ class Monitor:
 
     @property
     def env_steps(self) -> int:
+        if self._env_steps_of is not None:
+            return int(self._env_steps_of(self.state))
         return int(self.state.update_step) * self.steps_per_round
 
     def wall_time(self) -> float:
@@ -117,8 +141,10 @@ class Monitor:
         self.state = report.state
         self.last_metrics = report.metrics
         lag = report.learner_version - report.behaviour_version
-        if not 0 <= lag <= 1:
-            raise RuntimeError(f"policy lag {lag} outside [0, 1]: the one-step-delay invariant is broken")
+        if self._max_policy_lag is not None and not 0 <= lag <= self._max_policy_lag:
+            raise RuntimeError(
+                f"policy lag {lag} outside [0, {self._max_policy_lag}]: the one-step-delay invariant is broken"
+            )
         self.max_policy_lag = max(self.max_policy_lag, lag)
         for _, episode_return, episode_length in episodes:
             self._episodes.append((episode_return, episode_length))
@@ -186,6 +212,8 @@ class Monitor:
             "evaluations": [dataclasses.asdict(r) for r in self.evaluations],
             "system": self.system,
         }
+        if self._checkpoint_extra is not None:
+            meta.update(self._checkpoint_extra(self.env_steps))
         return save_checkpoint(self.run_dir, self.env_steps, self.state, meta)
 
     def finish(self, *, interrupted: bool = False, extra: dict | None = None) -> dict:

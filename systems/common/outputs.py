@@ -37,8 +37,24 @@ PROGRESS_FIELDS = (
     "consensus_distance",  # gossip: ||X - mean(X)|| over the learners (seed 004, Fig. 2a)
     "consensus_bound",  # gossip: the Proposition 1 bound from the learners' update norms
     "grad_cosine_mean",  # gossip --log_grad_cosine: mean pairwise gradient cosine similarity (Fig. 2b)
+    "loss",  # PAL DQN: importance-weighted Huber TD loss
+    "critic_loss",  # PAL DDPG / TD3 / SAC
+    "actor_loss",
+    "alpha",  # PAL SAC temperature
+    "q_mean",
+    "td_abs_mean",
+    "replay_size",  # PAL: transitions in the replay buffer
+    "collected_per_update",  # PAL: env steps per optimizer step so far (held at --update_interval)
 )
 EVAL_FIELDS = ("env_steps", "wall_time", "policy_version", "episodes", "mean_return", "std_return")
+
+
+def _first(row: dict, *names: str):
+    """The first of `names` present in `row` (systems log different loss names)."""
+    for name in names:
+        if row.get(name) is not None:
+            return row[name]
+    return None
 
 
 def params_fingerprint(params: Any) -> str:
@@ -134,7 +150,7 @@ class RunOutputs:
         pct = 100.0 * row["env_steps"] / max(total_steps, 1)
         self.print(
             f"steps {int(row['env_steps']):>10,} ({pct:5.1f}%)  sps {row['sps']:8.0f}  return {ret_text}  "
-            f"loss {_num(row.get('total_loss'))}  entropy {_num(row.get('entropy'))}  "
+            f"loss {_num(_first(row, 'total_loss', 'loss', 'critic_loss'))}  entropy {_num(row.get('entropy'))}  "
             f"lag {row.get('policy_lag', 0)}  t {row['wall_time']:7.1f}s"
         )
 

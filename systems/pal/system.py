@@ -1,0 +1,678 @@
+"""PAL: parallel actors and learners around a shared prioritized replay buffer (seed 003, section V, Figure 7).
+
+* `num_actors` actor threads (V-A), each stepping its own EnvPool instance (`envs_per_actor` envs, synchronous
+  mode) with the newest parameters from the parameter store, and inserting its transitions into the shared buffer
+  (`systems.replay`: K-ary sum tree, lazy writing, two locks). EnvPool's reset steps (the step after an episode
+  ends, whose action is ignored) are not transitions and are not inserted; `done` is termination only, so a
+  time-limit truncation still bootstraps.
+* `num_learners` learner threads (V-B), each sampling its share `batch_size / num_learners` of the global batch
+  (with the PER importance weights, beta annealed linearly from `per_beta` to 1 over the run) and handing it to
+  the parameter server, which computes each learner's gradient on its own sub-batch, averages them and applies one
+  optimizer step (synchronous, as in the paper; `systems.pal.agent` explains the vmap over learners). Each learner
+  then writes its sub-batch's new priorities |TD| back.
+* `update_interval` (Algorithm 1, line 11): env steps collected per optimizer step, held by `RatioGate` between the
+  threads: actors wait when they are a step ahead, learners wait when there is nothing due; 0 lets both run free.
+  The first `learning_starts` env steps are collected before any update (random actions for DDPG / TD3 / SAC,
+  epsilon-greedy from epsilon_start for DQN).
+* Design-space exploration (V-D, Eq. 5): `allocate="auto"` measures f_a and f_l on this machine and picks the
+  thread counts (`systems.pal.allocate`).
+
+Thread timing decides which transitions a batch sees, so a PAL run is not bit-reproducible (the paper's actors
+and learners are asynchronous by design); seeds fix the initial parameters, env seeds and each actor's keys.
+
+Outputs are those of the other systems (`systems.common.monitor.Monitor`): config.json, progress.csv, TensorBoard,
+the progress line, evaluations, summary.json with the fingerprint, atomic checkpoints and `--resume`; with
+`checkpoint_buffer` the replay buffer is saved next to each checkpoint and restored with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import math
+import os
+import queue
+import threading
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from envs.episodes import EpisodeTracker, split_done
+from envs.factory import EnvSpec, make_pool, make_spec
+from systems.common import config as config_lib
+from systems.common.checkpoint import checkpoint_dir
+from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
+from systems.common.evaluation import Evaluator
+from systems.common.monitor import LearnerReport, Monitor
+from systems.pal import allocate as allocate_lib
+from systems.pal.agent import ALGOS, CONTINUOUS_ALGOS, DISCRETE_ALGOS, OffPolicyAgent, PALState, build_agent
+from systems.replay import PrioritizedBuffer, UniformBuffer
+
+SYSTEM = "pal"
+REPLAYS = ("per", "uniform")
+ALLOCATIONS = ("manual", "auto")
+SUPPORTED_FAMILIES = ("classic", "box2d", "mujoco", "atari")
+_REPORT_SECONDS = 1.0  # at most one progress row per second (updates can run at thousands per second)
+_POLL = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class PALConfig(config_lib.TrainConfig):
+    """A PAL run. `num_envs` is derived (actors x envs per actor); the on-policy fields of TrainConfig are unused."""
+
+    algo: str = "dqn"  # dqn | ddqn | ddpg | td3 | sac
+    envs_per_actor: int = 4  # envs of each actor's own EnvPool
+    num_learners: int = 1  # learner threads; each samples batch_size / num_learners per optimizer step
+    batch_size: int = 256  # global batch of one optimizer step
+    update_interval: float = 1.0  # env steps collected per optimizer step (Alg. 1); 0: actors and learners free
+    replay: str = "per"  # per | uniform
+    buffer_size: int = 100_000
+    learning_starts: int = 1_000  # env steps before the first update
+    per_alpha: float = 0.6
+    per_beta: float = 0.4  # annealed linearly to 1 over the run
+    priority_eps: float = 1e-6
+    tree_k: int = 16
+    hidden_sizes: tuple = (256, 256)
+    critic_learning_rate: float = 0.0  # 0: learning_rate
+    target_update_period: int = 500  # DQN hard target copy period (tau >= 1)
+    tau: float = 1.0  # Polyak rate; DQN: >= 1 means hard copies every target_update_period updates
+    epsilon_start: float = 1.0  # DQN exploration, linear decay over exploration_fraction of the run
+    epsilon_end: float = 0.05
+    exploration_fraction: float = 0.5
+    action_noise: float = 0.1  # DDPG / TD3 Gaussian exploration noise (fraction of the action half-range)
+    allocate: str = "manual"  # manual | auto (Eq. 5)
+    cores: int = 0  # M for allocate=auto (0: os.cpu_count())
+    profile_seconds: float = 2.0  # measuring time per point of the allocate=auto profile
+    checkpoint_buffer: bool = False  # save the replay buffer with each checkpoint (and restore it on --resume)
+    sync_interval: int = 1  # unused by PAL (kept for the shared outputs)
+    eval_deterministic: bool = True  # PAL evaluates the greedy / mean action
+
+
+def validate(config: PALConfig) -> None:
+    """Raises ConfigError with one clear line for the first bad value."""
+    error = config_lib.ConfigError
+    if config.algo not in ALGOS:
+        raise error(f"--algo must be one of {', '.join(ALGOS)} for launch.pal, got '{config.algo}'")
+    for name in ("num_actors", "envs_per_actor", "num_learners", "batch_size", "buffer_size", "total_steps",
+                 "target_update_period", "tree_k"):
+        if getattr(config, name) <= 0:
+            raise error(f"--{name} must be positive, got {getattr(config, name)}")
+    for name in ("learning_starts", "eval_every", "eval_episodes", "checkpoint_every", "cores"):
+        if getattr(config, name) < 0:
+            raise error(f"--{name} must be non-negative, got {getattr(config, name)}")
+    if config.tree_k < 2:
+        raise error(f"--tree_k must be at least 2, got {config.tree_k}")
+    if config.batch_size % config.num_learners:
+        raise error(f"--num_learners={config.num_learners} must divide --batch_size={config.batch_size}")
+    if config.replay not in REPLAYS:
+        raise error(f"--replay must be one of {', '.join(REPLAYS)}, got '{config.replay}'")
+    if config.allocate not in ALLOCATIONS:
+        raise error(f"--allocate must be one of {', '.join(ALLOCATIONS)}, got '{config.allocate}'")
+    if not (math.isfinite(config.update_interval) and config.update_interval >= 0):
+        raise error(f"--update_interval must be finite and >= 0, got {config.update_interval}")
+    if config.allocate == "auto" and config.update_interval == 0:
+        raise error("--allocate=auto balances actors against learners by --update_interval, which must be > 0")
+    if config.learning_rate <= 0 or config.critic_learning_rate < 0:
+        raise error("--learning_rate must be positive and --critic_learning_rate non-negative")
+    if not 0 < config.gamma <= 1:
+        raise error(f"--gamma must be in (0, 1], got {config.gamma}")
+    if not 0 < config.tau <= 1 and not (config.algo in DISCRETE_ALGOS and config.tau >= 1):
+        raise error(f"--tau must be in (0, 1], got {config.tau}")
+    if config.per_alpha < 0 or config.per_beta < 0 or config.priority_eps <= 0:
+        raise error("--per_alpha and --per_beta must be >= 0 and --priority_eps > 0")
+    if not (0 <= config.epsilon_end <= config.epsilon_start <= 1) or not 0 <= config.exploration_fraction <= 1:
+        raise error("need 0 <= --epsilon_end <= --epsilon_start <= 1 and --exploration_fraction in [0, 1]")
+    if config.action_noise < 0:
+        raise error(f"--action_noise must be >= 0, got {config.action_noise}")
+    if not config.hidden_sizes or any(h <= 0 for h in config.hidden_sizes):
+        raise error(f"--hidden_sizes must be positive integers, got {config.hidden_sizes}")
+    if config.profile_seconds <= 0:
+        raise error(f"--profile_seconds must be positive, got {config.profile_seconds}")
+    if config.time_limit < 0:
+        raise error(f"--time_limit must be non-negative, got {config.time_limit}")
+    if config.step_time != "none":
+        raise error("--step_time is not supported by launch.pal (its actors step synchronous EnvPools)")
+
+
+def check_env(config: PALConfig, spec: EnvSpec) -> None:
+    """Algorithm and task must fit: discrete for DQN, continuous vectors for DDPG / TD3 / SAC."""
+    if spec.family not in SUPPORTED_FAMILIES:
+        raise config_lib.ConfigError(
+            f"launch.pal supports {', '.join(SUPPORTED_FAMILIES)} tasks; {spec.env_id} is {spec.family}"
+        )
+    if config.algo in DISCRETE_ALGOS and spec.continuous:
+        raise config_lib.ConfigError(
+            f"--algo={config.algo} needs discrete actions; {spec.env_id} is continuous (use ddpg, td3 or sac)"
+        )
+    if config.algo in CONTINUOUS_ALGOS and not spec.continuous:
+        raise config_lib.ConfigError(
+            f"--algo={config.algo} needs continuous actions; {spec.env_id} is discrete (use dqn or ddqn)"
+        )
+    if config.algo in CONTINUOUS_ALGOS and len(spec.obs_shape) != 1:
+        raise config_lib.ConfigError(f"--algo={config.algo} needs vector observations, {spec.env_id} has images")
+
+
+# ----------------------------------------------------------------------------------------------- coordination
+
+
+class RatioGate:
+    """Holds Algorithm 1's update_interval U between actor and learner threads: update u (counted from the start of
+    this run, from 1) may run once `warmup + u U` env steps have been collected; actors wait while the next update
+    is already due, so at any time only one side can wait (no deadlock) and collected / updates stays within one
+    actor step of U. With U = 0 nobody waits: actors run until `total_steps`, learners until the actors stop."""
+
+    def __init__(self, *, update_interval: float, warmup: int, collected: int, updates: int, total_steps: int):
+        self.update_interval = float(update_interval)
+        self.warmup = int(warmup)
+        self._collected0, self._updates0 = int(collected), int(updates)
+        self.collected, self.updates = int(collected), int(updates)
+        self.total_steps = int(total_steps)
+        self.collection_done = False
+        self._cond = threading.Condition()
+
+    @property
+    def total_updates(self) -> int | None:
+        """Optimizer steps the run will take in total (None when U = 0: as many as the learners manage)."""
+        if self.update_interval == 0:
+            return None
+        budget = self.total_steps - self._collected0 - self.warmup
+        return self._updates0 + max(0, int(math.floor(budget / self.update_interval + 1e-9)))
+
+    def _due(self) -> bool:
+        """The next update may run."""
+        needed = self.warmup + (self.updates - self._updates0 + 1) * self.update_interval
+        return self.collected - self._collected0 >= needed
+
+    def actor_wait(self, stopping: threading.Event) -> bool:
+        """Blocks while the learners are behind; False when collection is complete."""
+        with self._cond:
+            while True:
+                if self.collected >= self.total_steps:
+                    return False
+                if self.update_interval == 0 or not self._due():
+                    return True
+                if stopping.is_set():
+                    raise StopRequested
+                self._cond.wait(_POLL)
+
+    def add_collected(self, steps: int) -> None:
+        with self._cond:
+            self.collected += steps
+            if self.collected >= self.total_steps:
+                self.collection_done = True
+            self._cond.notify_all()
+
+    def actors_finished(self) -> None:
+        with self._cond:
+            self.collection_done = True
+            self._cond.notify_all()
+
+    def learner_wait(self, stopping: threading.Event) -> bool:
+        """Blocks until the next update is due; False when the run has taken all its updates."""
+        with self._cond:
+            while True:
+                total = self.total_updates
+                if total is not None and self.updates >= total:
+                    return False
+                if self.update_interval == 0:
+                    if self.collection_done:
+                        return False
+                    if self.collected - self._collected0 >= max(self.warmup, 1):
+                        return True
+                elif self._due():
+                    return True
+                if stopping.is_set():
+                    raise StopRequested
+                self._cond.wait(_POLL)
+
+    def add_update(self) -> None:
+        with self._cond:
+            self.updates += 1
+            self._cond.notify_all()
+
+    def snapshot(self) -> tuple[int, int]:
+        with self._cond:
+            return self.collected, self.updates
+
+
+class EpisodeSink:
+    """Finished training episodes of all actors, popped by the main thread."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._episodes: list[tuple[int, float, int]] = []
+
+    def add(self, episodes) -> None:
+        if episodes:
+            with self._lock:
+                self._episodes.extend(episodes)
+
+    def pop(self) -> list[tuple[int, float, int]]:
+        with self._lock:
+            episodes, self._episodes = self._episodes, []
+            return episodes
+
+
+# ----------------------------------------------------------------------------------------------- actors
+
+
+class Actor:
+    """One actor thread's state: its EnvPool, current observations and exploration (seed 003, section V-A)."""
+
+    def __init__(self, actor_id: int, config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, buffer,
+                 store: ParameterStore, gate: RatioGate, episodes: EpisodeSink, *, random_until: int):
+        self.actor_id = actor_id
+        self.config, self.spec, self.agent = config, spec, agent
+        self.buffer, self.store, self.gate, self.episodes = buffer, store, gate, episodes
+        self.random_until = random_until  # collected env steps below which continuous actors act uniformly
+        self.num_envs = config.envs_per_actor
+        first_env = actor_id * self.num_envs
+        self.pool = make_pool(spec, num_envs=self.num_envs, batch_size=self.num_envs, seed=config.seed + first_env,
+                              num_threads=1)
+        self.tracker = EpisodeTracker(self.num_envs, spec.family, spec.max_episode_steps)
+        self.key = jax.random.fold_in(agent.action_key, actor_id)
+        self.rng = np.random.default_rng([config.seed, actor_id])
+        self.steps = 0
+        self.version = 0
+        self.obs = None
+        self.reset_step = np.zeros(self.num_envs, dtype=bool)  # this env's next step is EnvPool's reset step
+
+    def explore(self, collected: int) -> float:
+        """DQN epsilon (linear decay over exploration_fraction of total_steps) or DDPG / TD3 noise scale."""
+        config = self.config
+        if config.algo in DISCRETE_ALGOS:
+            horizon = config.exploration_fraction * config.total_steps
+            fraction = 1.0 if horizon <= 0 else min(1.0, collected / horizon)
+            return config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
+        return config.action_noise
+
+    def step(self) -> int:
+        """One synchronous step of this actor's envs; inserts the transitions; returns env steps taken."""
+        if self.obs is None:
+            self.obs, _ = self.pool.reset()
+        self.version, params = self.store.latest()
+        collected = self.gate.collected
+        if self.agent.discrete or collected >= self.random_until:
+            key = jax.random.fold_in(self.key, self.steps)
+            actions = np.asarray(self.agent.act(params, self.obs, key, self.explore(collected)))
+        else:
+            actions = self.rng.uniform(self.spec.action_low, self.spec.action_high,
+                                       (self.num_envs, self.spec.action_dim)).astype(np.float32)
+        next_obs, rewards, terminated, truncated, info = self.pool.step(actions)
+        env_ids = np.asarray(info["env_id"])
+        if not np.array_equal(env_ids, np.arange(self.num_envs)):  # synchronous pools answer in env order
+            raise RuntimeError(f"actor {self.actor_id}: EnvPool returned envs {env_ids} out of order")
+        term, trunc = split_done(self.spec.family, terminated, truncated, info, self.spec.max_episode_steps)
+        self.tracker.step(env_ids, rewards, terminated, truncated, info)
+        self.episodes.add(self.tracker.pop_finished())
+        real = ~self.reset_step
+        if real.any():
+            self.buffer.insert({
+                "obs": self.obs[real],
+                "action": actions[real].astype(self.agent.example["action"].dtype),
+                "reward": np.asarray(rewards, np.float32)[real],
+                "next_obs": next_obs[real],
+                "done": term[real],
+            })
+        self.reset_step = (term + trunc) > 0
+        self.obs = next_obs
+        self.steps += 1
+        return self.num_envs
+
+    def run(self, stopping: threading.Event) -> None:
+        while not stopping.is_set() and self.gate.actor_wait(stopping):
+            self.gate.add_collected(self.step())
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+# ----------------------------------------------------------------------------------------------- learners
+
+
+class ParameterServer:
+    """Learner threads sample sub-batches; the server thread averages their gradients into one optimizer step
+    (`OffPolicyAgent.update`), hands each learner its new priorities and publishes the parameters (section V-B)."""
+
+    def __init__(self, config: PALConfig, agent: OffPolicyAgent, state: PALState, buffer, store: ParameterStore,
+                 gate: RatioGate, group: ThreadGroup, reports: queue.Queue | None, actor_versions):
+        self.config, self.agent, self.buffer, self.store = config, agent, buffer, store
+        self.gate, self.group = gate, group
+        self.state = state.agent
+        self.num_learners = config.num_learners
+        self.sub_batch = config.batch_size // config.num_learners
+        self.reports = reports
+        self.actor_versions = actor_versions
+        self.inbox: queue.Queue = queue.Queue()
+        self.outboxes = [queue.Queue() for _ in range(self.num_learners)]
+        self.finished = threading.Event()
+        self.sample_seconds = np.zeros(self.num_learners)
+        self.update_seconds = 0.0
+        self.priorities_updated = 0
+        self._last_report = time.perf_counter()
+        # Besides once a second, report when the env steps cross an evaluation or checkpoint multiple, so short
+        # runs are evaluated and checkpointed on their schedule.
+        self._every = min([e for e in (config.eval_every, config.checkpoint_every) if e > 0], default=0)
+        self._next_due = (gate.collected // self._every + 1) * self._every if self._every else None
+
+    def beta(self, collected: int) -> float:
+        """PER importance exponent, linear from per_beta to 1 over the run (Schaul et al. 2016, section 3.4)."""
+        fraction = min(1.0, collected / max(1, self.config.total_steps))
+        return self.config.per_beta + fraction * (1.0 - self.config.per_beta)
+
+    def learner_loop(self, learner_id: int) -> None:
+        rng = np.random.default_rng([self.config.seed, 1_000 + learner_id, self.gate.updates])
+        while True:
+            if self.finished.is_set() or not self.gate.learner_wait(self.group.stopping):
+                self.inbox.put((learner_id, None))
+                return
+            start = time.perf_counter()
+            sample = self.buffer.sample(self.sub_batch, rng, self.beta(self.gate.collected))
+            self.sample_seconds[learner_id] += time.perf_counter() - start
+            self.inbox.put((learner_id, sample))
+            while True:
+                try:
+                    priorities = self.outboxes[learner_id].get(timeout=_POLL)
+                    break
+                except queue.Empty:
+                    if self.finished.is_set():
+                        return
+                    if self.group.stopping.is_set():
+                        raise StopRequested from None
+            self.priorities_updated += self.buffer.update_priorities(sample.indices, priorities)
+
+    def server_loop(self) -> None:
+        try:
+            while True:
+                samples: list[Any] = [None] * self.num_learners
+                for _ in range(self.num_learners):
+                    learner_id, sample = self._next_sample()
+                    if sample is None:
+                        return
+                    samples[learner_id] = sample
+                batch = {name: np.stack([s.batch[name] for s in samples]) for name in samples[0].batch}
+                weights = np.stack([s.weights for s in samples])
+                start = time.perf_counter()
+                self.state, metrics, priorities = self.agent.update(self.state, batch, weights)
+                priorities = np.asarray(priorities)  # [N, b]; waits for the step
+                self.update_seconds += time.perf_counter() - start
+                for learner_id in range(self.num_learners):
+                    self.outboxes[learner_id].put(priorities[learner_id])
+                self.gate.add_update()
+                collected, updates = self.gate.snapshot()
+                self.store.publish(self.agent.policy_params(self.state), updates)
+                self._maybe_report(metrics, collected, updates)
+        finally:
+            self.finished.set()
+            if self.reports is not None:
+                self._maybe_report(None, *self.gate.snapshot(), force=True)
+                self.reports.put(None)
+
+    def _next_sample(self):
+        while True:
+            try:
+                return self.inbox.get(timeout=_POLL)
+            except queue.Empty:
+                if self.group.stopping.is_set():
+                    raise StopRequested from None
+
+    def _maybe_report(self, metrics, collected: int, updates: int, force: bool = False) -> None:
+        if self.reports is None:
+            return
+        now = time.perf_counter()
+        if metrics is not None:
+            self._metrics = metrics
+        scheduled = self._next_due is not None and collected >= self._next_due
+        if not force and not scheduled and now - self._last_report < _REPORT_SECONDS:
+            return
+        if scheduled:
+            self._next_due = (collected // self._every + 1) * self._every
+        if force and updates == getattr(self, "_reported_updates", None):
+            return
+        self._last_report = now
+        self._reported_updates = updates
+        metrics = getattr(self, "_metrics", None)
+        host_metrics = {k: float(v) for k, v in jax.device_get(metrics).items()} if metrics is not None else {}
+        host_metrics["replay_size"] = float(len(self.buffer))
+        host_metrics["collected_per_update"] = collected / updates if updates else float("nan")
+        state = PALState(self.state, np.asarray(updates, np.int64), np.asarray(collected, np.int64))
+        oldest_actor = min(self.actor_versions) if self.actor_versions else updates
+        self.reports.put(LearnerReport(state, host_metrics, behaviour_version=int(oldest_actor),
+                                       learner_version=updates))
+
+
+# ----------------------------------------------------------------------------------------------- the run
+
+
+def make_buffer(config: PALConfig, agent: OffPolicyAgent, capacity: int | None = None):
+    capacity = capacity or config.buffer_size
+    if config.replay == "per":
+        return PrioritizedBuffer(capacity, agent.example, alpha=config.per_alpha, beta=config.per_beta,
+                                 k=config.tree_k, eps=config.priority_eps, seed=config.seed)
+    return UniformBuffer(capacity, agent.example, k=config.tree_k, seed=config.seed)
+
+
+def buffer_bytes(config: PALConfig, agent: OffPolicyAgent) -> int:
+    per_transition = sum(np.asarray(v).nbytes for v in agent.example.values())
+    return per_transition * config.buffer_size
+
+
+def profile_and_allocate(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, print_fn) -> tuple[PALConfig, tuple]:
+    """`--allocate=auto`: measures f_a(x) and f_l(x) for x = 1 .. M - 1 threads and solves Eq. 5."""
+    cores = config.cores or os.cpu_count() or 2
+    if cores < 2:
+        raise config_lib.ConfigError("--allocate=auto needs at least 2 cores (one actor, one learner)")
+    seconds = config.profile_seconds
+    print_fn(f"[pal] profiling actors and learners for Eq. 5 ({seconds:g} s per point, up to {cores - 1} threads)")
+    scratch = make_buffer(config, agent, capacity=min(config.buffer_size, 100_000))
+    actor_curve = {x: measure_actors(config, spec, agent, scratch, x, seconds) for x in range(1, cores)}
+    learner_curve = {
+        x: measure_learners(dataclasses.replace(config, num_learners=x), agent, scratch, seconds)
+        for x in range(1, cores)
+        if config.batch_size % x == 0
+    }
+    choice = allocate_lib.choose_allocation(actor_curve, learner_curve, cores=cores,
+                                            update_interval=config.update_interval)
+    print_fn(allocate_lib.format_profile(actor_curve, learner_curve, config.update_interval, choice, cores))
+    return dataclasses.replace(config, num_actors=choice.actors, num_learners=choice.learners,
+                               num_envs=choice.actors * config.envs_per_actor), (actor_curve, learner_curve, choice)
+
+
+def _run_threads(targets, seconds: float) -> float:
+    group = ThreadGroup()
+    for name, target in targets(group):
+        group.spawn(name, target)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds and group.running():
+        time.sleep(_POLL)
+        group.check()
+    elapsed = time.perf_counter() - start
+    group.stop()
+    group.check()
+    return elapsed
+
+
+def measure_actors(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, buffer, threads: int,
+                   seconds: float) -> float:
+    """f_a(threads): env steps per second of `threads` free-running actors inserting into `buffer`."""
+    store = ParameterStore(agent.policy_params(agent.initial_state.agent))
+    gate = RatioGate(update_interval=0, warmup=0, collected=0, updates=0, total_steps=2**62)
+    actors = [Actor(i, config, spec, agent, buffer, store, gate, EpisodeSink(), random_until=0)
+              for i in range(threads)]
+    try:
+        for actor in actors:  # compile the policy outside the timed window
+            actor.step()
+        start_steps = gate.collected
+        elapsed = _run_threads(lambda group: [(f"profile-actor-{a.actor_id}", lambda a=a: a.run(group.stopping))
+                                              for a in actors], seconds)
+        return max(gate.collected - start_steps, 1) / elapsed
+    finally:
+        for actor in actors:
+            actor.close()
+
+
+def measure_learners(config: PALConfig, agent: OffPolicyAgent, buffer, seconds: float) -> float:
+    """f_l(num_learners): optimizer steps per second with `config.num_learners` learner threads on `buffer`."""
+    gate = RatioGate(update_interval=0, warmup=0, collected=1, updates=0, total_steps=2**62)
+    group = ThreadGroup()
+    store = ParameterStore(agent.policy_params(agent.initial_state.agent))
+    server = ParameterServer(config, agent, agent.initial_state, buffer, store, gate, group, None, [])
+    sub = config.batch_size // config.num_learners
+    warm = [buffer.sample(sub) for _ in range(config.num_learners)]  # compile outside the timed window
+    jax.block_until_ready(agent.update(server.state, {k: np.stack([s.batch[k] for s in warm]) for k in warm[0].batch},
+                                       np.stack([s.weights for s in warm])))
+    gate.collected = 2
+    start_updates = gate.updates
+
+    def targets(_):
+        return [("profile-server", server.server_loop)] + [
+            (f"profile-learner-{i}", lambda i=i: server.learner_loop(i)) for i in range(config.num_learners)
+        ]
+
+    elapsed = _run_threads(targets, seconds)
+    server.finished.set()
+    return max(gate.updates - start_updates, 1) / elapsed
+
+
+def run(config: PALConfig) -> dict:
+    """Trains with PAL; returns the summary (also written to `<run dir>/summary.json`)."""
+    validate(config)
+    spec = make_spec(config.env_id)
+    check_env(config, spec)
+    agent = build_agent(config, spec)
+    needed = buffer_bytes(config, agent)
+    profile = None
+    if config.allocate == "auto":
+        config, profile = profile_and_allocate(config, spec, agent, (lambda line: None) if config.quiet else print)
+    buffer = make_buffer(config, agent)
+
+    def checkpoint_extra(env_steps: int) -> dict:
+        if not config.checkpoint_buffer:
+            return {}
+        directory = checkpoint_dir(monitor.run_dir)
+        os.makedirs(directory, exist_ok=True)
+        name = f"buffer_{env_steps:012d}.npz"
+        buffer.save(os.path.join(directory, name))
+        for old in sorted(glob.glob(os.path.join(directory, "buffer_*.npz")))[:-2]:  # the last two checkpoints'
+            os.remove(old)
+        return {"buffer_file": name}
+
+    evaluator = None
+    if config.eval_episodes > 0:
+        evaluator = Evaluator(spec, None, episodes=config.eval_episodes, seed=agent.eval_seed, deterministic=True,
+                              act_fn=agent.eval_act)
+    sizes = (f"actors {config.num_actors}x{config.envs_per_actor} envs  learners {config.num_learners}  batch "
+             f"{config.batch_size}  update_interval {config.update_interval:g}  replay {config.replay} "
+             f"{config.buffer_size:,} ({needed / 2**30:.2f} GiB)")
+    monitor = Monitor(
+        SYSTEM, config, spec, None, agent.initial_state, steps_per_update=1,
+        policy_params=lambda s: agent.policy_params(s.agent), env_steps_of=lambda s: int(s.env_steps),
+        evaluator=evaluator, max_policy_lag=None, checkpoint_extra=checkpoint_extra, sizes=sizes,
+    )
+    state: PALState = monitor.state
+    collected0, updates0 = int(state.env_steps), int(state.update_step)
+    warmup = config.learning_starts
+    buffer_restored = False
+    if config.resume and monitor.resumed_meta.get("buffer_file"):
+        path = os.path.join(checkpoint_dir(monitor.run_dir), monitor.resumed_meta["buffer_file"])
+        if config.checkpoint_buffer and os.path.exists(path):
+            buffer.load(path)
+            buffer_restored = len(buffer) > 0
+            warmup = 0 if buffer_restored else warmup
+    if config.resume:
+        monitor.outputs.print(
+            f"[pal] resumed at {collected0:,} env steps, {updates0:,} updates; replay buffer "
+            + (f"restored ({len(buffer):,} transitions)" if buffer_restored
+               else f"empty: refilling {warmup:,} env steps before learning")
+        )
+
+    gate = RatioGate(update_interval=config.update_interval, warmup=warmup, collected=collected0, updates=updates0,
+                     total_steps=config.total_steps)
+    group = ThreadGroup()
+    store = ParameterStore(agent.policy_params(state.agent), version=updates0)
+    reports: queue.Queue = queue.Queue()
+    episodes = EpisodeSink()
+    random_until = collected0 + warmup  # DDPG / TD3 / SAC act uniformly while the buffer warms up
+    actors = [Actor(i, config, spec, agent, buffer, store, gate, episodes, random_until=random_until)
+              for i in range(config.num_actors)]
+    actor_versions = [updates0] * config.num_actors
+    server = ParameterServer(config, agent, state, buffer, store, gate, group, reports, actor_versions)
+    actors_left = [config.num_actors]
+    actors_lock = threading.Lock()
+
+    def actor_body(actor: Actor):
+        def body():
+            try:
+                while not group.stopping.is_set() and gate.actor_wait(group.stopping):
+                    gate.add_collected(actor.step())
+                    actor_versions[actor.actor_id] = actor.version
+            finally:
+                with actors_lock:
+                    actors_left[0] -= 1
+                    if actors_left[0] == 0:
+                        gate.actors_finished()
+        return body
+
+    interrupted = False
+    start = time.perf_counter()
+    try:
+        for actor in actors:
+            group.spawn(f"actor-{actor.actor_id}", actor_body(actor))
+        for i in range(config.num_learners):
+            group.spawn(f"learner-{i}", lambda i=i: server.learner_loop(i))
+        group.spawn("parameter-server", server.server_loop)
+        while True:
+            group.check()
+            try:
+                report = reports.get(timeout=0.1)
+            except queue.Empty:
+                monitor.heartbeat(gate.collected - collected0)
+                continue
+            if report is None:
+                break
+            if monitor.on_report(report, episodes.pop()):
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+        monitor.outputs.print("[pal] interrupted: saving a checkpoint of the newest parameters")
+    finally:
+        group.stop()
+        for actor in actors:
+            actor.close()
+    if not interrupted:
+        group.check()
+    elapsed = time.perf_counter() - start
+    collected, updates = gate.snapshot()
+    monitor.state = PALState(server.state, np.asarray(updates, np.int64), np.asarray(collected, np.int64))
+    extra = {
+        "num_actors": config.num_actors,
+        "envs_per_actor": config.envs_per_actor,
+        "num_learners": config.num_learners,
+        "batch_size": config.batch_size,
+        "update_interval": config.update_interval,
+        "replay": config.replay,
+        "optimizer_steps": updates,
+        "optimizer_steps_per_second": (updates - updates0) / max(elapsed, 1e-9),
+        "learned_transitions_per_second": (updates - updates0) * config.batch_size / max(elapsed, 1e-9),
+        "collected_per_update": (collected - collected0 - warmup) / max(updates - updates0, 1),
+        "replay_size": len(buffer),
+        "replay_bytes": needed,
+        "priorities_updated": server.priorities_updated,
+        "sample_seconds_per_learner": [float(s) for s in server.sample_seconds],
+        "update_seconds": server.update_seconds,
+        "buffer_restored": buffer_restored,
+    }
+    if profile is not None:
+        actor_curve, learner_curve, choice = profile
+        extra["allocation"] = {
+            "cores": config.cores or os.cpu_count(),
+            "actor_env_steps_per_second": {str(k): v for k, v in actor_curve.items()},
+            "learner_optimizer_steps_per_second": {str(k): v for k, v in learner_curve.items()},
+            "actors": choice.actors, "learners": choice.learners, "imbalance": choice.imbalance,
+        }
+    summary = monitor.finish(interrupted=interrupted, extra=extra)
+    if interrupted:
+        raise KeyboardInterrupt
+    return summary

@@ -1,0 +1,268 @@
+"""PAL (seed 003, section V): the update_interval gate, the Eq. 5 allocation, tiny end-to-end runs of every algorithm,
+resume with the replay buffer, `--allocate=auto`, and bad input through the launcher (one `error:` line, exit 2)."""
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from absl.testing import flagsaver
+
+from launch import pal as launch_pal
+from systems.common.concurrency import StopRequested
+from systems.pal import system
+from systems.pal.allocate import choose_allocation, format_profile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _summary(run_dir):
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+# ----------------------------------------------------------------------------------------------- the gate
+
+
+def test_gate_holds_update_interval_between_threads():
+    """Real threads: an actor adding 3 steps at a time and a learner; updates never run ahead of
+    warmup + u * U collected steps, the actor never runs more than one step ahead of the due update, and the run
+    takes exactly floor((total - warmup) / U) updates."""
+    gate = system.RatioGate(update_interval=2.5, warmup=10, collected=0, updates=0, total_steps=400)
+    stopping = threading.Event()
+    violations = []
+
+    def actor():
+        while gate.actor_wait(stopping):
+            with gate._cond:
+                updates = gate.updates
+                if gate.collected >= 10 + (updates + 1) * 2.5 + 3:
+                    violations.append(("actor ahead", gate.collected, updates))
+            gate.add_collected(3)
+        gate.actors_finished()
+
+    def learner():
+        while gate.learner_wait(stopping):
+            with gate._cond:
+                if gate.collected < 10 + (gate.updates + 1) * 2.5:
+                    violations.append(("learner early", gate.collected, gate.updates))
+            time.sleep(0.0005)
+            gate.add_update()
+
+    threads = [threading.Thread(target=actor), threading.Thread(target=learner)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not violations
+    assert gate.collected == 402  # 3 at a time past 400
+    assert gate.updates == gate.total_updates == math.floor((400 - 10) / 2.5)
+
+
+def test_gate_with_zero_interval_runs_free_and_stops_learners_after_collection():
+    gate = system.RatioGate(update_interval=0, warmup=0, collected=0, updates=0, total_steps=10)
+    stopping = threading.Event()
+    assert gate.total_updates is None
+    assert gate.actor_wait(stopping)
+    gate.add_collected(4)
+    assert gate.learner_wait(stopping)
+    gate.add_update()
+    gate.add_update()
+    assert gate.actor_wait(stopping)  # never throttled
+    gate.add_collected(8)
+    assert not gate.actor_wait(stopping)
+    assert not gate.learner_wait(stopping)  # collection is done
+
+
+def test_gate_waiting_learner_unwinds_on_stop():
+    gate = system.RatioGate(update_interval=1, warmup=5, collected=0, updates=0, total_steps=100)
+    stopping = threading.Event()
+    stopping.set()
+    with pytest.raises(StopRequested):
+        gate.learner_wait(stopping)
+
+
+def test_gate_resumed_counts_from_the_restored_position():
+    gate = system.RatioGate(update_interval=2, warmup=0, collected=1000, updates=400, total_steps=1100)
+    assert gate.total_updates == 450
+    assert not gate._due()
+    gate.add_collected(2)
+    assert gate._due()
+
+
+# ----------------------------------------------------------------------------------------------- Eq. 5
+
+
+def test_allocation_solves_eq5_on_synthetic_curves():
+    actors = {x: 1000.0 * x for x in range(1, 8)}  # linear collection
+    learners = {x: 400.0 * math.sqrt(x) for x in range(1, 8)}  # sub-linear learning
+    choice = choose_allocation(actors, learners, cores=8, update_interval=2.0, tolerance=0.0)
+    best = min(
+        ((xa, xl) for xa in actors for xl in learners if xa + xl <= 8),
+        key=lambda p: abs(math.log(actors[p[0]] / (2.0 * learners[p[1]]))),
+    )
+    assert (choice.actors, choice.learners) == best
+    assert choice.actors + choice.learners <= 8
+
+
+def test_allocation_prefers_throughput_among_nearly_balanced_pairs():
+    # (1, 1) is balanced exactly; (3, 3) is 10% off but three times faster: within the default tolerance.
+    actors = {1: 100.0, 3: 330.0}
+    learners = {1: 100.0, 3: 300.0}
+    choice = choose_allocation(actors, learners, cores=6, update_interval=1.0)
+    assert (choice.actors, choice.learners) == (3, 3)
+    strict = choose_allocation(actors, learners, cores=6, update_interval=1.0, tolerance=0.0)
+    assert (strict.actors, strict.learners) == (1, 1)
+    table = format_profile(actors, learners, 1.0, choice, 6)
+    assert "choice: 3 actor thread(s), 3 learner thread(s)" in table and "| 3 | 330 | 300.0 |" in table
+
+
+def test_allocation_respects_the_core_budget_and_rejects_bad_input():
+    actors = {1: 10.0, 2: 20.0, 3: 30.0}
+    learners = {1: 5.0, 2: 10.0, 3: 15.0}
+    choice = choose_allocation(actors, learners, cores=3, update_interval=1.0)
+    assert choice.actors + choice.learners <= 3
+    with pytest.raises(ValueError, match="update_interval"):
+        choose_allocation(actors, learners, cores=3, update_interval=0.0)
+    with pytest.raises(ValueError, match="positive"):
+        choose_allocation({1: 0.0}, learners, cores=3, update_interval=1.0)
+    with pytest.raises(ValueError, match="fits"):
+        choose_allocation({4: 1.0}, learners, cores=4, update_interval=1.0)
+
+
+# ----------------------------------------------------------------------------------------------- runs
+
+
+def _config(run_dir, **overrides):
+    values = dict(
+        env_id="CartPole-v1", algo="dqn", seed=3, num_actors=2, envs_per_actor=2, num_learners=2, batch_size=32,
+        update_interval=2.0, buffer_size=2_000, learning_starts=200, total_steps=1_000, hidden_sizes=(32,),
+        target_update_period=50, eval_episodes=2, eval_every=500, checkpoint_every=500, logdir=run_dir,
+        quiet=True, learning_rate=1e-3, max_grad_norm=10.0,
+    )
+    values.update(overrides)
+    values["num_envs"] = values["num_actors"] * values["envs_per_actor"]
+    return system.PALConfig(**values)
+
+
+def test_pal_dqn_per_run_holds_the_ratio_and_writes_the_outputs(tmp_path):
+    run_dir = str(tmp_path / "run")
+    summary = system.run(_config(run_dir))
+    assert summary["system"] == "pal" and summary["env_steps"] >= 1_000
+    assert summary["optimizer_steps"] == (1_000 - 200) // 2  # warmup + u * U <= collected
+    assert summary["collected_per_update"] == pytest.approx(2.0, rel=0.02)
+    assert summary["priorities_updated"] > 0 and summary["replay_size"] > 0
+    assert summary["evaluations"] >= 2 and summary["final_metric"] is not None
+    for name in ("config.json", "progress.csv", "evaluations.csv", "summary.json"):
+        assert os.path.exists(os.path.join(run_dir, name))
+    with open(os.path.join(run_dir, "progress.csv")) as f:
+        header = f.readline().strip().split(",")
+    assert {"loss", "q_mean", "replay_size", "collected_per_update"} <= set(header)
+
+
+@pytest.mark.parametrize("algo", ["ddqn", "ddpg", "td3", "sac"])
+def test_pal_every_algorithm_runs(tmp_path, algo):
+    env = "CartPole-v1" if algo == "ddqn" else "Pendulum-v1"
+    run_dir = str(tmp_path / algo)
+    summary = system.run(_config(run_dir, env_id=env, algo=algo, replay="uniform" if algo == "td3" else "per",
+                                 total_steps=600, learning_starts=100, update_interval=1.0, tau=0.005
+                                 if algo != "ddqn" else 1.0))
+    assert summary["optimizer_steps"] == 500 and summary["algo"] == algo
+    assert np.isfinite(summary["last_eval_return"])
+    assert all(np.isfinite(v) for v in summary["last_metrics"].values())
+
+
+def test_pal_resume_restores_the_replay_buffer(tmp_path):
+    run_dir = str(tmp_path / "run")
+    first = system.run(_config(run_dir, total_steps=600, checkpoint_buffer=True))
+    assert first["env_steps"] >= 600
+    files = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
+    assert any(f.startswith("buffer_") for f in files)
+    second = system.run(_config(run_dir, total_steps=1_000, checkpoint_buffer=True, resume=True))
+    assert second["buffer_restored"] and second["resumed_from_env_steps"] == first["env_steps"]
+    assert second["env_steps"] >= 1_000
+    # No warm-up again: the restored buffer is learned from at once.
+    assert second["optimizer_steps"] == first["optimizer_steps"] + (1_000 - first["env_steps"]) // 2
+
+
+def test_pal_resume_without_buffer_warms_up_again(tmp_path):
+    run_dir = str(tmp_path / "run")
+    first = system.run(_config(run_dir, total_steps=600))
+    second = system.run(_config(run_dir, total_steps=1_000, resume=True))
+    assert not second["buffer_restored"]
+    assert second["optimizer_steps"] == first["optimizer_steps"] + (1_000 - first["env_steps"] - 200) // 2
+
+
+def test_pal_allocate_auto_profiles_and_chooses(tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    config = _config(run_dir, allocate="auto", cores=3, profile_seconds=0.3, total_steps=400, quiet=False)
+    summary = system.run(config)
+    allocation = summary["allocation"]
+    assert set(allocation["actor_env_steps_per_second"]) == {"1", "2"}
+    assert set(allocation["learner_optimizer_steps_per_second"]) == {"1", "2"}
+    assert allocation["actors"] + allocation["learners"] <= 3
+    assert summary["num_actors"] == allocation["actors"] and summary["num_learners"] == allocation["learners"]
+    out = capsys.readouterr().out
+    assert "Eq. 5" in out and "choice:" in out
+
+
+def test_pal_config_rejects_bad_values(tmp_path):
+    bad = [
+        dict(num_learners=3, batch_size=32),
+        dict(replay="rank"),
+        dict(update_interval=-1.0),
+        dict(allocate="auto", update_interval=0.0),
+        dict(algo="ppo"),
+        dict(tree_k=1),
+    ]
+    for overrides in bad:
+        with pytest.raises(system.config_lib.ConfigError):
+            system.validate(_config(str(tmp_path), **overrides))
+    with pytest.raises(system.config_lib.ConfigError, match="continuous"):
+        system.run(_config(str(tmp_path / "x"), algo="sac"))  # CartPole is discrete
+
+
+def test_launcher_smoke(tmp_path):
+    run_dir = str(tmp_path / "run")
+    with flagsaver.flagsaver(env="CartPole-v1", total_steps=400, learning_starts=100, batch_size=16,
+                             hidden_sizes=["16"], eval_episodes=1, logdir=run_dir, quiet=True):
+        launch_pal.main([])
+    summary = _summary(run_dir)
+    assert summary["algo"] == "dqn" and summary["optimizer_steps"] == 300
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env=CartPole-v1", "--algo=sac"], "continuous"),
+        (["--env=Pendulum-v1", "--algo=dqn"], "discrete"),
+        (["--env=CartPole-v1", "--num_envs=8"], "--num_envs does not apply"),
+        (["--env=CartPole-v1", "--algo=ppo"], "launch.pal trains"),
+        (["--env=CartPole-v1", "--num_learners=3", "--batch_size=128"], "must divide"),
+        (["--env=CartPole-v1", "--hidden_sizes=a,b"], "--hidden_sizes"),
+        (["--env=CartPole-v1", "--resume", "--logdir=/nonexistent/pal"], "--resume"),
+    ],
+)
+def test_launcher_bad_input_is_one_line_and_exit_2(args, message):
+    result = subprocess.run([sys.executable, "-m", "launch.pal", *args, "--quiet"], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if line]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.stderr
+
+
+def test_on_policy_launcher_refuses_off_policy_algo():
+    result = subprocess.run([sys.executable, "-m", "launch.hts", "--env=CartPole-v1", "--algo=dqn"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "launch.pal" in result.stderr
+
+
+def test_dataclass_defaults_are_valid():
+    config = dataclasses.replace(system.PALConfig(env_id="CartPole-v1"), num_envs=4)
+    system.validate(config)
