@@ -178,6 +178,17 @@ def test_pal_every_algorithm_runs(tmp_path, algo):
     assert all(np.isfinite(v) for v in summary["last_metrics"].values())
 
 
+def test_pal_dqn_on_atari_stores_each_frame_once(tmp_path):
+    """Breakout frames go to the frame-indexed buffer (one 84x84 frame per row, stacks rebuilt by index), so the
+    run's buffer costs about 7 KB per transition instead of 56 KB for stored obs and next_obs."""
+    run_dir = str(tmp_path / "run")
+    summary = system.run(_config(run_dir, env_id="Breakout-v5", total_steps=400, learning_starts=200,
+                                 update_interval=8.0, batch_size=8, eval_episodes=0, buffer_size=4_000))
+    assert summary["optimizer_steps"] == (400 - 200) // 8
+    assert summary["replay_bytes"] == 4_000 * (84 * 84 + 4 + 4 + 4)
+    assert summary["replay_size"] > 0 and summary["priorities_updated"] > 0
+
+
 def test_pal_resume_restores_the_replay_buffer(tmp_path):
     run_dir = str(tmp_path / "run")
     first = system.run(_config(run_dir, total_steps=600, checkpoint_buffer=True))

@@ -48,7 +48,7 @@ from systems.common.evaluation import Evaluator
 from systems.common.monitor import LearnerReport, Monitor
 from systems.pal import allocate as allocate_lib
 from systems.pal.agent import ALGOS, CONTINUOUS_ALGOS, DISCRETE_ALGOS, OffPolicyAgent, PALState, build_agent
-from systems.replay import PrioritizedBuffer, UniformBuffer
+from systems.replay import FrameStackBuffer, PrioritizedBuffer, UniformBuffer
 
 SYSTEM = "pal"
 REPLAYS = ("per", "uniform")
@@ -278,6 +278,8 @@ class Actor:
         self.version = 0
         self.obs = None
         self.reset_step = np.zeros(self.num_envs, dtype=bool)  # this env's next step is EnvPool's reset step
+        self.continues = np.zeros(self.num_envs, dtype=bool)  # the env's obs is its previous transition's next_obs
+        self.streams = first_env + np.arange(self.num_envs)  # FrameStackBuffer stream ids (global env ids)
 
     def explore(self, collected: int) -> float:
         """DQN epsilon (linear decay over exploration_fraction of total_steps) or DDPG / TD3 noise scale."""
@@ -309,14 +311,20 @@ class Actor:
         self.episodes.add(self.tracker.pop_finished())
         real = ~self.reset_step
         if real.any():
-            self.buffer.insert({
+            transitions = {
                 "obs": self.obs[real],
                 "action": actions[real].astype(self.agent.example["action"].dtype),
                 "reward": np.asarray(rewards, np.float32)[real],
                 "next_obs": next_obs[real],
                 "done": term[real],
-            })
+            }
+            if isinstance(self.buffer, FrameStackBuffer):
+                obs = transitions.pop("obs")
+                self.buffer.insert(self.streams[real], obs, continues=self.continues[real], **transitions)
+            else:
+                self.buffer.insert(transitions)
         self.reset_step = (term + trunc) > 0
+        self.continues = real & ~self.reset_step
         self.obs = next_obs
         self.steps += 1
         return self.num_envs
@@ -446,17 +454,38 @@ class ParameterServer:
 # ----------------------------------------------------------------------------------------------- the run
 
 
-def make_buffer(config: PALConfig, agent: OffPolicyAgent, capacity: int | None = None):
+def uses_frame_buffer(spec: EnvSpec) -> bool:
+    """Stacked uint8 frames (Atari [4, 84, 84]) go to the frame-indexed buffer: each frame stored once."""
+    return len(spec.obs_shape) == 3 and np.dtype(spec.obs_dtype) == np.uint8
+
+
+def make_buffer(config: PALConfig, agent: OffPolicyAgent, capacity: int | None = None, spec: EnvSpec | None = None):
+    """The run's replay buffer. Image tasks get `FrameStackBuffer` (one stream per env; `capacity` counts frame
+    rows, about one per transition), vector tasks `PrioritizedBuffer` / `UniformBuffer` (all fields stored)."""
     capacity = capacity or config.buffer_size
+    if spec is not None and uses_frame_buffer(spec):
+        streams = config.num_actors * config.envs_per_actor
+        extras = {name: (value.shape, value.dtype) for name, value in agent.example.items()
+                  if name not in ("obs", "next_obs")}
+        return FrameStackBuffer(
+            capacity, num_streams=streams, frame_shape=tuple(spec.obs_shape[1:]), stack=spec.obs_shape[0],
+            extras=extras, alpha=config.per_alpha, beta=config.per_beta, k=config.tree_k, eps=config.priority_eps,
+            seed=config.seed, prioritized=config.replay == "per",
+        )
     if config.replay == "per":
         return PrioritizedBuffer(capacity, agent.example, alpha=config.per_alpha, beta=config.per_beta,
                                  k=config.tree_k, eps=config.priority_eps, seed=config.seed)
     return UniformBuffer(capacity, agent.example, k=config.tree_k, seed=config.seed)
 
 
-def buffer_bytes(config: PALConfig, agent: OffPolicyAgent) -> int:
-    per_transition = sum(np.asarray(v).nbytes for v in agent.example.values())
-    return per_transition * config.buffer_size
+def buffer_bytes(config: PALConfig, agent: OffPolicyAgent, spec: EnvSpec) -> int:
+    """Storage of the run's buffer: frames once per row for image tasks, every field per transition otherwise."""
+    example = agent.example
+    if uses_frame_buffer(spec):
+        frame = np.asarray(example["obs"][0]).nbytes
+        extras = sum(np.asarray(v).nbytes for k, v in example.items() if k not in ("obs", "next_obs"))
+        return (frame + extras) * config.buffer_size
+    return sum(np.asarray(v).nbytes for v in example.values()) * config.buffer_size
 
 
 def profile_and_allocate(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, print_fn) -> tuple[PALConfig, tuple]:
@@ -466,7 +495,8 @@ def profile_and_allocate(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent
         raise config_lib.ConfigError("--allocate=auto needs at least 2 cores (one actor, one learner)")
     seconds = config.profile_seconds
     print_fn(f"[pal] profiling actors and learners for Eq. 5 ({seconds:g} s per point, up to {cores - 1} threads)")
-    scratch = make_buffer(config, agent, capacity=min(config.buffer_size, 100_000))
+    scratch = make_buffer(dataclasses.replace(config, num_actors=cores - 1), agent,
+                          capacity=min(config.buffer_size, 100_000), spec=spec)
     actor_curve = {x: measure_actors(config, spec, agent, scratch, x, seconds) for x in range(1, cores)}
     learner_curve = {
         x: measure_learners(dataclasses.replace(config, num_learners=x), agent, scratch, seconds)
@@ -542,11 +572,13 @@ def run(config: PALConfig) -> dict:
     spec = make_spec(config.env_id)
     check_env(config, spec)
     agent = build_agent(config, spec)
-    needed = buffer_bytes(config, agent)
+    needed = buffer_bytes(config, agent, spec)
+    if config.checkpoint_buffer and uses_frame_buffer(spec):
+        raise config_lib.ConfigError("--checkpoint_buffer is not supported yet for image tasks (frame-indexed buffer)")
     profile = None
     if config.allocate == "auto":
         config, profile = profile_and_allocate(config, spec, agent, (lambda line: None) if config.quiet else print)
-    buffer = make_buffer(config, agent)
+    buffer = make_buffer(config, agent, spec=spec)
 
     def checkpoint_extra(env_steps: int) -> dict:
         if not config.checkpoint_buffer:
