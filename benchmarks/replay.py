@@ -5,10 +5,13 @@ global lock) against peer prioritized buffers: cpprb `PrioritizedReplayBuffer`, 
 Transitions {obs: f32[8], action: i32, reward: f32, next_obs: f32[8], done: f32}; each buffer is prefilled to
 capacity, then single-threaded median time per call of: insert one transition, insert 256, sample 256 (indices, data
 gather and importance weights), update 256 priorities. Plus a K sweep of ours (sample / update latency vs K, the
-shape of PAL Fig. 9). Every (buffer, capacity) measurement and every sweep point runs in its own subprocess with a
-hard timeout (`benchmarks.common.run_job`).
+shape of PAL Fig. 9), and a thread sweep of ours (PAL Fig. 10: lazy writing with two locks vs one global lock, total
+throughput of concurrent actor and learner threads; written to its own table, `replay_threads_cpu.*`). Every
+(buffer, capacity) measurement and every sweep point runs in its own subprocess with a hard timeout
+(`benchmarks.common.run_job`).
 
     PYTHONPATH=. /tmp/bench-venv/bin/python -m benchmarks.replay [--quick]
+    PYTHONPATH=. python -m benchmarks.replay --threads_only [--quick]   # the thread sweep only (no peers needed)
 
 Peers are benchmark-only: install them into a separate venv from `benchmarks/requirements-replay.txt`.
 """
@@ -20,8 +23,10 @@ import datetime
 import importlib.metadata
 import json
 import os
+import platform
 import shlex
 import sys
+import threading
 import time
 
 from absl import app, flags
@@ -35,8 +40,17 @@ _OUT_DIR = flags.DEFINE_string("out_dir", "benchmarks/results", "Directory for t
 _NAME = flags.DEFINE_string("name", "replay_cpu", "Base name of the output files (quick mode adds _quick).")
 _TIMEOUT = flags.DEFINE_float("timeout", 600.0, "Hard timeout per subprocess (s).")
 _WORKER = flags.DEFINE_string("worker", "", "Internal: JSON job for one measurement in this process.")
+_THREADS = flags.DEFINE_bool("threads", True, "Run the thread sweep (PAL Fig. 10) after the K sweep.")
+_THREADS_ONLY = flags.DEFINE_bool("threads_only", False, "Run only the thread sweep (no peers table, no K sweep).")
+_THREADS_SECONDS = flags.DEFINE_float("threads_seconds", 3.0, "Measured seconds per thread-sweep point.")
+_THREADS_WARMUP = flags.DEFINE_float("threads_warmup", 0.5, "Unmeasured seconds before each thread-sweep point.")
+_THREADS_REPEATS = flags.DEFINE_integer("threads_repeats", 2, "Runs per thread-sweep point (median reported).")
+_THREADS_NAME = flags.DEFINE_string("threads_name", "replay_threads_cpu", "Base name of the thread-sweep files.")
 
 BATCH = 256
+INSERT_BATCH = 16  # thread sweep: an actor inserts one step of 16 envs per call
+THREAD_COUNTS = (1, 2, 4, 8)
+LOCKS = ("two_lock", "single_lock")
 OPS = ("insert_1", "insert_256", "sample_256", "update_256")
 IMPLS = ("ours", "ours_single_lock", "cpprb", "flashbax", "tianshou")
 PEERS = ("cpprb", "flashbax", "tianshou")
@@ -201,6 +215,8 @@ def _tianshou_guard(capacity, rng):
 def worker(job):
     import numpy as np
 
+    if job.get("kind") == "threads":
+        return _threads_worker(job)
     rng = np.random.default_rng(job.get("seed", 0))
     t0 = time.perf_counter()
     impl, capacity = job["impl"], job["capacity"]
@@ -221,6 +237,238 @@ def worker(job):
         args_list = [make_args() for _ in range(job["warmup"] + job["calls"])]
         result[op] = _time_calls(fn, args_list, job["warmup"])
     return result
+
+
+# ----------------------------------------------------------------------------------------------- thread sweep
+
+
+def _threads_worker(job):
+    """PAL Fig. 10 shape: `threads` threads share one prefilled PrioritizedBuffer (two locks or one global lock).
+    threads = 1: one thread alternates insert 16 / sample 256 / update 256. threads = T >= 2: T // 2 actor threads
+    (insert 16, repeatedly) and T // 2 learner threads (sample 256, then update the 256 priorities to random
+    values, repeatedly), all free-running. After `warmup` seconds, counts transitions inserted and sampled over
+    `seconds`; also the CPU cores the process used meanwhile (above 1: work outside the GIL ran in parallel)."""
+    import numpy as np
+
+    from systems.replay.buffers import PrioritizedBuffer
+
+    capacity, n_threads = job["capacity"], job["threads"]
+    rng = np.random.default_rng(job.get("seed", 0))
+    example = {name: value[0] for name, value in _transitions(rng, 1).items()}
+    buf = PrioritizedBuffer(capacity, example, k=16, seed=0, single_lock=job["lock"] == "single_lock")
+    chunk = min(capacity, 100_000)
+    for start in range(0, capacity, chunk):
+        buf.insert(_transitions(rng, min(chunk, capacity - start)))
+    pool = 64  # arguments made beforehand, cycled, so the loops time the buffer only
+    inserts = [_transitions(rng, INSERT_BATCH) for _ in range(pool)]
+    priorities = [rng.random(BATCH) * 2.0 for _ in range(pool)]
+    stop = threading.Event()
+    counts = [[0, 0] for _ in range(n_threads)]  # per thread: transitions inserted, sampled
+    errors = []
+
+    def actor(slot):
+        i = 0
+        while not stop.is_set():
+            buf.insert(inserts[i % pool])
+            i += 1
+            counts[slot][0] = i * INSERT_BATCH
+
+    def learner(slot, sample_rng):
+        i = 0
+        while not stop.is_set():
+            indices, _, _ = buf.sample(BATCH, sample_rng)
+            buf.update_priorities(indices, priorities[i % pool])
+            i += 1
+            counts[slot][1] = i * BATCH
+
+    def both(slot, sample_rng):
+        i = 0
+        while not stop.is_set():
+            buf.insert(inserts[i % pool])
+            indices, _, _ = buf.sample(BATCH, sample_rng)
+            buf.update_priorities(indices, priorities[i % pool])
+            i += 1
+            counts[slot][0] = i * INSERT_BATCH
+            counts[slot][1] = i * BATCH
+
+    def guarded(fn, *args):
+        def body():
+            try:
+                fn(*args)
+            except BaseException as error:  # noqa: BLE001 - reported in the result
+                errors.append(repr(error))
+                stop.set()
+
+        return body
+
+    if n_threads == 1:
+        targets = [guarded(both, 0, np.random.default_rng(100))]
+    else:
+        actors = n_threads // 2
+        targets = [guarded(actor, i) for i in range(actors)]
+        targets += [guarded(learner, i, np.random.default_rng(100 + i)) for i in range(actors, n_threads)]
+    threads = [threading.Thread(target=target, daemon=True) for target in targets]
+    for thread in threads:
+        thread.start()
+    time.sleep(job["warmup"])
+    before, cpu0, t0 = [list(c) for c in counts], time.process_time(), time.perf_counter()
+    time.sleep(job["seconds"])
+    after, cpu1, t1 = [list(c) for c in counts], time.process_time(), time.perf_counter()
+    stop.set()
+    for thread in threads:
+        thread.join(30)
+    if errors:
+        raise RuntimeError(errors[0])
+    elapsed = t1 - t0
+    return {
+        "inserted_per_s": sum(a[0] - b[0] for a, b in zip(after, before, strict=True)) / elapsed,
+        "sampled_per_s": sum(a[1] - b[1] for a, b in zip(after, before, strict=True)) / elapsed,
+        "cpu_cores": (cpu1 - cpu0) / elapsed,
+    }
+
+
+def _thread_sweep(quick, env):
+    """Every (capacity, threads, lock, repeat) in its own subprocess; the locks alternate within a repeat so drift
+    on a shared machine hits both."""
+    capacities = (100_000,) if quick else (1_000_000, 100_000)
+    counts = (1, 2, 4) if quick else THREAD_COUNTS
+    seconds = 1.0 if quick else _THREADS_SECONDS.value
+    warmup = 0.2 if quick else _THREADS_WARMUP.value
+    repeats = 1 if quick else _THREADS_REPEATS.value
+    rows = []
+    for capacity in capacities:
+        for n_threads in counts:
+            for repeat in range(repeats):
+                for lock in LOCKS:
+                    job = {
+                        "kind": "threads",
+                        "capacity": capacity,
+                        "threads": n_threads,
+                        "lock": lock,
+                        "seconds": seconds,
+                        "warmup": warmup,
+                        "seed": repeat,
+                    }
+                    res = run_job("benchmarks.replay", job, _TIMEOUT.value, env)
+                    row = {"capacity": capacity, "threads": n_threads, "lock": lock, "repeat": repeat, **res}
+                    rows.append(row)
+                    print(
+                        f"threads cap={capacity} T={n_threads} {lock} #{repeat}: "
+                        f"insert={fmt(row.get('inserted_per_s'))}/s sample={fmt(row.get('sampled_per_s'))}/s "
+                        f"cores={fmt(row.get('cpu_cores'), 2)} wall={res['wall_s']:.1f}s {res.get('error', '')}",
+                        flush=True,
+                    )
+    return rows, {"capacities": capacities, "counts": counts, "seconds": seconds, "warmup": warmup, "repeats": repeats}
+
+
+def _write_threads(rows, settings, name, command, wall):
+    os.makedirs(_OUT_DIR.value, exist_ok=True)
+    fields = [
+        "capacity",
+        "threads",
+        "lock",
+        "repeat",
+        "inserted_per_s",
+        "sampled_per_s",
+        "cpu_cores",
+        "wall_s",
+        "background_cores",
+        "error",
+    ]
+    with open(os.path.join(_OUT_DIR.value, name + ".csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in rows:
+            w.writerow(
+                {
+                    **{key: r[key] for key in ("capacity", "threads", "lock", "repeat")},
+                    **{
+                        key: "" if r.get(key) is None else f"{r[key]:.{digits}f}"
+                        for key, digits in (
+                            ("inserted_per_s", 0),
+                            ("sampled_per_s", 0),
+                            ("cpu_cores", 2),
+                            ("wall_s", 1),
+                            ("background_cores", 2),
+                        )
+                    },
+                    "error": r.get("error", ""),
+                }
+            )
+
+    def med(capacity, n_threads, lock, key):
+        return median(
+            [r.get(key) for r in rows if (r["capacity"], r["threads"], r["lock"]) == (capacity, n_threads, lock)]
+        )
+
+    def ratio(a, b):
+        return "n/a" if not a or not b else f"x{a / b:.2f}"
+
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    versions = ", ".join(f"{p} {_version(p)}" for p in ("numpy", "numba"))
+    lines = [
+        f"# Replay buffer thread scaling: lazy writing (two locks) vs one global lock ({name})",
+        "",
+        f"- Machine: {machine()}. **Only {os.cpu_count()} cores**: threads beyond that time-share them, so this "
+        "measures contention, not scaling; PAL's Fig. 10 used 56 cores and C++ threads.",
+        f"- Date: {date}",
+        f"- Command: `{command}`",
+        f"- Versions: Python {platform.python_version()}, {versions}; sum tree on its default backend (numba "
+        "kernels that release the GIL; the rest of each call holds it).",
+        "- Our `PrioritizedBuffer` (K=16), prefilled to capacity with transitions {obs f32[8], action i32, reward "
+        "f32, next_obs f32[8], done f32}; `two_lock` = lazy writing (Algorithm 3), `single_lock` = "
+        "`single_lock=True`, one global lock around every operation.",
+        f"- Threads T: T = 1 is one thread alternating insert {INSERT_BATCH} / sample {BATCH} / update {BATCH}; "
+        f"T >= 2 is T/2 actor threads (insert {INSERT_BATCH} transitions per call, as one step of {INSERT_BATCH} "
+        f"envs) and T/2 learner threads (sample {BATCH}, then update those {BATCH} priorities to random values), "
+        "all free-running, no env and no network.",
+        f"- Each point: {settings['warmup']} s warm-up, then transitions inserted and sampled per second over "
+        f"{settings['seconds']} s; median of {settings['repeats']} run(s), each in its own process, the two lock "
+        "modes alternating. `cores` = process CPU time / wall time (above 1: work outside the GIL ran in "
+        "parallel). `two/single` = two-lock throughput / single-lock throughput (> 1: lazy writing keeps more); "
+        "`total` compares inserted + sampled transitions per second. `background` = median CPU cores other "
+        "processes used during the point's runs (well above 0: a loaded machine, numbers unreliable).",
+        f"- Wall time: {wall:.0f} s.",
+        "",
+    ]
+    for capacity in settings["capacities"]:
+        lines += [
+            f"## Capacity {capacity:,}",
+            "",
+            "| T (actors + learners) | two_lock insert/s | two_lock sample/s | single_lock insert/s | "
+            "single_lock sample/s | two/single insert | two/single sample | two/single total | cores two / single | "
+            "background |",
+            "| --- |" + " ---: |" * 9,
+        ]
+        for n_threads in settings["counts"]:
+            cells = {
+                (lock, key): med(capacity, n_threads, lock, key)
+                for lock in LOCKS
+                for key in ("inserted_per_s", "sampled_per_s", "cpu_cores")
+            }
+            totals = {
+                lock: None
+                if cells[(lock, "inserted_per_s")] is None or cells[(lock, "sampled_per_s")] is None
+                else cells[(lock, "inserted_per_s")] + cells[(lock, "sampled_per_s")]
+                for lock in LOCKS
+            }
+            point = [r for r in rows if r["capacity"] == capacity and r["threads"] == n_threads]
+            background = median([r.get("background_cores") for r in point])
+            who = "1 (alternating)" if n_threads == 1 else f"{n_threads} ({n_threads // 2} + {n_threads // 2})"
+            errors = sorted({r["error"] for r in point if r.get("error")})
+            lines.append(
+                f"| {who} | {fmt(cells[('two_lock', 'inserted_per_s')])} | {fmt(cells[('two_lock', 'sampled_per_s')])}"
+                f" | {fmt(cells[('single_lock', 'inserted_per_s')])} | {fmt(cells[('single_lock', 'sampled_per_s')])}"
+                f" | {ratio(cells[('two_lock', 'inserted_per_s')], cells[('single_lock', 'inserted_per_s')])}"
+                f" | {ratio(cells[('two_lock', 'sampled_per_s')], cells[('single_lock', 'sampled_per_s')])}"
+                f" | {ratio(totals['two_lock'], totals['single_lock'])}"
+                f" | {fmt(cells[('two_lock', 'cpu_cores')], 2)} / {fmt(cells[('single_lock', 'cpu_cores')], 2)}"
+                f" | {fmt(background, 2)} |" + (f" {'; '.join(errors)}" if errors else "")
+            )
+        lines.append("")
+    with open(os.path.join(_OUT_DIR.value, name + ".md"), "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
 
 
 # ----------------------------------------------------------------------------------------------- driver
@@ -260,6 +508,16 @@ def main(argv):
         PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])),
         JAX_PLATFORMS="cpu",
     )
+    if not _THREADS_ONLY.value:
+        _peers_and_sweep(quick, capacities, calls, warmup, ks, name, command, env)
+    if _THREADS.value or _THREADS_ONLY.value:
+        t_threads = time.perf_counter()
+        rows, settings = _thread_sweep(quick, env)
+        threads_name = _THREADS_NAME.value + ("_quick" if quick else "")
+        _write_threads(rows, settings, threads_name, command, time.perf_counter() - t_threads)
+
+
+def _peers_and_sweep(quick, capacities, calls, warmup, ks, name, command, env):
     rows = []
     t_main = time.perf_counter()
     for capacity in capacities:

@@ -1,5 +1,7 @@
 """Tests of the replay buffers (seed 003, section IV-D: lazy writing, two locks, Algorithm 3), with real threads."""
 
+import json
+import os
 import random
 import threading
 import time
@@ -403,3 +405,322 @@ def test_concurrent_inserters_and_samplers_never_see_a_torn_slot(single_lock):
     np.testing.assert_array_equal(
         buffer._storage["obs"], np.broadcast_to(buffer._storage["check"][:, None, None], (capacity, 64, 64))
     )
+
+
+@pytest.mark.parametrize("single_lock", [False, True])
+def test_direct_kernel_path_matches_the_checked_tree_methods(single_lock):
+    """With the numba backend the buffer calls the tree's kernels directly (no re-checks); going through
+    `SumTree.set_leaves` / `update_ancestors` instead must give a bit-identical tree."""
+    buffers = [PrioritizedBuffer(37, EXAMPLE, k=4, seed=0, single_lock=single_lock) for _ in range(2)]
+    if buffers[0].tree.backend != "numba":
+        pytest.skip("numba backend not available")
+    assert buffers[0]._tree_kernels is not None
+    buffers[1]._tree_kernels = None  # the checked public methods
+    for buffer in buffers:
+        rng = np.random.default_rng(3)
+        next_id = 0
+        for _ in range(40):
+            n = int(rng.integers(1, 12))
+            buffer.insert(_transitions(np.arange(next_id, next_id + n)))  # wraps around several times
+            next_id += n
+            buffer.update_priorities(rng.integers(0, len(buffer), 16), rng.exponential(size=16) * 3)
+        buffer.update_priorities(np.array([], np.int64), np.array([]))
+    np.testing.assert_array_equal(buffers[0].tree._array, buffers[1].tree._array)
+    assert buffers[0].max_priority == buffers[1].max_priority
+    np.testing.assert_array_equal(buffers[0].sample(64).indices, buffers[1].sample(64).indices)
+
+
+# ----------------------------------------------------------------------------------------------- save / load
+
+
+def _filled(cls, capacity=50, seed=0, **kwargs):
+    """A buffer that wrapped around once, with random data and (prioritized) some updated priorities."""
+    buffer = cls(capacity, EXAMPLE, seed=seed, **kwargs)
+    rng = np.random.default_rng(seed)
+    next_id = 0
+    for n in rng.integers(1, 20, 6):  # 6 batches of 1-19: usually past the capacity
+        buffer.insert(_transitions(np.arange(next_id, next_id + n)))
+        next_id += n
+    buffer.update_priorities(rng.integers(0, len(buffer), 10), rng.exponential(size=10))
+    return buffer
+
+
+def _state(buffer):
+    return {
+        "len": len(buffer),
+        "cursor": buffer._cursor,
+        "max_priority": buffer.max_priority,
+        "leaves": buffer.tree.leaf_values(),
+        "storage": {name: storage.copy() for name, storage in buffer._storage.items()},
+        "rng": buffer._rng.bit_generator.state,
+        "hyper": (buffer.alpha, buffer.beta, buffer.eps),
+    }
+
+
+def _assert_same_state(a, b):
+    assert (a["len"], a["cursor"], a["max_priority"], a["rng"], a["hyper"]) == (
+        b["len"],
+        b["cursor"],
+        b["max_priority"],
+        b["rng"],
+        b["hyper"],
+    )
+    np.testing.assert_array_equal(a["leaves"], b["leaves"])
+    assert a["storage"].keys() == b["storage"].keys()
+    for name in a["storage"]:
+        np.testing.assert_array_equal(a["storage"][name], b["storage"][name])
+
+
+@pytest.mark.parametrize("single_lock", [False, True])
+@pytest.mark.parametrize("cls", BOTH)
+def test_save_load_round_trip(cls, single_lock, tmp_path):
+    saved = _filled(cls, single_lock=single_lock)
+    if cls is PrioritizedBuffer:
+        saved.beta = 0.7  # annealed since construction: the checkpoint carries it
+    path = tmp_path / "replay.npz"
+    assert saved.save(path) == str(path)
+    assert os.listdir(tmp_path) == ["replay.npz"]
+    with np.load(path) as archive:  # a plain .npz; storage rows in ring order from the cursor
+        assert set(archive.files) == {"meta", "leaves", "storage.obs", "storage.action", "storage.reward"}
+        np.testing.assert_array_equal(archive["storage.action"], np.roll(saved._storage["action"], -saved._cursor))
+        np.testing.assert_array_equal(archive["leaves"], saved.tree.leaf_values())
+    loaded = cls(50, EXAMPLE, seed=123, single_lock=not single_lock)  # other seed and lock mode
+    loaded.load(path)
+    _assert_same_state(_state(saved), _state(loaded))
+    np.testing.assert_allclose(loaded.tree.total(), loaded.tree.leaf_values().sum(), rtol=1e-12)
+    for _ in range(3):  # the buffer's own generator continues where the saved one was
+        a, b = saved.sample(32), loaded.sample(32)
+        np.testing.assert_array_equal(a.indices, b.indices)
+        np.testing.assert_array_equal(a.weights, b.weights)
+        for name in a.batch:
+            np.testing.assert_array_equal(a.batch[name], b.batch[name])
+    a, b = saved.sample(32, np.random.default_rng(9)), loaded.sample(32, np.random.default_rng(9))
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_array_equal(saved.insert(_transitions([900, 901])), loaded.insert(_transitions([900, 901])))
+    np.testing.assert_array_equal(saved.priority(np.arange(50)), loaded.priority(np.arange(50)))
+    assert not loaded._writing.any()
+
+
+def test_save_load_partly_filled_buffer(tmp_path):
+    saved = PrioritizedBuffer(40, EXAMPLE, seed=0)
+    saved.insert(_transitions(np.arange(7)))
+    saved.update_priorities(np.array([2, 5]), np.array([4.0, 0.0]))
+    loaded = PrioritizedBuffer(40, EXAMPLE, seed=1)
+    loaded.load(saved.save(tmp_path / "replay.npz"))
+    _assert_same_state(_state(saved), _state(loaded))
+    assert len(loaded) == 7
+    np.testing.assert_array_equal(loaded.insert(_transitions([7])), [7])
+    with pytest.raises(IndexError):
+        loaded.priority(np.array([8]))
+
+
+def _load_error(buffer, path):
+    before = _state(buffer)
+    with pytest.raises(ValueError) as error:
+        buffer.load(path)
+    _assert_same_state(before, _state(buffer))  # nothing modified
+    message = str(error.value)
+    assert "\n" not in message and str(path) in message
+    return message
+
+
+def test_load_mismatch_raises_and_changes_nothing(tmp_path):
+    path = _filled(PrioritizedBuffer).save(tmp_path / "replay.npz")
+    assert "capacity is 50 in the file, 51" in _load_error(_filled(PrioritizedBuffer, capacity=51), path)
+    assert "kind is 'prioritized' in the file, 'uniform'" in _load_error(_filled(UniformBuffer), path)
+    assert "k is 16 in the file, 4" in _load_error(_filled(PrioritizedBuffer, k=4), path)
+    for example, expected in [
+        ({**EXAMPLE, "extra": np.zeros(2)}, "missing from the file ['extra']"),
+        ({k: v for k, v in EXAMPLE.items() if k != "reward"}, "not in this buffer ['reward']"),
+        ({**EXAMPLE, "obs": np.zeros((3, 4), np.uint8)}, "field 'obs' is uint8[50, 4, 3] in the file"),
+        ({**EXAMPLE, "reward": np.zeros((), np.float64)}, "field 'reward' is float32[50]"),
+    ]:
+        other = PrioritizedBuffer(50, example, seed=0)
+        assert expected in _load_error(other, path)
+    target = _filled(PrioritizedBuffer, seed=5)
+    assert "no such file" in _load_error(target, tmp_path / "missing.npz")
+    (tmp_path / "text.npz").write_text("not an archive")
+    assert "not an .npz archive" in _load_error(target, tmp_path / "text.npz")
+    np.savez(tmp_path / "other.npz", x=np.zeros(3))
+    assert "no meta or leaves" in _load_error(target, tmp_path / "other.npz")
+    data = bytearray((tmp_path / "replay.npz").read_bytes())
+    (tmp_path / "truncated.npz").write_bytes(data[: len(data) // 2])
+    assert "corrupt" in _load_error(target, tmp_path / "truncated.npz")
+    data[len(data) // 3] ^= 0xFF  # inside the stored obs bytes: the CRC catches it
+    (tmp_path / "flipped.npz").write_bytes(data)
+    assert "corrupt" in _load_error(target, tmp_path / "flipped.npz")
+
+
+def test_save_is_atomic(tmp_path, monkeypatch):
+    buffer = _filled(PrioritizedBuffer)
+    path = buffer.save(tmp_path / "replay.npz")
+    first = _state(buffer)
+    buffer.insert(_transitions([500, 501, 502]))
+    real_write_array = np.lib.format.write_array
+    calls = []
+
+    def failing_write_array(fp, array, **kwargs):
+        calls.append(array.shape)
+        raise OSError("disk full")  # the leaves, after the storage entries are in the temporary file
+
+    monkeypatch.setattr(np.lib.format, "write_array", failing_write_array)
+    with pytest.raises(OSError, match="disk full"):
+        buffer.save(path)
+    monkeypatch.setattr(np.lib.format, "write_array", real_write_array)
+    assert os.listdir(tmp_path) == ["replay.npz"]  # no temporary file left
+
+    def failing_replace(src, dst):
+        raise OSError("replace failed")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="replace failed"):
+        buffer.save(path)
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == ["replay.npz"]
+    restored = PrioritizedBuffer(50, EXAMPLE, seed=1)
+    restored.load(path)  # still the first checkpoint, intact
+    _assert_same_state(first, _state(restored))
+
+
+def test_save_while_a_slot_is_mid_write(tmp_path):
+    """A slot reserved but not yet published is saved at priority 0 (what the tree holds), and `load` refuses to
+    run while an insert is in flight."""
+    buffer = _PausingBuffer(8, EXAMPLE, seed=0)
+    buffer.release.set()
+    buffer.insert(_transitions(np.arange(8)))
+    buffer.release.clear()
+    thread, errors = _in_thread(lambda: buffer.insert(_transitions([80, 81])))  # slots 0 and 1
+    assert buffer.pause.wait(10)
+    path = buffer.save(tmp_path / "replay.npz")
+    with pytest.raises(RuntimeError, match="in flight"):
+        buffer.load(path)
+    buffer.release.set()
+    thread.join(10)
+    assert not thread.is_alive() and not errors
+    loaded = PrioritizedBuffer(8, EXAMPLE, seed=0)
+    loaded.load(path)
+    assert len(loaded) == 8 and not loaded._writing.any()
+    np.testing.assert_array_equal(loaded.priority(np.arange(8)), [0, 0, 1, 1, 1, 1, 1, 1])
+    assert loaded.update_priorities(np.array([0, 1, 2]), np.array([5.0, 5.0, 5.0])) == 1  # 0 and 1 stay dead
+    np.testing.assert_array_equal(loaded.priority(np.array([0, 1])), [0, 0])
+    _, batch, _ = loaded.sample(200, np.random.default_rng(0))
+    assert set(batch["action"].tolist()) == set(range(2, 8))
+    np.testing.assert_array_equal(loaded.insert(_transitions([90])), [2])  # the cursor was past the reservation
+
+
+@pytest.mark.parametrize("race_at", ["first_field", "last_field", "after_storage"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_save_zeroes_slots_overwritten_while_the_storage_is_written(stream, race_at, tmp_path, monkeypatch):
+    """Streaming (storage over `save_copy_limit_bytes`): an insert that starts after the snapshot, before the last
+    copy of its slots, may leave old, new or torn bytes in the file: those slots are saved unsampleable (priority
+    0), everything else as at the snapshot; an insert after the storage is copied loses nothing. A small buffer's
+    storage is copied under the lock with the rest of the snapshot: an insert during the write loses nothing."""
+    buffer = PrioritizedBuffer(8, EXAMPLE, seed=0)
+    if stream:
+        buffer.save_copy_limit_bytes = 0
+    buffer.insert(_transitions(np.arange(8)))
+    buffer.update_priorities(np.arange(8), np.arange(8.0))
+    snapshot = _state(buffer)
+    inserted = []
+    headers = []
+
+    def insert_once():
+        if not inserted:
+            inserted.append(buffer.insert(_transitions([70, 71])))  # slots 0 and 1, from the lock-free part
+
+    def header_hook(real):
+        def write_header(fp, header):
+            headers.append(header["shape"])
+            # Fields go smallest first: action and reward ([8]), then obs ([8, 4, 3]).
+            if (race_at == "first_field" and len(headers) == 1) or (race_at == "last_field" and len(headers) == 3):
+                insert_once()
+            real(fp, header)
+
+        return write_header
+
+    monkeypatch.setattr(np.lib.format, "write_array_header_1_0", header_hook(np.lib.format.write_array_header_1_0))
+    real_write_array = np.lib.format.write_array
+
+    def write_array(fp, array, **kwargs):
+        if race_at == "after_storage":
+            insert_once()
+        real_write_array(fp, array, **kwargs)
+
+    monkeypatch.setattr(np.lib.format, "write_array", write_array)
+    path = buffer.save(tmp_path / "replay.npz")
+    monkeypatch.undo()
+    assert headers == [(8,), (8,), (8, 4, 3)]
+    np.testing.assert_array_equal(inserted[0], [0, 1])
+    loaded = PrioritizedBuffer(8, EXAMPLE, seed=0)
+    loaded.load(path)
+    expected = snapshot["leaves"].copy()
+    lost = stream and race_at != "after_storage"
+    if lost:
+        expected[:2] = 0
+    np.testing.assert_array_equal(loaded.tree.leaf_values(), expected)
+    assert loaded._cursor == snapshot["cursor"] == 0 and loaded.max_priority == snapshot["max_priority"]
+    for name, saved in snapshot["storage"].items():
+        np.testing.assert_array_equal(loaded._storage[name][2:], saved[2:])
+        if not lost:
+            np.testing.assert_array_equal(loaded._storage[name], saved)
+    with np.load(path) as archive:
+        assert json.loads(str(archive["meta"][()]))["moved_during_save"] == (2 if lost else 0)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("single_lock", [False, True])
+def test_save_while_inserters_and_samplers_run(single_lock, stream, tmp_path):
+    """Checkpoints taken while 2 inserters and 1 sampler/updater run: every slot with a positive priority in the
+    file holds a whole transition (obs filled with the id in `check`), and the tree is consistent. Copied under
+    the lock, only the slots mid-write (at most 2 x 20) are lost; streamed, inserters this fast (memory speed,
+    no env) can overwrite any number of slots during the save, which are then lost too."""
+    capacity = 48
+    example = {"obs": np.zeros((64, 64), np.int64), "check": np.zeros((), np.int64)}
+    buffer = PrioritizedBuffer(capacity, example, k=4, seed=0, single_lock=single_lock)
+    if stream:
+        buffer.save_copy_limit_bytes = 0
+    buffer.insert({"obs": np.zeros((1, 64, 64), np.int64), "check": np.zeros(1, np.int64)})
+    group = ThreadGroup()
+
+    def inserter(worker):
+        def body():
+            rng = random.Random(worker)
+            next_id = 1 + worker * 10**9
+            while not group.stopping.is_set():
+                n = rng.randint(1, 20)
+                ids = np.arange(next_id, next_id + n)
+                next_id += n
+                buffer.insert({"obs": np.broadcast_to(ids[:, None, None], (n, 64, 64)).copy(), "check": ids})
+
+        return body
+
+    def sampler():
+        rng = np.random.default_rng(0)
+        while not group.stopping.is_set():
+            indices, _, _ = buffer.sample(16, rng)
+            buffer.update_priorities(indices, rng.exponential(size=16))
+
+    for worker in range(2):
+        group.spawn(f"inserter-{worker}", inserter(worker))
+    group.spawn("sampler", sampler)
+    paths = []
+    try:
+        for i in range(5):
+            time.sleep(0.05)
+            paths.append(buffer.save(tmp_path / f"replay-{i}.npz"))
+    finally:
+        group.stop()
+    group.check()
+    for path in paths:
+        loaded = PrioritizedBuffer(capacity, example, k=4, seed=0)
+        loaded.load(path)
+        leaves = loaded.tree.leaf_values()
+        live = leaves > 0
+        if not stream:
+            assert live.sum() >= capacity - 40
+        obs, check = loaded._storage["obs"][live], loaded._storage["check"][live]
+        np.testing.assert_array_equal(obs, np.broadcast_to(check[:, None, None], obs.shape))
+        np.testing.assert_allclose(loaded.tree.total(), leaves.sum(), rtol=1e-12)
+        if live.any():
+            _, batch, _ = loaded.sample(64, np.random.default_rng(0))
+            np.testing.assert_array_equal(batch["obs"], np.broadcast_to(batch["check"][:, None, None], (64, 64, 64)))
