@@ -297,14 +297,28 @@ class ReplayBuffer:
         priorities = np.asarray(priorities, dtype=np.float64)
         if priorities.shape != indices.shape:
             raise ValueError(f"priorities have shape {priorities.shape}, indices {indices.shape}")
-        if not np.all(np.isfinite(priorities)) or np.any(priorities < 0):
+        if priorities.size and not (np.isfinite(priorities).all() and priorities.min() >= 0):
             raise ValueError("priorities must be finite and >= 0")
         stored = (priorities + self.eps) ** self.alpha
-        if not np.all(np.isfinite(stored)):
+        if not np.isfinite(stored).all():
             raise ValueError("(priority + eps) ** alpha overflows")
         if not self._prioritized:
             return 0
         lock = self._global_lock if self._single_lock else self._tree_lock
+        kernels = self._tree_kernels
+        if kernels is not None:  # one kernel pass: skip dead leaves, write the rest (see `_set_priorities`)
+            array, leaf_offset, offsets, k, stride = kernels
+            indices = np.ascontiguousarray(indices, dtype=np.int64)
+            stored = np.ascontiguousarray(stored)
+            with lock:
+                with self._leaf_lock:
+                    written, count, top = _sum_tree._set_live_leaves_kernel(
+                        array, leaf_offset, k, stride, indices, stored
+                    )
+                _sum_tree._update_ancestors_kernel(array, offsets, k, stride, written)
+                if top > self._max_priority:
+                    self._max_priority = float(top)
+            return int(count)
         with lock:
             live = self._tree.get(indices) > 0  # 0: mid-write (or saved mid-write by `save` and restored)
             indices, stored = indices[live], stored[live]

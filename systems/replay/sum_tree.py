@@ -114,6 +114,25 @@ if numba is not None:
         return _sorted_unique(indices)
 
     @numba.njit(nogil=True, cache=True)
+    def _set_live_leaves_kernel(array, leaf_offset, k, stride, indices, priorities):  # pragma: no cover - compiled
+        """`_set_leaves_kernel` for leaves that are currently > 0 only (a zero leaf is a slot mid-write, which a
+        priority update must not make sampleable); returns (sorted distinct indices written, number of entries
+        written counting repeats, max value written or -1.0 if none)."""
+        written = np.empty(indices.size, dtype=np.int64)
+        count = 0
+        top = -1.0
+        for i in range(indices.size):
+            index = indices[i]
+            position = leaf_offset + (index // k) * stride + index % k
+            if array[position] > 0.0:
+                array[position] = priorities[i]
+                written[count] = index
+                count += 1
+                if priorities[i] > top:
+                    top = priorities[i]
+        return _sorted_unique(written[:count]), count, top
+
+    @numba.njit(nogil=True, cache=True)
     def _update_ancestors_kernel(array, offsets, k, stride, indices):  # pragma: no cover - compiled
         """Recomputes every ancestor of leaves `indices`, level by level from the leaves up, as
         `0.0 + pairwise_sum(children)` (what `level[parents, :k].sum(axis=1)` computes)."""
