@@ -117,9 +117,12 @@ def main(argv):
             f"{fmt(row['sps'])} | {fmt(row['optimizer_steps_per_second'])} | {fmt(row['wall_s_run'], 1)} | "
             f"{fmt(row.get('background_cores'), 2)} |"
         )
-    times = [r["first_reached_s"] for r in rows if r.get("first_reached_s") is not None]
-    if len(times) > 1:
-        lines += ["", f"Median first >= 200 over {len(times)} runs: {median(times):.1f} s."]
+    for name in _CONFIGS.value:
+        times = [r.get("first_reached_s") for r in rows if r["config"] == name]
+        if len(times) > 1:
+            reached = [t for t in times if t is not None]
+            lines += ["", f"{name}: median first >= 200 over {len(times)} runs: {fmt(median(reached), 1)} s "
+                      f"({len(reached)} of {len(times)} reached it)."]
     with open(os.path.join(_OUT_DIR.value, f"{_NAME.value}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

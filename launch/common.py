@@ -25,7 +25,10 @@ _ALGO = flags.DEFINE_enum(
 )
 _SEED = flags.DEFINE_integer("seed", 1, "Seed of envs, initial parameters, action keys and minibatch order.")
 _NUM_ENVS = flags.DEFINE_integer("num_envs", None, "Number of training envs (default: preset).")
-_NUM_ACTORS = flags.DEFINE_integer("num_actors", None, "HTS actor threads (default: preset or 1).")
+_NUM_ACTORS = flags.DEFINE_integer("num_actors", None, "HTS / PAL actor threads (default: preset or 1).")
+NUM_LEARNERS = flags.DEFINE_integer(
+    "num_learners", None, "launch.gala: A2C learners (default 4); launch.pal: learner threads (default 1)."
+)
 _ENV_BATCH = flags.DEFINE_integer("env_batch_size", 0, "EnvPool async batch size for HTS (0: num_envs // 2).")
 _INFER_BATCH = flags.DEFINE_integer(
     "inference_batch", 0, "Fixed actor forward-pass batch (0: num_envs // 2). Changing it changes results' bits."
@@ -109,6 +112,11 @@ def config_from_flags(
     if validate:
         config_lib.validate(config)
     return config
+
+
+def num_learners(default: int) -> int:
+    """--num_learners, or the launcher's own default when it is not given (it is shared by launch.gala and pal)."""
+    return default if NUM_LEARNERS.value is None else NUM_LEARNERS.value
 
 
 def flag_given(name: str) -> bool:

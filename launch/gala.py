@@ -14,7 +14,6 @@ from absl import app, flags
 from launch import common, scaleout
 from systems.gossip import system
 
-_NUM_LEARNERS = flags.DEFINE_integer("num_learners", 4, "A2C learners, each with its own envs and parameters.")
 _ENVS_PER_LEARNER = flags.DEFINE_integer("envs_per_learner", 16, "Training envs of each learner.")
 _TOPOLOGY = flags.DEFINE_enum(
     "topology", "ring", ["ring", "exponential"], "Peer graph: directed ring, or time-varying exponential (pmap)."
@@ -31,7 +30,7 @@ def make_config() -> system.GossipConfig:
     scaleout.reject_hts_sizing("launch.gala", "--envs_per_learner")
     config = common.config_from_flags(
         system.GossipConfig, validate=False, algo="a2c",
-        extra=dict(num_learners=_NUM_LEARNERS.value, topology=_TOPOLOGY.value, num_peers=_NUM_PEERS.value,
+        extra=dict(num_learners=common.num_learners(4), topology=_TOPOLOGY.value, num_peers=_NUM_PEERS.value,
                    gossip=_GOSSIP.value, max_staleness=_MAX_STALENESS.value, log_grad_cosine=_COSINE.value,
                    lr_scaling=scaleout.LR_SCALING.value or "sqrt", **scaleout.multihost_values()),
     )

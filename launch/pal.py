@@ -17,7 +17,6 @@ from launch import common
 from systems.pal import system
 
 _ENVS_PER_ACTOR = flags.DEFINE_integer("envs_per_actor", None, "Envs of each actor thread's own EnvPool.")
-_NUM_LEARNERS = flags.DEFINE_integer("num_learners", 1, "Learner threads; each samples batch_size / num_learners.")
 _BATCH = flags.DEFINE_integer("batch_size", None, "Global batch of one optimizer step (split over the learners).")
 _UPDATE_INTERVAL = flags.DEFINE_float(
     "update_interval", None, "Env steps collected per optimizer step, held by the system (Alg. 1; 0: free-running)."
@@ -116,7 +115,7 @@ def make_config() -> system.PALConfig:
     num_actors = f.num_actors or 1
     config = system.PALConfig(
         env_id=env_id, algo=algo, seed=f.seed, num_actors=num_actors,
-        num_envs=num_actors * values["envs_per_actor"], num_learners=_NUM_LEARNERS.value, replay=_REPLAY.value,
+        num_envs=num_actors * values["envs_per_actor"], num_learners=common.num_learners(1), replay=_REPLAY.value,
         per_alpha=_PER_ALPHA.value, per_beta=_PER_BETA.value, tree_k=_TREE_K.value, epsilon_start=_EPS_START.value,
         action_noise=_NOISE.value, allocate=_ALLOCATE.value, cores=_CORES.value,
         profile_seconds=_PROFILE_SECONDS.value, checkpoint_buffer=_CHECKPOINT_BUFFER.value, logdir=f.logdir,

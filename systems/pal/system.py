@@ -232,6 +232,12 @@ class RatioGate:
             self.updates += 1
             self._cond.notify_all()
 
+    def measured_interval(self) -> float:
+        """Env steps collected per update in this run after the warm-up (NaN before the first update)."""
+        with self._cond:
+            updates = self.updates - self._updates0
+            return (self.collected - self._collected0 - self.warmup) / updates if updates else float("nan")
+
     def snapshot(self) -> tuple[int, int]:
         with self._cond:
             return self.collected, self.updates
@@ -362,6 +368,8 @@ class ParameterServer:
         self._last_report = time.perf_counter()
         # Besides once a second, report when the env steps cross an evaluation or checkpoint multiple, so short
         # runs are evaluated and checkpointed on their schedule.
+        self._metrics = None  # the newest update's metrics (device arrays; fetched only when reported)
+        self._reported_updates: int | None = None
         self._every = min([e for e in (config.eval_every, config.checkpoint_every) if e > 0], default=0)
         self._next_due = (gate.collected // self._every + 1) * self._every if self._every else None
 
@@ -437,14 +445,14 @@ class ParameterServer:
             return
         if scheduled:
             self._next_due = (collected // self._every + 1) * self._every
-        if force and updates == getattr(self, "_reported_updates", None):
+        if force and updates == self._reported_updates:
             return
         self._last_report = now
         self._reported_updates = updates
-        metrics = getattr(self, "_metrics", None)
+        metrics = self._metrics
         host_metrics = {k: float(v) for k, v in jax.device_get(metrics).items()} if metrics is not None else {}
         host_metrics["replay_size"] = float(len(self.buffer))
-        host_metrics["collected_per_update"] = collected / updates if updates else float("nan")
+        host_metrics["collected_per_update"] = self.gate.measured_interval()
         state = PALState(self.state, np.asarray(updates, np.int64), np.asarray(collected, np.int64))
         oldest_actor = min(self.actor_versions) if self.actor_versions else updates
         self.reports.put(LearnerReport(state, host_metrics, behaviour_version=int(oldest_actor),
@@ -688,7 +696,7 @@ def run(config: PALConfig) -> dict:
         "optimizer_steps": updates,
         "optimizer_steps_per_second": (updates - updates0) / max(elapsed, 1e-9),
         "learned_transitions_per_second": (updates - updates0) * config.batch_size / max(elapsed, 1e-9),
-        "collected_per_update": (collected - collected0 - warmup) / max(updates - updates0, 1),
+        "collected_per_update": None if math.isnan(gate.measured_interval()) else gate.measured_interval(),
         "replay_size": len(buffer),
         "replay_bytes": needed,
         "priorities_updated": server.priorities_updated,
