@@ -54,6 +54,8 @@ class Monitor:
         max_policy_lag: int | None = 1,
         checkpoint_extra: Callable[[int], dict] | None = None,
         sizes: str | None = None,
+        save_fn: Callable[[str, int, Any, dict], str] | None = None,
+        load_fn: Callable[[str, Any], tuple[Any, dict] | None] | None = None,
     ):
         """`state` is the learner state (any pytree with `params` and a scalar `update_step`). Systems whose
         updates are not rounds of every env (asynchronous gossip: one learner's iteration) pass `steps_per_update`;
@@ -64,7 +66,9 @@ class Monitor:
         `evaluator` (anything with `run(params) -> returns`) when `setup` is None, `max_policy_lag=None` when
         the lag has no bound to check (it is still logged), and `checkpoint_extra(env_steps) -> meta entries`,
         called before each checkpoint is written (PAL saves its replay buffer there). `sizes` replaces the
-        "envs N  alpha A" part of the first line."""
+        "envs N  alpha A" part of the first line. `save_fn(run_dir, env_steps, state, meta) -> path` and
+        `load_fn(run_dir, state) -> (state, meta) | None` replace the checkpoint files (Spreeze: its weight files
+        are its checkpoints)."""
         self.system = system
         self.policy_params = policy_params or (lambda s: s.params)
         self.config = config
@@ -81,8 +85,9 @@ class Monitor:
         self._env_steps_of = env_steps_of
         self._max_policy_lag = max_policy_lag
         self._checkpoint_extra = checkpoint_extra
+        self._save_fn = save_fn or save_checkpoint
         if config.resume:
-            restored = load_latest_checkpoint(self.run_dir, state)
+            restored = (load_fn or load_latest_checkpoint)(self.run_dir, state)
             if restored is None:
                 raise config_lib.ConfigError(f"--resume: no readable checkpoint in {self.run_dir}/checkpoints")
             self.state, meta = restored
@@ -214,7 +219,7 @@ class Monitor:
         }
         if self._checkpoint_extra is not None:
             meta.update(self._checkpoint_extra(self.env_steps))
-        return save_checkpoint(self.run_dir, self.env_steps, self.state, meta)
+        return self._save_fn(self.run_dir, self.env_steps, self.state, meta)
 
     def finish(self, *, interrupted: bool = False, extra: dict | None = None) -> dict:
         """Final evaluation (unless interrupted), final checkpoint and summary.json (plus the system's `extra`

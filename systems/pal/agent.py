@@ -89,6 +89,7 @@ class OffPolicyAgent:
     eval_seed: int
     discrete: bool
     example: dict  # one transition, field -> array (the replay buffer's layout)
+    sac_parts: dict | None = None  # SAC only: the keyword arguments of `sac_update` (Spreeze's model parallelism)
 
 
 def _network_sizes(hidden_sizes: tuple[int, ...]) -> tuple[int, ...]:
@@ -155,10 +156,9 @@ def build_agent(config, spec: EnvSpec) -> OffPolicyAgent:
                 actor_optimizer=actor_opt, critic_optimizer=critic_opt, alpha_optimizer=alpha_opt,
             )
             sac_config = SACConfig(gamma=config.gamma, tau=config.tau)
-            update_fn = functools.partial(
-                sac_update, actor_apply=actor.apply, critic_apply=critic.apply, actor_optimizer=actor_opt,
-                critic_optimizer=critic_opt, alpha_optimizer=alpha_opt, config=sac_config, **bounds,
-            )
+            sac_parts = dict(actor_apply=actor.apply, critic_apply=critic.apply, actor_optimizer=actor_opt,
+                             critic_optimizer=critic_opt, alpha_optimizer=alpha_opt, config=sac_config, **bounds)
+            update_fn = functools.partial(sac_update, **sac_parts)
 
             def act(params, obs, key, explore):
                 del explore  # SAC explores by sampling its own policy
@@ -222,4 +222,5 @@ def build_agent(config, spec: EnvSpec) -> OffPolicyAgent:
         eval_seed=int(config.seed) + 1_000_000,
         discrete=algo in DISCRETE_ALGOS,
         example=example,
+        sac_parts=sac_parts if algo == "sac" else None,
     )
