@@ -106,7 +106,7 @@ class Monitor:
         self.evaluator = None
         if evaluator is not None:
             self.evaluator = evaluator if config.eval_episodes > 0 else None
-        elif config.eval_episodes > 0:
+        elif config.eval_episodes > 0 and setup is not None:  # setup None: the system evaluates on its own
             self.evaluator = Evaluator(
                 spec, setup.network.apply, episodes=config.eval_episodes, seed=setup.eval_seed,
                 deterministic=config.eval_deterministic,

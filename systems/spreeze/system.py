@@ -1,0 +1,337 @@
+"""Spreeze (seed 002, section 3): sampler processes, a shared-memory replay, one large-batch learner, weights by file.
+
+* `num_samplers` sampler processes (3.1.1, `systems.spreeze.workers.sampler_main`), each with its own EnvPool and a
+  CPU copy of the policy with exploration noise, write transitions straight into the shared-memory replay
+  (`systems.spreeze.shared_replay`, 3.3.2): no queues and no pickling on the hot path, and samplers never wait for
+  the learner. `replay="queue"` is the paper's ablation baseline (Table 3 rows 6-8).
+* This process is the learner (3.2.1): it samples `batch_size` transitions from the shared memory and runs the
+  jitted SAC / TD3 / DDPG update (`systems.pal.agent`, one learner), on the accelerator when there is one. With
+  `model_parallel` and two devices, SAC's actor update runs on one device and the twin critics with their targets on
+  the other (3.2.2, `systems.spreeze.model_parallel`).
+* Weights by file (3.3.1): every `publish_every` updates the learner writes the whole learner state to
+  `<run dir>/checkpoints/weights_<updates>.msgpack` by an atomic rename (`systems.spreeze.weights`); samplers and the
+  test process pick up new versions. The same files are the checkpoints: `--resume` restarts from the newest.
+* The test process (3.1.2, `workers.evaluator_main`) evaluates the deterministic policy of newest weights on its own
+  envs; its records form the test return curve (`evaluations.csv`: return against env steps and wall time).
+* Automatic tuning (3.4, `systems.spreeze.tuning`): `batch_size=0` (auto) and `num_samplers=0` (auto).
+
+Any child that dies stops the run with its error; Ctrl-C stops every process and frees the shared memory; stale
+segments of the same run directory left by a crash are removed at the next start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import multiprocessing
+import os
+import queue
+import time
+
+import jax
+import numpy as np
+
+from envs.factory import make_spec
+from systems.common import config as config_lib
+from systems.common.checkpoint import checkpoint_dir
+from systems.common.evaluation import EvaluationRecord
+from systems.common.monitor import LearnerReport, Monitor
+from systems.pal.agent import CONTINUOUS_ALGOS, PALState, build_agent
+from systems.pal.system import PALConfig
+from systems.spreeze import weights as weights_lib
+from systems.spreeze import workers
+from systems.spreeze.shared_replay import QueueTransfer, SharedReplay
+
+SYSTEM = "spreeze"
+REPLAYS = ("shm", "queue")
+_REPORT_SECONDS = 1.0
+_JOIN_SECONDS = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SpreezeConfig(PALConfig):
+    """A Spreeze run: the off-policy fields of PALConfig plus the process layout. `num_envs` is derived."""
+
+    algo: str = "sac"
+    num_samplers: int = 2  # sampler processes (0: auto)
+    envs_per_sampler: int = 1
+    batch_size: int = 256  # learner batch (0: auto)
+    publish_every: int = 50  # updates between weight files
+    transfer: str = "shm"  # shm | queue (ablation)
+    model_parallel: bool = False
+    replay: str = "uniform"
+    update_interval: float = 0.0  # unused: samplers and learner run free (kept for the shared config)
+    eval_every: int = 5_000
+    stop_at_target: bool = False  # end the run at the first test return >= target_return (time to solve)
+
+
+def validate(config: SpreezeConfig) -> None:
+    error = config_lib.ConfigError
+    if config.algo not in CONTINUOUS_ALGOS:
+        raise error(f"--algo must be one of {', '.join(CONTINUOUS_ALGOS)} for launch.spreeze, got '{config.algo}'")
+    for name in ("envs_per_sampler", "publish_every", "buffer_size", "total_steps"):
+        if getattr(config, name) <= 0:
+            raise error(f"--{name} must be positive, got {getattr(config, name)}")
+    for name in ("num_samplers", "batch_size", "learning_starts", "eval_every", "eval_episodes"):
+        if getattr(config, name) < 0:
+            raise error(f"--{name} must be non-negative, got {getattr(config, name)}")
+    if config.transfer not in REPLAYS:
+        raise error(f"--transfer must be one of {', '.join(REPLAYS)}, got '{config.transfer}'")
+    if config.learning_rate <= 0 or not 0 < config.tau <= 1 or not 0 < config.gamma <= 1:
+        raise error("need --learning_rate > 0, --tau in (0, 1] and --gamma in (0, 1]")
+    if config.time_limit < 0:
+        raise error(f"--time_limit must be non-negative, got {config.time_limit}")
+
+
+def run_id(run_dir: str) -> str:
+    """Shared-memory segments are named after the run directory, so a restart finds the ones a crash left."""
+    return hashlib.sha1(os.path.abspath(run_dir).encode()).hexdigest()[:12]
+
+
+class Children:
+    """The run's child processes: start, watch (a dead child stops the run with its error), stop and join."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.stop = ctx.Event()
+        self.events = ctx.Queue()
+        self.processes: dict[str, multiprocessing.Process] = {}
+        self.errors: list[str] = []
+
+    def start(self, name: str, target, *args) -> None:
+        process = self.ctx.Process(target=target, args=args, name=name, daemon=True)
+        process.start()
+        self.processes[name] = process
+
+    def check(self) -> None:
+        if self.errors:
+            raise RuntimeError(self.errors[0])
+        for name, process in self.processes.items():
+            if process.exitcode not in (None, 0) and not self.stop.is_set():
+                raise RuntimeError(f"{name} exited with code {process.exitcode}")
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        deadline = time.monotonic() + _JOIN_SECONDS
+        for process in self.processes.values():
+            process.join(timeout=max(0.1, deadline - time.monotonic()))
+        for process in self.processes.values():
+            if process.is_alive():
+                process.terminate()
+                process.join(timeout=2.0)
+        self.events.cancel_join_thread()
+
+
+def run(config: SpreezeConfig) -> dict:
+    """Trains with Spreeze; returns the summary (also written to `<run dir>/summary.json`)."""
+    validate(config)
+    spec = make_spec(config.env_id)
+    if not spec.continuous or len(spec.obs_shape) != 1:
+        raise config_lib.ConfigError(f"launch.spreeze needs continuous actions and vector observations; "
+                                     f"{config.env_id} has {'continuous' if spec.continuous else 'discrete'} actions")
+    agent = build_agent(config, spec)
+    monitor = Monitor(
+        SYSTEM, config, spec, None, agent.initial_state, steps_per_update=1,
+        policy_params=lambda s: agent.policy_params(s.agent), env_steps_of=lambda s: int(s.env_steps),
+        evaluator=None, max_policy_lag=None,
+        sizes=f"samplers {config.num_samplers}x{config.envs_per_sampler} envs  batch {config.batch_size}  "
+              f"transfer {config.transfer}",
+        save_fn=lambda run_dir, steps, state, meta: weights_lib.publish(
+            checkpoint_dir(run_dir), int(state.update_step), state, meta),
+        load_fn=lambda run_dir, state: _load_latest(checkpoint_dir(run_dir), state),
+    )
+    state: PALState = monitor.state
+    weights_dir = checkpoint_dir(monitor.run_dir)
+    os.makedirs(weights_dir, exist_ok=True)
+    collected0, updates0 = int(state.env_steps), int(state.update_step)
+
+    ctx = multiprocessing.get_context("spawn")
+    rid = run_id(monitor.run_dir)
+    removed = SharedReplay.cleanup_stale(rid)
+    if removed:
+        monitor.outputs.print(f"[spreeze] removed {len(removed)} stale shared-memory segment(s) of this run")
+    fields = {name: (np.asarray(v).shape, np.float32 if name != "action" else np.asarray(v).dtype)
+              for name, v in agent.example.items()}
+    children = Children(ctx)
+    if config.transfer == "shm":
+        replay = SharedReplay.create(config.buffer_size, fields, run_id=rid, ctx=ctx)
+    else:
+        replay = QueueTransfer.create(config.buffer_size, fields, run_id=rid, ctx=ctx)
+    steps = ctx.Array("q", config.num_samplers, lock=False)
+    episodes: list[tuple[int, float, int]] = []
+    monitor.state = state
+    monitor.checkpoint()  # version 0 (or the resumed version) for the samplers and the evaluator
+
+    rng = np.random.default_rng([config.seed, 7])
+    ones = np.ones((1, config.batch_size), np.float32)
+    learner = _Learner(config, agent, state.agent, monitor)
+    updates = updates0
+    interrupted = False
+    start = time.perf_counter()
+    last_report = start
+    sample_seconds = update_seconds = 0.0
+    try:
+        for i in range(config.num_samplers):
+            children.start(f"sampler-{i}", workers.sampler_main, i, config, replay.handle(), weights_dir,
+                           children.stop, steps, children.events)
+        if config.eval_episodes > 0:
+            children.start("evaluator", workers.evaluator_main, config, weights_dir, children.stop, children.events)
+        metrics = None
+        while True:
+            children.check()
+            _drain_events(children, monitor, episodes)
+            collected = collected0 + int(np.sum(steps[:]))
+            if collected >= config.total_steps or _solved(monitor, config):
+                break
+            if config.transfer == "queue":
+                replay.drain()
+            if replay.size < max(config.learning_starts, 1):
+                time.sleep(0.01)
+                monitor.heartbeat(collected - collected0)
+                continue
+            t0 = time.perf_counter()
+            batch = replay.sample(config.batch_size, rng)
+            t1 = time.perf_counter()
+            metrics = learner.step(batch, ones)
+            update_seconds += time.perf_counter() - t1
+            sample_seconds += t1 - t0
+            updates += 1
+            now = time.perf_counter()
+            if updates % config.publish_every == 0 or now - last_report >= _REPORT_SECONDS:
+                current = PALState(learner.state(), np.asarray(updates, np.int64), np.asarray(collected, np.int64))
+                if updates % config.publish_every == 0:
+                    monitor.state = current
+                    monitor.checkpoint()
+                if now - last_report >= _REPORT_SECONDS:
+                    last_report = now
+                    host = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                    host["replay_size"] = float(replay.size)
+                    popped, episodes[:] = list(episodes), []
+                    if monitor.on_report(LearnerReport(current, host, updates, updates), popped):
+                        break
+    except KeyboardInterrupt:
+        interrupted = True
+        monitor.outputs.print("[spreeze] interrupted: stopping every process and saving the newest weights")
+    finally:
+        elapsed = time.perf_counter() - start
+        children.shutdown()
+        replay.close()
+        replay.unlink()
+    if not interrupted:
+        _drain_events(children, monitor, episodes)
+        children.check()
+    collected = collected0 + int(np.sum(steps[:]))
+    monitor.state = PALState(learner.state(), np.asarray(updates, np.int64), np.asarray(collected, np.int64))
+    if config.eval_episodes > 0 and not interrupted:  # the final policy, evaluated here (the test process is gone)
+        from systems.common.evaluation import Evaluator
+
+        evaluator = Evaluator(spec, None, episodes=config.eval_episodes, seed=agent.eval_seed, deterministic=True,
+                              act_fn=agent.eval_act)
+        returns = evaluator.run(agent.policy_params(monitor.state.agent))
+        _record_evaluation(monitor, collected, monitor.wall_time(), updates, [float(r) for r in returns])
+    new_updates = updates - updates0
+    extra = {
+        "num_samplers": config.num_samplers,
+        "envs_per_sampler": config.envs_per_sampler,
+        "batch_size": config.batch_size,
+        "transfer": config.transfer,
+        "sampling_fps": (collected - collected0) / max(elapsed, 1e-9),
+        "update_frequency_hz": new_updates / max(elapsed, 1e-9),
+        "update_fps": new_updates * config.batch_size / max(elapsed, 1e-9),
+        "learner_sample_seconds": sample_seconds,
+        "learner_update_seconds": update_seconds,
+        "optimizer_steps": updates,
+        "model_parallel": learner.devices,
+        **first_reached(monitor.evaluations, config.target_return),
+    }
+    summary = monitor.finish(interrupted=interrupted, extra=extra)
+    if interrupted:
+        raise KeyboardInterrupt
+    return summary
+
+
+class _Learner:
+    """One update at a time: the jitted single-device update, or SAC's actor-critic model parallelism (section
+    3.2.2) when `model_parallel` is set and there are two devices (one device: the plain update, said once)."""
+
+    def __init__(self, config: SpreezeConfig, agent, agent_state, monitor: Monitor):
+        self._agent = agent
+        self._mp = None
+        self.devices = None
+        if config.model_parallel:
+            if agent.sac_parts is None:
+                raise config_lib.ConfigError("--model_parallel splits SAC's actor and critics; use --algo=sac")
+            from systems.spreeze.model_parallel import ModelParallelSAC
+
+            devices = jax.local_devices()
+            critic_device = devices[1] if len(devices) > 1 else devices[0]
+            self._mp = ModelParallelSAC(**agent.sac_parts, actor_device=devices[0], critic_device=critic_device)
+            self._split = self._mp.place(agent_state)
+            self.devices = {"actor": str(devices[0]), "critic": str(critic_device)}
+            if len(devices) < 2:
+                monitor.outputs.print("[spreeze] --model_parallel: one device only, running the plain SAC update")
+        self._state = agent_state
+
+    def step(self, batch: dict, weights: np.ndarray):
+        if self._mp is not None:
+            self._split, metrics, _ = self._mp.update(self._split, batch, weights[0])
+            jax.block_until_ready(self._split)
+            self._state = None
+            return metrics
+        self._state, metrics, _ = self._agent.update(self._state, {k: v[None] for k, v in batch.items()}, weights)
+        jax.block_until_ready(self._state)
+        return metrics
+
+    def state(self):
+        if self._state is None:
+            self._state = self._mp.gather(self._split)
+        return self._state
+
+
+def _load_latest(directory: str, template):
+    loaded = weights_lib.load_latest(directory, template)
+    if loaded is None:
+        return None
+    _, payload, meta = loaded
+    return payload, meta
+
+
+def _drain_events(children: Children, monitor: Monitor, episodes: list) -> None:
+    while True:
+        try:
+            event = children.events.get_nowait()
+        except queue.Empty:
+            return
+        kind = event[0]
+        if kind == "error":
+            children.errors.append(f"{event[1]} failed:\n{event[2]}")
+        elif kind == "episodes":
+            episodes.extend(event[2])
+        elif kind == "eval":
+            _record_evaluation(monitor, *event[1:])
+
+
+def _solved(monitor: Monitor, config: SpreezeConfig) -> bool:
+    """With `stop_at_target`, the run ends at the first test return at or above `target_return` (the paper's
+    time-to-solve, Table 1)."""
+    if not config.stop_at_target or config.target_return is None or not monitor.evaluations:
+        return False
+    return float(np.mean(monitor.evaluations[-1].returns)) >= config.target_return
+
+
+def first_reached(records, target: float | None) -> dict:
+    """Wall time and env steps of the first evaluation whose mean return reaches `target` (None if never)."""
+    for record in records:
+        if target is not None and float(np.mean(record.returns)) >= target:
+            return {"time_to_target": record.wall_time, "steps_to_target": record.env_steps}
+    return {"time_to_target": None, "steps_to_target": None}
+
+
+def _record_evaluation(monitor: Monitor, env_steps: int, wall_time: float, version: int, returns: list) -> None:
+    """One point of the test return curve (return against env steps and wall time)."""
+    monitor.evaluations.append(EvaluationRecord(env_steps=env_steps, wall_time=wall_time, policy_version=version,
+                                                returns=returns))
+    monitor.outputs.log_evaluation({
+        "env_steps": env_steps, "wall_time": wall_time, "policy_version": version, "episodes": len(returns),
+        "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
+    })

@@ -1,0 +1,149 @@
+"""The child processes of a Spreeze run (seed 002, section 3.1): experience samplers and the test (evaluation)
+process. Each runs on the CPU with one XLA thread, reads the newest weights from the weight files the learner
+publishes (section 3.3.1) and talks to the learner only through shared memory (samplers) or a small queue of
+evaluation records and finished episodes (rare messages, never transitions).
+
+Every worker is a top-level function taking picklable arguments, started with the "spawn" context. A worker that
+fails puts `("error", name, traceback)` on the `events` queue and exits non-zero; the learner stops the run with
+that error. `stop` (an Event) ends every loop; Ctrl-C in a worker exits it quietly (the learner handles the run).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+import warnings
+
+
+def _cpu_only() -> None:
+    """Workers run their policy on the CPU with one XLA thread so N samplers use about N cores and leave the
+    accelerator to the learner. Must run before JAX initialises a backend in this process. Also silences the
+    start-up noise the learner silences (gymnasium's float64-bounds warning)."""
+    warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_multi_thread_eigen" not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()
+
+
+def _guard(name: str, events, body) -> None:
+    try:
+        body()
+    except KeyboardInterrupt:
+        pass
+    except BaseException:  # noqa: BLE001 - reported to the learner, which stops the run with it
+        events.put(("error", name, traceback.format_exc()))
+        raise SystemExit(1) from None
+
+
+def sampler_main(index: int, config, replay_handle, weights_dir: str, stop, steps, events) -> None:
+    """Experience sampler `index` (section 3.1.1): its own EnvPool of `envs_per_sampler` envs and a CPU copy of the
+    policy with exploration; writes transitions straight into the shared replay; never waits for the learner.
+
+    `steps` is a shared int64 array, one slot per sampler: env steps taken (read by the learner and the others)."""
+    _cpu_only()
+
+    def body():
+        import jax
+        import numpy as np
+
+        from envs.episodes import EpisodeTracker, split_done
+        from envs.factory import make_pool, make_spec
+        from systems.pal.agent import build_agent
+        from systems.spreeze import weights as weights_lib
+        from systems.spreeze.shared_replay import SharedReplay
+
+        spec = make_spec(config.env_id)
+        agent = build_agent(config, spec)
+        replay = SharedReplay.attach(replay_handle)
+        num_envs = config.envs_per_sampler
+        first_env = index * num_envs
+        pool = make_pool(spec, num_envs=num_envs, batch_size=num_envs, seed=config.seed + first_env, num_threads=1)
+        watcher = weights_lib.WeightsWatcher(weights_dir, agent.initial_state)
+        tracker = EpisodeTracker(num_envs, spec.family, spec.max_episode_steps)
+        key = jax.random.fold_in(agent.action_key, index)
+        rng = np.random.default_rng([config.seed, index])
+        action_dtype = agent.example["action"].dtype
+        params = None
+        obs, _ = pool.reset()
+        reset_step = np.zeros(num_envs, dtype=bool)
+        step = 0
+        try:
+            while not stop.is_set():
+                newest = watcher.poll()
+                if newest is not None:
+                    params = agent.policy_params(newest[1].agent)
+                if params is None or int(np.sum(steps[:])) < config.learning_starts:
+                    if agent.discrete:
+                        actions = rng.integers(0, spec.action_dim, num_envs).astype(action_dtype)
+                    else:
+                        actions = rng.uniform(spec.action_low, spec.action_high,
+                                              (num_envs, spec.action_dim)).astype(action_dtype)
+                else:
+                    explore = config.action_noise if not agent.discrete else config.epsilon_end
+                    actions = np.asarray(agent.act(params, obs, jax.random.fold_in(key, step), explore))
+                next_obs, rewards, terminated, truncated, info = pool.step(actions)
+                term, trunc = split_done(spec.family, terminated, truncated, info, spec.max_episode_steps)
+                tracker.step(np.asarray(info["env_id"]), rewards, terminated, truncated, info)
+                finished = tracker.pop_finished()
+                if finished:
+                    events.put(("episodes", index, finished))
+                real = ~reset_step
+                if real.any():
+                    replay.insert({
+                        "obs": np.asarray(obs[real], np.float32),
+                        "action": actions[real].astype(action_dtype),
+                        "reward": np.asarray(rewards, np.float32)[real],
+                        "next_obs": np.asarray(next_obs[real], np.float32),
+                        "done": term[real],
+                    })
+                reset_step = (term + trunc) > 0
+                obs = next_obs
+                steps[index] += num_envs
+                step += 1
+        finally:
+            pool.close()
+            if isinstance(replay, SharedReplay):
+                replay.close()
+            else:  # queue writer: the run is stopping, nobody drains; never block on a full pipe
+                replay.close(flush=False)
+
+    _guard(f"sampler-{index}", events, body)
+
+
+def evaluator_main(config, weights_dir: str, stop, events, poll_seconds: float = 0.2) -> None:
+    """The test process (section 3.1.2): plays the deterministic policy of the newest weights on its own envs,
+    for every published version whose env steps passed the next `eval_every` multiple, and sends
+    ("eval", env_steps, wall_time, version, returns) to the learner, which writes the test return curve."""
+    _cpu_only()
+
+    def body():
+        from envs.factory import make_spec
+        from systems.common.evaluation import Evaluator
+        from systems.pal.agent import build_agent
+        from systems.spreeze import weights as weights_lib
+
+        spec = make_spec(config.env_id)
+        agent = build_agent(config, spec)
+        evaluator = Evaluator(spec, None, episodes=config.eval_episodes, seed=agent.eval_seed, deterministic=True,
+                              act_fn=agent.eval_act)
+        watcher = weights_lib.WeightsWatcher(weights_dir, agent.initial_state)
+        next_eval = 0
+        while not stop.is_set():
+            newest = watcher.poll()
+            if newest is None:
+                time.sleep(poll_seconds)
+                continue
+            version, state = newest
+            meta = watcher.meta or {}
+            env_steps = int(meta.get("env_steps", int(state.env_steps)))
+            if env_steps < next_eval and not meta.get("final"):
+                continue
+            returns = evaluator.run(agent.policy_params(state.agent))
+            events.put(("eval", env_steps, float(meta.get("wall_time", 0.0)), int(version),
+                        [float(r) for r in returns]))
+            if config.eval_every > 0:
+                next_eval = (env_steps // config.eval_every + 1) * config.eval_every
+
+    _guard("evaluator", events, body)

@@ -1,0 +1,115 @@
+"""Spreeze end to end (seed 002, section 3): sampler processes, shared-memory (or queue) transfer, the learner, the
+test process and weight files; resume from the newest weight file; a dead sampler stops the run with its error; no
+shared-memory segment outlives a run; bad flags through the launcher (one `error:` line, exit 2)."""
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from systems.spreeze import system
+from systems.spreeze import weights as weights_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _config(run_dir, **overrides):
+    values = dict(
+        env_id="Pendulum-v1", algo="sac", seed=2, num_samplers=2, envs_per_sampler=1, batch_size=32,
+        buffer_size=5_000, learning_starts=200, total_steps=1_500, hidden_sizes=(16,), publish_every=20,
+        eval_episodes=2, eval_every=500, logdir=run_dir, quiet=True, learning_rate=1e-3, max_grad_norm=0.0,
+        opt_eps=1e-8, tau=0.005,
+    )
+    values.update(overrides)
+    values["num_envs"] = values["num_samplers"] * values["envs_per_sampler"]
+    return system.SpreezeConfig(**values)
+
+
+def _segments(run_dir):
+    prefix = f"spreeze-{system.run_id(run_dir)}"
+    return [name for name in os.listdir("/dev/shm") if name.startswith(prefix)] if os.path.isdir("/dev/shm") else []
+
+
+@pytest.mark.parametrize("transfer", ["shm", "queue"])
+def test_spreeze_run_writes_outputs_weights_and_frees_shared_memory(tmp_path, transfer):
+    run_dir = str(tmp_path / transfer)
+    summary = system.run(_config(run_dir, transfer=transfer))
+    assert summary["system"] == "spreeze" and summary["env_steps"] >= 1_500
+    assert summary["optimizer_steps"] > 0 and summary["update_fps"] > 0 and summary["sampling_fps"] > 0
+    assert summary["evaluations"] >= 2  # the test process's records plus the final evaluation
+    versions = weights_lib.list_versions(os.path.join(run_dir, "checkpoints"))
+    assert versions and versions[-1][0] == summary["optimizer_steps"]
+    for name in ("config.json", "progress.csv", "evaluations.csv", "summary.json"):
+        assert os.path.exists(os.path.join(run_dir, name))
+    assert _segments(run_dir) == []
+
+
+def test_spreeze_resume_continues_from_the_newest_weight_file(tmp_path):
+    run_dir = str(tmp_path / "run")
+    first = system.run(_config(run_dir, total_steps=800))
+    second = system.run(_config(run_dir, total_steps=1_600, resume=True))
+    assert second["resumed_from_env_steps"] == first["env_steps"]
+    assert second["optimizer_steps"] >= first["optimizer_steps"] and second["env_steps"] >= 1_600
+
+
+def test_a_dead_sampler_stops_the_run_with_its_error(tmp_path):
+    run_dir = str(tmp_path / "run")
+    killed = []
+
+    def kill_a_sampler():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not killed:
+            for child in multiprocessing.active_children():
+                if child.name == "sampler-1":
+                    time.sleep(1.0)
+                    os.kill(child.pid, signal.SIGKILL)
+                    killed.append(child.pid)
+                    return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=kill_a_sampler, daemon=True)
+    thread.start()
+    with pytest.raises(RuntimeError, match="sampler-1 exited with code -9"):
+        system.run(_config(run_dir, total_steps=10_000_000, time_limit=60))
+    thread.join(timeout=5)
+    assert killed
+    assert _segments(run_dir) == []
+
+
+def test_spreeze_stops_at_target(tmp_path):
+    run_dir = str(tmp_path / "run")
+    summary = system.run(_config(run_dir, total_steps=10_000_000, target_return=-1e9, stop_at_target=True,
+                                 time_limit=60))
+    assert summary["time_to_target"] is not None and summary["env_steps"] < 10_000_000
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env=CartPole-v1"], "continuous"),
+        (["--env=Pendulum-v1", "--algo=dqn"], "launch.spreeze trains"),
+        (["--env=Pendulum-v1", "--num_samplers=abc"], "--num_samplers"),
+        (["--env=Pendulum-v1", "--num_learners=2"], "--num_learners does not apply"),
+        (["--env=Pendulum-v1", "--resume", "--logdir=/nonexistent/spreeze"], "--resume"),
+    ],
+)
+def test_launcher_bad_input_is_one_line_and_exit_2(args, message):
+    result = subprocess.run([sys.executable, "-m", "launch.spreeze", *args, "--quiet"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if line]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.stderr
+
+
+def test_config_file_round_trip(tmp_path):
+    run_dir = str(tmp_path / "run")
+    system.run(_config(run_dir, total_steps=400, eval_episodes=0))
+    with open(os.path.join(run_dir, "config.json")) as f:
+        config = json.load(f)
+    assert config["num_samplers"] == 2 and config["transfer"] == "shm"
