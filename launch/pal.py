@@ -17,7 +17,9 @@ from launch import common
 from systems.pal import system
 
 _ENVS_PER_ACTOR = flags.DEFINE_integer("envs_per_actor", None, "Envs of each actor thread's own EnvPool.")
-_BATCH = flags.DEFINE_integer("batch_size", None, "Global batch of one optimizer step (split over the learners).")
+_BATCH = flags.DEFINE_string(
+    "batch_size", None, "Batch of one optimizer step (PAL: split over the learners; launch.spreeze: or 'auto')."
+)
 _UPDATE_INTERVAL = flags.DEFINE_float(
     "update_interval", None, "Env steps collected per optimizer step, held by the system (Alg. 1; 0: free-running)."
 )
@@ -70,7 +72,7 @@ PRESETS = {
     )},
 }
 _PAL_FLAGS = {
-    "envs_per_actor": _ENVS_PER_ACTOR, "batch_size": _BATCH, "update_interval": _UPDATE_INTERVAL,
+    "envs_per_actor": _ENVS_PER_ACTOR, "update_interval": _UPDATE_INTERVAL,
     "buffer_size": _BUFFER, "learning_starts": _LEARNING_STARTS, "critic_learning_rate": _CRITIC_LR,
     "target_update_period": _TARGET_PERIOD, "tau": _TAU, "epsilon_end": _EPS_END,
     "exploration_fraction": _EXPLORATION,
@@ -80,6 +82,19 @@ _SHARED = {"total_steps": "total_steps", "learning_rate": "learning_rate", "gamm
 _ON_POLICY_ONLY = ("num_envs", "sync_interval", "gae_lambda", "value_coef", "entropy_coef", "clip_eps", "num_epochs",
                    "num_minibatches", "anneal_lr", "optimizer", "env_batch_size", "inference_batch",
                    "eval_deterministic", "step_time")
+
+
+def parse_count(text: str, name: str, *, auto: bool) -> int:
+    """A positive integer flag given as text; 'auto' (0) where the launcher tunes it."""
+    if auto and text == "auto":
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"--{name} must be a positive integer{' or auto' if auto else ''}, got '{text}'")
+    return value
 
 
 def make_config() -> system.PALConfig:
@@ -104,6 +119,8 @@ def make_config() -> system.PALConfig:
     for name, holder in _PAL_FLAGS.items():
         if holder.value is not None:
             values[name] = holder.value
+    if _BATCH.value is not None:
+        values["batch_size"] = parse_count(_BATCH.value, "batch_size", auto=False)
     if _HIDDEN.value is not None:
         try:
             values["hidden_sizes"] = tuple(int(h) for h in _HIDDEN.value)

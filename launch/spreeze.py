@@ -11,7 +11,7 @@ from absl import app, flags
 
 from envs.factory import family_of, resolve_env_id
 from launch import common
-from launch import pal as launch_pal  # noqa: F401 - defines the off-policy flags
+from launch import pal as launch_pal  # also defines the off-policy flags
 from systems.spreeze import system
 
 _NUM_SAMPLERS = flags.DEFINE_string("num_samplers", "2", "Sampler processes, or 'auto' (section 3.4).")
@@ -19,6 +19,7 @@ _ENVS_PER_SAMPLER = flags.DEFINE_integer("envs_per_sampler", 1, "Envs of each sa
 _PUBLISH_EVERY = flags.DEFINE_integer("publish_every", 50, "Learner updates between weight files.")
 _TRANSFER = flags.DEFINE_enum("transfer", "shm", list(system.REPLAYS), "Experience transfer: shared memory or queue.")
 _MODEL_PARALLEL = flags.DEFINE_boolean("model_parallel", False, "SAC: actor on one device, critics on another.")
+_TUNE_SECONDS = flags.DEFINE_float("tune_seconds", 3.0, "Measuring time per value tried by the auto tuning.")
 _STOP_AT_TARGET = flags.DEFINE_boolean(
     "stop_at_target", False, "End the run at the first test return >= --target_return (time to solve)."
 )
@@ -33,18 +34,6 @@ PRESETS = {
 }
 _FLAG_FIELDS = ("total_steps", "learning_rate", "gamma", "max_grad_norm", "opt_eps", "buffer_size", "learning_starts",
                 "critic_learning_rate", "tau", "action_noise")
-
-
-def _count(text: str, name: str) -> int:
-    if text == "auto":
-        return 0
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"--{name} must be a positive integer or 'auto', got '{text}'") from None
-    if value <= 0:
-        raise ValueError(f"--{name} must be a positive integer or 'auto', got '{text}'")
-    return value
 
 
 def make_config() -> system.SpreezeConfig:
@@ -64,18 +53,18 @@ def make_config() -> system.SpreezeConfig:
             values[name] = getattr(f, name)
     if f.hidden_sizes is not None:
         values["hidden_sizes"] = tuple(int(h) for h in f.hidden_sizes)
-    if common.flag_given("batch_size"):
-        values["batch_size"] = f.batch_size
+    if f.batch_size is not None:
+        values["batch_size"] = launch_pal.parse_count(f.batch_size, "batch_size", auto=True)
     values.setdefault("max_grad_norm", 0.0)
     values.setdefault("opt_eps", 1e-8)
     values.setdefault("critic_learning_rate", 0.0)
     if f.eval_every is not None:
         values["eval_every"] = f.eval_every
-    num_samplers = _count(_NUM_SAMPLERS.value, "num_samplers")
+    num_samplers = launch_pal.parse_count(_NUM_SAMPLERS.value, "num_samplers", auto=True)
     config = system.SpreezeConfig(
         env_id=env_id, algo=algo, seed=f.seed, num_samplers=num_samplers, envs_per_sampler=_ENVS_PER_SAMPLER.value,
         publish_every=_PUBLISH_EVERY.value, transfer=_TRANSFER.value, model_parallel=_MODEL_PARALLEL.value,
-        stop_at_target=_STOP_AT_TARGET.value,
+        stop_at_target=_STOP_AT_TARGET.value, tune_seconds=_TUNE_SECONDS.value,
         logdir=f.logdir, resume=f.resume, eval_episodes=f.eval_episodes, time_limit=f.time_limit,
         target_return=f.target_return, quiet=f.quiet, checkpoint_every=0, **values,
     )

@@ -107,6 +107,18 @@ def test_launcher_bad_input_is_one_line_and_exit_2(args, message):
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.stderr
 
 
+def test_auto_tuning_chooses_and_stores_the_table(tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    summary = system.run(_config(run_dir, num_samplers=0, batch_size=0, tune_seconds=0.3, max_batch_size=512,
+                                 total_steps=600, eval_episodes=0, quiet=False))
+    tuning = summary["tuning"]
+    assert tuning["num_samplers"]["choice"] >= 1 and tuning["batch_size"]["choice"] in (256, 512)
+    assert summary["batch_size"] == tuning["batch_size"]["choice"]
+    assert summary["num_samplers"] == tuning["num_samplers"]["choice"]
+    assert os.path.exists(os.path.join(run_dir, "tuning.md")) and os.path.exists(os.path.join(run_dir, "tuning.json"))
+    assert "| batch_size | 256 |" in capsys.readouterr().out
+
+
 def test_config_file_round_trip(tmp_path):
     run_dir = str(tmp_path / "run")
     system.run(_config(run_dir, total_steps=400, eval_episodes=0))

@@ -38,6 +38,7 @@ from systems.common.evaluation import EvaluationRecord
 from systems.common.monitor import LearnerReport, Monitor
 from systems.pal.agent import CONTINUOUS_ALGOS, PALState, build_agent
 from systems.pal.system import PALConfig
+from systems.spreeze import tuning as tuning_lib
 from systems.spreeze import weights as weights_lib
 from systems.spreeze import workers
 from systems.spreeze.shared_replay import QueueTransfer, SharedReplay
@@ -63,6 +64,8 @@ class SpreezeConfig(PALConfig):
     update_interval: float = 0.0  # unused: samplers and learner run free (kept for the shared config)
     eval_every: int = 5_000
     stop_at_target: bool = False  # end the run at the first test return >= target_return (time to solve)
+    tune_seconds: float = 3.0  # measuring time per value tried by the automatic tuning
+    max_batch_size: int = 65_536  # the largest batch --batch_size=auto may try
 
 
 def validate(config: SpreezeConfig) -> None:
@@ -134,8 +137,8 @@ def run(config: SpreezeConfig) -> dict:
         SYSTEM, config, spec, None, agent.initial_state, steps_per_update=1,
         policy_params=lambda s: agent.policy_params(s.agent), env_steps_of=lambda s: int(s.env_steps),
         evaluator=None, max_policy_lag=None,
-        sizes=f"samplers {config.num_samplers}x{config.envs_per_sampler} envs  batch {config.batch_size}  "
-              f"transfer {config.transfer}",
+        sizes=f"samplers {config.num_samplers or 'auto'}x{config.envs_per_sampler} envs  "
+              f"batch {config.batch_size or 'auto'}  transfer {config.transfer}",
         save_fn=lambda run_dir, steps, state, meta: weights_lib.publish(
             checkpoint_dir(run_dir), int(state.update_step), state, meta),
         load_fn=lambda run_dir, state: _load_latest(checkpoint_dir(run_dir), state),
@@ -157,23 +160,42 @@ def run(config: SpreezeConfig) -> dict:
         replay = SharedReplay.create(config.buffer_size, fields, run_id=rid, ctx=ctx)
     else:
         replay = QueueTransfer.create(config.buffer_size, fields, run_id=rid, ctx=ctx)
-    steps = ctx.Array("q", config.num_samplers, lock=False)
+    max_samplers = config.num_samplers or max(1, (os.cpu_count() or 2) - 1)
+    steps = ctx.Array("q", max_samplers, lock=False)
+    sampler_stops = [ctx.Event() for _ in range(max_samplers)]
+
+    def start_sampler(i: int) -> None:
+        children.start(f"sampler-{i}", workers.sampler_main, i, config, replay.handle(), weights_dir,
+                       children.stop, sampler_stops[i], steps, children.events)
+
     episodes: list[tuple[int, float, int]] = []
     monitor.state = state
     monitor.checkpoint()  # version 0 (or the resumed version) for the samplers and the evaluator
 
     rng = np.random.default_rng([config.seed, 7])
-    ones = np.ones((1, config.batch_size), np.float32)
+    ones = np.ones((1, max(config.batch_size, 1)), np.float32)
     learner = _Learner(config, agent, state.agent, monitor)
+    tuning: dict = {}
     updates = updates0
     interrupted = False
     start = time.perf_counter()
     last_report = start
     sample_seconds = update_seconds = 0.0
     try:
-        for i in range(config.num_samplers):
-            children.start(f"sampler-{i}", workers.sampler_main, i, config, replay.handle(), weights_dir,
-                           children.stop, steps, children.events)
+        if config.num_samplers:
+            for i in range(config.num_samplers):
+                start_sampler(i)
+        else:
+            tuning["num_samplers"] = _tune_samplers(config, children, start_sampler, sampler_stops, steps,
+                                                    max_samplers, monitor)
+            config = dataclasses.replace(config, num_samplers=tuning["num_samplers"].choice)
+        if not config.batch_size:
+            tuning["batch_size"] = _tune_batch(config, children, replay, learner, steps, monitor, rng)
+            config = dataclasses.replace(config, batch_size=tuning["batch_size"].choice)
+            ones = np.ones((1, config.batch_size), np.float32)
+        if tuning:
+            tuning_lib.save_tuning(monitor.run_dir, tuning)
+            monitor.outputs.print(tuning_lib.format_table(tuning))
         if config.eval_episodes > 0:
             children.start("evaluator", workers.evaluator_main, config, weights_dir, children.stop, children.events)
         metrics = None
@@ -232,6 +254,7 @@ def run(config: SpreezeConfig) -> dict:
     new_updates = updates - updates0
     extra = {
         "num_samplers": config.num_samplers,
+        "tuning": {name: result.to_dict() for name, result in tuning.items()},
         "envs_per_sampler": config.envs_per_sampler,
         "batch_size": config.batch_size,
         "transfer": config.transfer,
@@ -282,6 +305,13 @@ class _Learner:
         jax.block_until_ready(self._state)
         return metrics
 
+    def trial(self, batch: dict, weights: np.ndarray) -> None:
+        """One update whose result is thrown away (for `--batch_size=auto`'s measurements)."""
+        if self._mp is not None:
+            jax.block_until_ready(self._mp.update(self._split, batch, weights[0]))
+        else:
+            jax.block_until_ready(self._agent.update(self._state, {k: v[None] for k, v in batch.items()}, weights))
+
     def state(self):
         if self._state is None:
             self._state = self._mp.gather(self._split)
@@ -309,6 +339,72 @@ def _drain_events(children: Children, monitor: Monitor, episodes: list) -> None:
             episodes.extend(event[2])
         elif kind == "eval":
             _record_evaluation(monitor, *event[1:])
+
+
+def _cpu_busy() -> tuple[int, int] | None:
+    """(busy, total) jiffies of the whole machine from /proc/stat (None off Linux)."""
+    try:
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return sum(values) - idle, sum(values)
+
+
+def _tune_samplers(config, children, start_sampler, sampler_stops, steps, maximum, monitor):
+    """`--num_samplers=auto` (section 3.4): add samplers one at a time while the sampling frame rate still rises
+    markedly and the machine's CPU load leaves room for the learner; samplers above the choice are retired."""
+    running = [0]
+
+    def measure(n: int):
+        while running[0] < n:
+            start_sampler(running[0])
+            running[0] += 1
+        deadline = time.monotonic() + 120
+        while steps[n - 1] == 0 and time.monotonic() < deadline:  # the newest sampler has started stepping
+            children.check()
+            time.sleep(0.05)
+        time.sleep(0.5)
+        before, cpu_before, t0 = int(np.sum(steps[:])), _cpu_busy(), time.perf_counter()
+        time.sleep(config.tune_seconds)
+        after, cpu_after, t1 = int(np.sum(steps[:])), _cpu_busy(), time.perf_counter()
+        load = 0.0
+        if cpu_before and cpu_after and cpu_after[1] > cpu_before[1]:
+            load = (cpu_after[0] - cpu_before[0]) / (cpu_after[1] - cpu_before[1])
+        children.check()
+        return (after - before) / (t1 - t0), load
+
+    monitor.outputs.print(f"[spreeze] tuning --num_samplers: up to {maximum}, {config.tune_seconds:g} s each")
+    result = tuning_lib.tune_num_samplers(measure, start=1, maximum=maximum)
+    for i in range(result.choice, running[0]):
+        sampler_stops[i].set()
+    return result
+
+
+def _tune_batch(config, children, replay, learner, steps, monitor, rng):
+    """`--batch_size=auto` (section 3.4): grow the batch geometrically while the update frame rate (batch x
+    updates/s, measured on the replay's real data, results discarded) still rises markedly and memory allows."""
+    while replay.size < max(config.learning_starts, 1):
+        children.check()
+        if config.transfer == "queue":
+            replay.drain()
+        time.sleep(0.05)
+    monitor.outputs.print(f"[spreeze] tuning --batch_size: {config.tune_seconds:g} s per size")
+
+    def measure(batch_size: int) -> float:
+        batch = replay.sample(batch_size, rng)
+        weights = np.ones((1, batch_size), np.float32)
+        learner.trial(batch, weights)  # compile
+        count, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < config.tune_seconds:
+            learner.trial(replay.sample(batch_size, rng), weights)
+            count += 1
+        children.check()
+        return count * batch_size / (time.perf_counter() - t0)
+
+    oom = tuple(e for e in (getattr(jax.errors, "JaxRuntimeError", None),) if e is not None)
+    return tuning_lib.tune_batch_size(measure, start=256, maximum=config.max_batch_size, oom_errors=oom)
 
 
 def _solved(monitor: Monitor, config: SpreezeConfig) -> bool:

@@ -37,11 +37,12 @@ def _guard(name: str, events, body) -> None:
         raise SystemExit(1) from None
 
 
-def sampler_main(index: int, config, replay_handle, weights_dir: str, stop, steps, events) -> None:
+def sampler_main(index: int, config, replay_handle, weights_dir: str, stop, own_stop, steps, events) -> None:
     """Experience sampler `index` (section 3.1.1): its own EnvPool of `envs_per_sampler` envs and a CPU copy of the
     policy with exploration; writes transitions straight into the shared replay; never waits for the learner.
 
-    `steps` is a shared int64 array, one slot per sampler: env steps taken (read by the learner and the others)."""
+    `steps` is a shared int64 array, one slot per sampler: env steps taken (read by the learner and the others).
+    `stop` ends every process of the run; `own_stop` only this sampler (the sampler-count tuning retires samplers)."""
     _cpu_only()
 
     def body():
@@ -70,7 +71,7 @@ def sampler_main(index: int, config, replay_handle, weights_dir: str, stop, step
         reset_step = np.zeros(num_envs, dtype=bool)
         step = 0
         try:
-            while not stop.is_set():
+            while not stop.is_set() and not own_stop.is_set():
                 newest = watcher.poll()
                 if newest is not None:
                     params = agent.policy_params(newest[1].agent)
