@@ -13,6 +13,9 @@
   test process pick up new versions. The same files are the checkpoints: `--resume` restarts from the newest.
 * The test process (3.1.2, `workers.evaluator_main`) evaluates the deterministic policy of newest weights on its own
   envs; its records form the test return curve (`evaluations.csv`: return against env steps and wall time).
+* The visualization process (3.1.2, `systems.spreeze.render`, `render`) saves a rollout of the newest policy as
+  an animated GIF every `render_every` seconds in `<run dir>/renders/` (drawn from observations and actions: the
+  pendulum itself for Pendulum-v1, bar charts otherwise; EnvPool has no renderer).
 * Automatic tuning (3.4, `systems.spreeze.tuning`): `batch_size=0` (auto) and `num_samplers=0` (auto).
 
 Any child that dies stops the run with its error; Ctrl-C stops every process and frees the shared memory; stale
@@ -38,6 +41,7 @@ from systems.common.evaluation import EvaluationRecord
 from systems.common.monitor import LearnerReport, Monitor
 from systems.pal.agent import CONTINUOUS_ALGOS, PALState, build_agent
 from systems.pal.system import PALConfig
+from systems.spreeze import render as render_lib
 from systems.spreeze import tuning as tuning_lib
 from systems.spreeze import weights as weights_lib
 from systems.spreeze import workers
@@ -64,6 +68,9 @@ class SpreezeConfig(PALConfig):
     update_interval: float = 0.0  # unused: samplers and learner run free (kept for the shared config)
     eval_every: int = 5_000
     stop_at_target: bool = False  # end the run at the first test return >= target_return (time to solve)
+    render: bool = False  # a visualization process saving rollout GIFs of the newest policy (renders/)
+    render_every: float = 30.0  # seconds between GIFs
+    render_steps: int = 200  # steps per rollout
     tune_seconds: float = 3.0  # measuring time per value tried by the automatic tuning
     max_batch_size: int = 65_536  # the largest batch --batch_size=auto may try
 
@@ -198,6 +205,10 @@ def run(config: SpreezeConfig) -> dict:
             monitor.outputs.print(tuning_lib.format_table(tuning))
         if config.eval_episodes > 0:
             children.start("evaluator", workers.evaluator_main, config, weights_dir, children.stop, children.events)
+        if config.render:
+            children.start("render", render_lib.render_main, config, weights_dir,
+                           os.path.join(monitor.run_dir, "renders"), children.stop, children.events,
+                           config.render_every, config.render_steps)
         metrics = None
         while True:
             children.check()
@@ -339,6 +350,8 @@ def _drain_events(children: Children, monitor: Monitor, episodes: list) -> None:
             episodes.extend(event[2])
         elif kind == "eval":
             _record_evaluation(monitor, *event[1:])
+        elif kind == "render":
+            monitor.outputs.print(f"[spreeze] rollout GIF of policy v{event[1]}: {event[2]}")
 
 
 def _cpu_busy() -> tuple[int, int] | None:
