@@ -32,7 +32,8 @@ _SEEDS = flags.DEFINE_list("seeds", ["1", "2", "3"], "Seeds for --mode=solve.")
 _TIME_LIMIT = flags.DEFINE_float("time_limit", 600.0, "Give up a solve run after this many seconds of training.")
 _ENV = flags.DEFINE_string("env", "Pendulum-v1", "Task for --mode=throughput.")
 _SECONDS = flags.DEFINE_float("seconds", 40.0, "Training seconds per --mode=throughput run.")
-_EXTRA = flags.DEFINE_list("extra", [], "Extra launch.spreeze flags for every run, e.g. --hidden_sizes=64,64.")
+_EXTRA = flags.DEFINE_string("extra", "", "Extra launch.spreeze flags for every run, space-separated, e.g. "
+                             "'--num_samplers=1 --hidden_sizes=64,64'.")
 _OUT_DIR = flags.DEFINE_string("out_dir", "benchmarks/results", "Directory for the Markdown table and CSV.")
 _NAME = flags.DEFINE_string("name", "", "Base name of the output files (default spreeze_<mode>_cpu).")
 _WORKER = flags.DEFINE_string("worker", "", "Internal: JSON job for one run in this process.")
@@ -95,14 +96,14 @@ def main(argv):
             target, _ = TARGETS[task]
             for seed in _SEEDS.value:
                 args = [f"--env={task}", f"--seed={seed}", f"--target_return={target}", "--stop_at_target",
-                        "--total_steps=100000000", f"--time_limit={_TIME_LIMIT.value}", *_EXTRA.value]
+                        "--total_steps=100000000", f"--time_limit={_TIME_LIMIT.value}", *shlex.split(_EXTRA.value)]
                 result = run_job("benchmarks.spreeze", {"args": args}, _TIME_LIMIT.value + 300)
                 rows.append({"task": task, "seed": seed, "args": " ".join(args), **result})
                 print(json.dumps(rows[-1]), flush=True)
     else:
         for label, config_args in THROUGHPUT_CONFIGS.items():
             args = [f"--env={_ENV.value}", "--total_steps=100000000", f"--time_limit={_SECONDS.value}",
-                    "--eval_episodes=0", *config_args, *_EXTRA.value]
+                    "--eval_episodes=0", *config_args, *shlex.split(_EXTRA.value)]
             result = run_job("benchmarks.spreeze", {"args": args}, _SECONDS.value + 600)
             rows.append({"config": label, "args": " ".join(args), **result})
             print(json.dumps(rows[-1]), flush=True)
@@ -118,6 +119,7 @@ def main(argv):
         f"- Machine: {machine()}",
         f"- Date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- Command: `{command}`",
+        f"- Flags of every run besides the mode's own: `{_EXTRA.value or '(launch.spreeze defaults)'}`",
     ]
     if _MODE.value == "solve":
         lines = header + [
@@ -137,8 +139,8 @@ def main(argv):
                 f"{fmt(row['steps_to_target'])} | {row['num_samplers']} | {row['batch_size']} | "
                 f"{fmt(row.get('background_cores'), 2)} |"
             )
-        lines += ["", "| task | median time to target (s) | solved runs | Spreeze (Table 1, s) | ratio (Spreeze / ours) |",
-                  "| --- | ---: | ---: | ---: | ---: |"]
+        lines += ["", "| task | median time to target (s) | solved runs | Spreeze (Table 1, s) | "
+                  "ratio (Spreeze / ours) |", "| --- | ---: | ---: | ---: | ---: |"]
         for task in _TASKS.value:
             times = [r.get("time_to_target") for r in rows if r["task"] == task]
             solved = [t for t in times if t is not None]

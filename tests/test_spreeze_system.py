@@ -125,3 +125,53 @@ def test_config_file_round_trip(tmp_path):
     with open(os.path.join(run_dir, "config.json")) as f:
         config = json.load(f)
     assert config["num_samplers"] == 2 and config["transfer"] == "shm"
+
+
+def test_ctrl_c_stops_every_process_saves_weights_and_frees_shared_memory(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.spreeze", "--env=Pendulum-v1", "--num_samplers=2", "--hidden_sizes=16",
+         "--total_steps=100000000", "--learning_starts=200", "--eval_episodes=0", f"--logdir={run_dir}",
+         "--quiet"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 90
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    while time.monotonic() < deadline:  # wait until the learner has published a few versions
+        versions = weights_lib.list_versions(checkpoints)
+        if versions and versions[-1][0] >= 100:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr
+    assert _segments(run_dir) == []
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["interrupted"] and weights_lib.list_versions(checkpoints)[-1][0] == summary["optimizer_steps"]
+
+
+_MODEL_PARALLEL = """
+import json, sys
+from systems.spreeze import system
+config = system.SpreezeConfig(
+    env_id="Pendulum-v1", algo="sac", seed=3, num_samplers=1, envs_per_sampler=1, num_envs=1, batch_size=32,
+    buffer_size=5_000, learning_starts=200, total_steps=1_200, hidden_sizes=(16,), publish_every=20,
+    eval_episodes=1, eval_every=600, logdir=sys.argv[1], quiet=True, learning_rate=1e-3, max_grad_norm=0.0,
+    opt_eps=1e-8, tau=0.005, model_parallel=True,
+)
+print("SUMMARY " + json.dumps(system.run(config)))
+"""
+
+
+def _model_parallel_code(run_dir: str) -> str:
+    return _MODEL_PARALLEL.replace("sys.argv[1]", repr(run_dir))
+
+
+def test_model_parallel_run_on_two_devices(tmp_path):
+    from multidevice import run_python
+
+    out = run_python(_model_parallel_code(str(tmp_path / "run")), 2)
+    summary = json.loads(next(line for line in out.splitlines() if line.startswith("SUMMARY "))[len("SUMMARY "):])
+    assert summary["model_parallel"] == {"actor": "cpu:0", "critic": "cpu:1"}
+    assert summary["optimizer_steps"] > 0 and summary["evaluations"] >= 1
