@@ -43,6 +43,9 @@ _ALLOCATE = flags.DEFINE_enum(
 )
 _CORES = flags.DEFINE_integer("cores", 0, "Cores M for --allocate=auto (0: this machine's).")
 _PROFILE_SECONDS = flags.DEFINE_float("profile_seconds", 2.0, "Seconds per measured point of --allocate=auto.")
+STOP_AT_TARGET = flags.DEFINE_boolean(
+    "stop_at_target", False, "End the run at the first evaluation whose mean return reaches --target_return."
+)
 _CHECKPOINT_BUFFER = flags.DEFINE_boolean(
     "checkpoint_buffer", False, "Save the replay buffer with each checkpoint and restore it on --resume."
 )
@@ -136,6 +139,7 @@ def make_config() -> system.PALConfig:
         per_alpha=_PER_ALPHA.value, per_beta=_PER_BETA.value, tree_k=_TREE_K.value, epsilon_start=_EPS_START.value,
         action_noise=_NOISE.value, allocate=_ALLOCATE.value, cores=_CORES.value,
         profile_seconds=_PROFILE_SECONDS.value, checkpoint_buffer=_CHECKPOINT_BUFFER.value, logdir=f.logdir,
+        stop_at_target=STOP_AT_TARGET.value,
         resume=f.resume, eval_every=f.eval_every if f.eval_every is not None else max(total_steps // 20, 1),
         eval_episodes=f.eval_episodes,
         checkpoint_every=f.checkpoint_every if f.checkpoint_every is not None else max(total_steps // 10, 1),

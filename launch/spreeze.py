@@ -22,9 +22,6 @@ _MODEL_PARALLEL = flags.DEFINE_boolean("model_parallel", False, "SAC: actor on o
 _RENDER = flags.DEFINE_boolean("render", False, "Visualization process: rollout GIFs of the newest policy.")
 _RENDER_EVERY = flags.DEFINE_float("render_every", 30.0, "Seconds between rollout GIFs.")
 _TUNE_SECONDS = flags.DEFINE_float("tune_seconds", 3.0, "Measuring time per value tried by the auto tuning.")
-_STOP_AT_TARGET = flags.DEFINE_boolean(
-    "stop_at_target", False, "End the run at the first test return >= --target_return (time to solve)."
-)
 
 # Pendulum-v1 (SB3 rl-zoo SAC), MuJoCo (CleanRL sac_continuous_action.py).
 PRESETS = {
@@ -66,7 +63,7 @@ def make_config() -> system.SpreezeConfig:
     config = system.SpreezeConfig(
         env_id=env_id, algo=algo, seed=f.seed, num_samplers=num_samplers, envs_per_sampler=_ENVS_PER_SAMPLER.value,
         publish_every=_PUBLISH_EVERY.value, transfer=_TRANSFER.value, model_parallel=_MODEL_PARALLEL.value,
-        stop_at_target=_STOP_AT_TARGET.value, tune_seconds=_TUNE_SECONDS.value, render=_RENDER.value,
+        stop_at_target=launch_pal.STOP_AT_TARGET.value, tune_seconds=_TUNE_SECONDS.value, render=_RENDER.value,
         render_every=_RENDER_EVERY.value,
         logdir=f.logdir, resume=f.resume, eval_episodes=f.eval_episodes, time_limit=f.time_limit,
         target_return=f.target_return, quiet=f.quiet, checkpoint_every=0, **values,

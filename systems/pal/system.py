@@ -86,6 +86,7 @@ class PALConfig(config_lib.TrainConfig):
     cores: int = 0  # M for allocate=auto (0: os.cpu_count())
     profile_seconds: float = 2.0  # measuring time per point of the allocate=auto profile
     checkpoint_buffer: bool = False  # save the replay buffer with each checkpoint (and restore it on --resume)
+    stop_at_target: bool = False  # end the run at the first evaluation whose mean return reaches target_return
     sync_interval: int = 1  # unused by PAL (kept for the shared outputs)
     eval_deterministic: bool = True  # PAL evaluates the greedy / mean action
 
@@ -467,6 +468,13 @@ def uses_frame_buffer(spec: EnvSpec) -> bool:
     return len(spec.obs_shape) == 3 and np.dtype(spec.obs_dtype) == np.uint8
 
 
+def reached_target(monitor: Monitor, config: PALConfig) -> bool:
+    """With `stop_at_target`: the newest evaluation's mean return is at least `target_return`."""
+    if not config.stop_at_target or config.target_return is None or not monitor.evaluations:
+        return False
+    return float(np.mean(monitor.evaluations[-1].returns)) >= config.target_return
+
+
 def make_buffer(config: PALConfig, agent: OffPolicyAgent, capacity: int | None = None, spec: EnvSpec | None = None):
     """The run's replay buffer. Image tasks get `FrameStackBuffer` (one stream per env; `capacity` counts frame
     rows, about one per transition), vector tasks `PrioritizedBuffer` / `UniformBuffer` (all fields stored)."""
@@ -672,7 +680,7 @@ def run(config: PALConfig) -> dict:
                 continue
             if report is None:
                 break
-            if monitor.on_report(report, episodes.pop()):
+            if monitor.on_report(report, episodes.pop()) or reached_target(monitor, config):
                 break
     except KeyboardInterrupt:
         interrupted = True

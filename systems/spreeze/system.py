@@ -40,7 +40,7 @@ from systems.common.checkpoint import checkpoint_dir
 from systems.common.evaluation import EvaluationRecord
 from systems.common.monitor import LearnerReport, Monitor
 from systems.pal.agent import CONTINUOUS_ALGOS, PALState, build_agent
-from systems.pal.system import PALConfig
+from systems.pal.system import PALConfig, reached_target
 from systems.spreeze import render as render_lib
 from systems.spreeze import tuning as tuning_lib
 from systems.spreeze import weights as weights_lib
@@ -67,7 +67,6 @@ class SpreezeConfig(PALConfig):
     replay: str = "uniform"
     update_interval: float = 0.0  # unused: samplers and learner run free (kept for the shared config)
     eval_every: int = 5_000
-    stop_at_target: bool = False  # end the run at the first test return >= target_return (time to solve)
     render: bool = False  # a visualization process saving rollout GIFs of the newest policy (renders/)
     render_every: float = 30.0  # seconds between GIFs
     render_steps: int = 200  # steps per rollout
@@ -214,7 +213,7 @@ def run(config: SpreezeConfig) -> dict:
             children.check()
             _drain_events(children, monitor, episodes)
             collected = collected0 + int(np.sum(steps[:]))
-            if collected >= config.total_steps or _solved(monitor, config):
+            if collected >= config.total_steps or reached_target(monitor, config):
                 break
             if config.transfer == "queue":
                 replay.drain()
@@ -418,14 +417,6 @@ def _tune_batch(config, children, replay, learner, steps, monitor, rng):
 
     oom = tuple(e for e in (getattr(jax.errors, "JaxRuntimeError", None),) if e is not None)
     return tuning_lib.tune_batch_size(measure, start=256, maximum=config.max_batch_size, oom_errors=oom)
-
-
-def _solved(monitor: Monitor, config: SpreezeConfig) -> bool:
-    """With `stop_at_target`, the run ends at the first test return at or above `target_return` (the paper's
-    time-to-solve, Table 1)."""
-    if not config.stop_at_target or config.target_return is None or not monitor.evaluations:
-        return False
-    return float(np.mean(monitor.evaluations[-1].returns)) >= config.target_return
 
 
 def first_reached(records, target: float | None) -> dict:
