@@ -221,6 +221,20 @@ def test_pal_allocate_auto_profiles_and_chooses(tmp_path, capsys):
     assert summary["num_actors"] == allocation["actors"] and summary["num_learners"] == allocation["learners"]
     out = capsys.readouterr().out
     assert "Eq. 5" in out and "choice:" in out
+    # The profiling threads stop when their window closes (they used to run on beside the training run).
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("profile-") and t.is_alive()]
+
+
+def test_free_running_threads_stop_when_the_run_ends(tmp_path):
+    """update_interval 0: learners never wait in the gate, so they must still see the stop."""
+    run_dir = str(tmp_path / "run")
+    start = time.monotonic()
+    summary = system.run(_config(run_dir, update_interval=0.0, total_steps=600, eval_episodes=0))
+    assert summary["optimizer_steps"] > 0
+    assert time.monotonic() - start < 60
+    alive = [t.name for t in threading.enumerate()
+             if t.is_alive() and t.name.split("-")[0] in ("learner", "actor", "parameter")]
+    assert not alive
 
 
 def test_pal_config_rejects_bad_values(tmp_path):

@@ -382,6 +382,8 @@ class ParameterServer:
     def learner_loop(self, learner_id: int) -> None:
         rng = np.random.default_rng([self.config.seed, 1_000 + learner_id, self.gate.updates])
         while True:
+            if self.group.stopping.is_set():  # free-running learners (update_interval 0) never wait in the gate
+                raise StopRequested
             if self.finished.is_set() or not self.gate.learner_wait(self.group.stopping):
                 self.inbox.put((learner_id, None))
                 return
@@ -403,6 +405,8 @@ class ParameterServer:
     def server_loop(self) -> None:
         try:
             while True:
+                if self.group.stopping.is_set():
+                    raise StopRequested
                 samples: list[Any] = [None] * self.num_learners
                 for _ in range(self.num_learners):
                     learner_id, sample = self._next_sample()
@@ -526,18 +530,19 @@ def profile_and_allocate(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent
                                num_envs=choice.actors * config.envs_per_actor), (actor_curve, learner_curve, choice)
 
 
-def _run_threads(targets, seconds: float) -> float:
-    group = ThreadGroup()
-    for name, target in targets(group):
+def _run_threads(group: ThreadGroup, targets, count, seconds: float) -> float:
+    """Runs `targets` [(name, fn)] in `group` (the group their loops watch) for `seconds`; returns the rate of
+    `count()` over that window, read when the window closes, before the threads are stopped."""
+    for name, target in targets:
         group.spawn(name, target)
-    start = time.perf_counter()
+    start, first = time.perf_counter(), count()
     while time.perf_counter() - start < seconds and group.running():
         time.sleep(_POLL)
         group.check()
-    elapsed = time.perf_counter() - start
+    elapsed, last = time.perf_counter() - start, count()
     group.stop()
     group.check()
-    return elapsed
+    return max(last - first, 1) / elapsed
 
 
 def measure_actors(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, buffer, threads: int,
@@ -547,21 +552,22 @@ def measure_actors(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, buff
     gate = RatioGate(update_interval=0, warmup=0, collected=0, updates=0, total_steps=2**62)
     actors = [Actor(i, config, spec, agent, buffer, store, gate, EpisodeSink(), random_until=0)
               for i in range(threads)]
+    group = ThreadGroup()
     try:
         for actor in actors:  # compile the policy outside the timed window
             actor.step()
-        start_steps = gate.collected
-        elapsed = _run_threads(lambda group: [(f"profile-actor-{a.actor_id}", lambda a=a: a.run(group.stopping))
-                                              for a in actors], seconds)
-        return max(gate.collected - start_steps, 1) / elapsed
+        return _run_threads(group, [(f"profile-actor-{a.actor_id}", lambda a=a: a.run(group.stopping))
+                                    for a in actors], lambda: gate.collected, seconds)
     finally:
+        group.stop()
         for actor in actors:
             actor.close()
 
 
 def measure_learners(config: PALConfig, agent: OffPolicyAgent, buffer, seconds: float) -> float:
     """f_l(num_learners): optimizer steps per second with `config.num_learners` learner threads on `buffer`."""
-    gate = RatioGate(update_interval=0, warmup=0, collected=1, updates=0, total_steps=2**62)
+    gate = RatioGate(update_interval=0, warmup=0, collected=2, updates=0, total_steps=2**62)
+    gate._collected0 = 1  # noqa: SLF001 - one step "collected": learners may run, nothing else is gated
     group = ThreadGroup()
     store = ParameterStore(agent.policy_params(agent.initial_state.agent))
     server = ParameterServer(config, agent, agent.initial_state, buffer, store, gate, group, None, [])
@@ -569,17 +575,14 @@ def measure_learners(config: PALConfig, agent: OffPolicyAgent, buffer, seconds: 
     warm = [buffer.sample(sub) for _ in range(config.num_learners)]  # compile outside the timed window
     jax.block_until_ready(agent.update(server.state, {k: np.stack([s.batch[k] for s in warm]) for k in warm[0].batch},
                                        np.stack([s.weights for s in warm])))
-    gate.collected = 2
-    start_updates = gate.updates
-
-    def targets(_):
-        return [("profile-server", server.server_loop)] + [
-            (f"profile-learner-{i}", lambda i=i: server.learner_loop(i)) for i in range(config.num_learners)
-        ]
-
-    elapsed = _run_threads(targets, seconds)
-    server.finished.set()
-    return max(gate.updates - start_updates, 1) / elapsed
+    targets = [("profile-server", server.server_loop)] + [
+        (f"profile-learner-{i}", lambda i=i: server.learner_loop(i)) for i in range(config.num_learners)
+    ]
+    try:
+        return _run_threads(group, targets, lambda: gate.updates, seconds)
+    finally:
+        server.finished.set()
+        group.stop()
 
 
 def run(config: PALConfig) -> dict:
