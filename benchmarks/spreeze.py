@@ -57,21 +57,16 @@ THROUGHPUT_CONFIGS = {
 }
 
 
-def _cpu_busy():
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + values[4]
-    return sum(values) - idle, sum(values)
-
-
 def worker(job: dict) -> None:
     import subprocess
 
+    from systems.spreeze.system import cpu_busy
+
     with tempfile.TemporaryDirectory() as run_dir:
         cmd = [sys.executable, "-m", "launch.spreeze", *job["args"], f"--logdir={run_dir}", "--quiet"]
-        busy0 = _cpu_busy()
+        busy0 = cpu_busy()
         subprocess.run(cmd, check=True)
-        busy1 = _cpu_busy()
+        busy1 = cpu_busy()
         with open(os.path.join(run_dir, "summary.json")) as f:
             summary = json.load(f)
     keys = ("time_to_target", "steps_to_target", "wall_time", "env_steps", "sampling_fps", "update_fps",

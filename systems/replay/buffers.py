@@ -234,43 +234,10 @@ class ReplayBuffer:
                 batch = self._gather(indices)
         else:
             indices, probabilities, size, batch = self._sample_lazy(batch_size, rng)
-        if self._prioritized:
-            weights = (size * probabilities) ** -beta  # [B]
-            weights = (weights / weights.max()).astype(np.float32)
-        else:
-            weights = np.ones(batch_size, dtype=np.float32)
-        return Sample(indices, batch, weights)
+        return Sample(indices, batch, importance_weights(self._prioritized, size, probabilities, beta))
 
     def _sample_lazy(self, batch_size, rng):
-        """Walk under the tree lock, copy outside it, redraw slots whose write generation moved (see module doc)."""
-        indices = np.empty(batch_size, dtype=np.int64)
-        probabilities = np.empty(batch_size)
-        batch = None
-        todo = np.arange(batch_size)  # positions of the batch still to fill
-        for attempt in range(_OPTIMISTIC_TRIES + 1):
-            locked_copy = attempt == _OPTIMISTIC_TRIES
-            with self._tree_lock:
-                drawn, drawn_probabilities, size = self._draw(todo.size, rng)
-                generation = self._generation[drawn]
-                if locked_copy:
-                    copied = self._gather(drawn)
-            if not locked_copy:
-                copied = self._gather(drawn)
-            if batch is None:
-                batch = copied
-            else:
-                for name, values in copied.items():
-                    batch[name][todo] = values
-            indices[todo] = drawn
-            probabilities[todo] = drawn_probabilities
-            if locked_copy:
-                break
-            with self._tree_lock:
-                torn = self._generation[drawn] != generation
-            if not np.any(torn):
-                break
-            todo = todo[torn]
-        return indices, probabilities, size, batch
+        return sample_with_redraw(self, batch_size, rng)
 
     def _draw(self, batch_size, rng):
         """Prefix-sum search for a batch (caller holds the tree or global lock): indices, P(i), N.
@@ -724,3 +691,46 @@ class PrioritizedBuffer(ReplayBuffer):
         single_lock: one global lock for everything (benchmark baseline) instead of lazy writing.
         """
         super().__init__(capacity, example, alpha=alpha, beta=beta, k=k, eps=eps, seed=seed, single_lock=single_lock)
+
+
+def importance_weights(prioritized: bool, size: int, probabilities: np.ndarray, beta: float) -> np.ndarray:
+    """[B] float32 PER weights (N P(i)) ** -beta / max over the batch (see `ReplayBuffer.sample`); ones if uniform."""
+    if not prioritized:
+        return np.ones(probabilities.shape, dtype=np.float32)
+    weights = (size * probabilities) ** -beta  # [B]
+    return (weights / weights.max()).astype(np.float32)
+
+
+def sample_with_redraw(buffer, batch_size: int, rng):
+    """The seqlock sampler shared by `ReplayBuffer` and `FrameStackBuffer`: walk the tree under `buffer._tree_lock`,
+    copy outside it, redraw the slots whose write generation moved meanwhile, and after `_OPTIMISTIC_TRIES` tries
+    copy under the lock (see the module doc). `buffer` provides `_tree_lock`, `_draw(n, rng) -> (ids, P, N)`,
+    `_generation` and `_gather(ids) -> {field: [n, ...]}`. Returns (ids [B], P [B], N, batch)."""
+    indices = np.empty(batch_size, dtype=np.int64)
+    probabilities = np.empty(batch_size)
+    batch = None
+    todo = np.arange(batch_size)  # positions of the batch still to fill
+    for attempt in range(_OPTIMISTIC_TRIES + 1):
+        locked_copy = attempt == _OPTIMISTIC_TRIES
+        with buffer._tree_lock:
+            drawn, drawn_probabilities, size = buffer._draw(todo.size, rng)
+            generation = buffer._generation[drawn]
+            if locked_copy:
+                copied = buffer._gather(drawn)
+        if not locked_copy:
+            copied = buffer._gather(drawn)
+        if batch is None:
+            batch = copied
+        else:
+            for name, values in copied.items():
+                batch[name][todo] = values
+        indices[todo] = drawn
+        probabilities[todo] = drawn_probabilities
+        if locked_copy:
+            break
+        with buffer._tree_lock:
+            torn = buffer._generation[drawn] != generation
+        if not np.any(torn):
+            break
+        todo = todo[torn]
+    return indices, probabilities, size, batch

@@ -75,10 +75,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from systems.replay.buffers import Sample
+from systems.replay.buffers import Sample, importance_weights, sample_with_redraw
 from systems.replay.sum_tree import SumTree
 
-_OPTIMISTIC_TRIES = 3  # lock-free copies before the sampler copies under the tree lock
 _RESERVED_NAMES = frozenset({"obs", "next_obs", "streams", "continues"})
 _FREE, _WRITING, _LIVE = 0, 1, 2  # row states: not a (resident) transition, transition being written, transition
 
@@ -358,39 +357,8 @@ class FrameStackBuffer:
         if not (math.isfinite(beta) and beta >= 0):
             raise ValueError(f"beta must be finite and >= 0, got {beta!r}")
         rng = self._rng if rng is None else rng
-        indices = np.empty(batch_size, dtype=np.int64)
-        probabilities = np.empty(batch_size)
-        batch = None
-        todo = np.arange(batch_size)  # positions of the batch still to fill
-        for attempt in range(_OPTIMISTIC_TRIES + 1):
-            locked_copy = attempt == _OPTIMISTIC_TRIES
-            with self._tree_lock:
-                drawn, drawn_probabilities, size = self._draw(todo.size, rng)
-                generation = self._generation[drawn]
-                if locked_copy:
-                    copied = self._gather(drawn)
-            if not locked_copy:
-                copied = self._gather(drawn)
-            if batch is None:
-                batch = copied
-            else:
-                for name, values in copied.items():
-                    batch[name][todo] = values
-            indices[todo] = drawn
-            probabilities[todo] = drawn_probabilities
-            if locked_copy:
-                break
-            with self._tree_lock:
-                torn = self._generation[drawn] != generation
-            if not np.any(torn):
-                break
-            todo = todo[torn]
-        if self._prioritized:
-            weights = (size * probabilities) ** -beta
-            weights = (weights / weights.max()).astype(np.float32)
-        else:
-            weights = np.ones(batch_size, dtype=np.float32)
-        return Sample(indices, batch, weights)
+        indices, probabilities, size, batch = sample_with_redraw(self, batch_size, rng)
+        return Sample(indices, batch, importance_weights(self._prioritized, size, probabilities, beta))
 
     def _draw(self, batch_size, rng):
         """Prefix-sum search for a batch (caller holds the tree lock): ids, P(i), N."""

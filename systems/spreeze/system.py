@@ -353,7 +353,7 @@ def _drain_events(children: Children, monitor: Monitor, episodes: list) -> None:
             monitor.outputs.print(f"[spreeze] rollout GIF of policy v{event[1]}: {event[2]}")
 
 
-def _cpu_busy() -> tuple[int, int] | None:
+def cpu_busy() -> tuple[int, int] | None:
     """(busy, total) jiffies of the whole machine from /proc/stat (None off Linux)."""
     try:
         with open("/proc/stat") as f:
@@ -378,9 +378,9 @@ def _tune_samplers(config, children, start_sampler, sampler_stops, steps, maximu
             children.check()
             time.sleep(0.05)
         time.sleep(0.5)
-        before, cpu_before, t0 = int(np.sum(steps[:])), _cpu_busy(), time.perf_counter()
+        before, cpu_before, t0 = int(np.sum(steps[:])), cpu_busy(), time.perf_counter()
         time.sleep(config.tune_seconds)
-        after, cpu_after, t1 = int(np.sum(steps[:])), _cpu_busy(), time.perf_counter()
+        after, cpu_after, t1 = int(np.sum(steps[:])), cpu_busy(), time.perf_counter()
         load = 0.0
         if cpu_before and cpu_after and cpu_after[1] > cpu_before[1]:
             load = (cpu_after[0] - cpu_before[0]) / (cpu_after[1] - cpu_before[1])
