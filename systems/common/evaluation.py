@@ -25,6 +25,20 @@ from envs.factory import EnvSpec, make_pool
 LAST_POLICIES = 10
 
 
+def policy_act_fn(apply_fn: Callable, *, deterministic: bool) -> Callable:
+    """Jitted `act(params, obs, key) -> actions` of an actor-critic: the mode of pi(.|s) (greedy) or one draw per
+    row (sampled)."""
+
+    def act(params, obs, key):
+        policy_out, _ = apply_fn(params, obs)
+        if deterministic:
+            return distributions.mode(policy_out)
+        keys = jax.random.split(key, obs.shape[0])
+        return distributions.sample_actions(policy_out, keys)
+
+    return jax.jit(act)
+
+
 class Evaluator:
     """Runs `episodes` real episodes, one per env of its own EnvPool, with the given parameters."""
 
@@ -46,15 +60,7 @@ class Evaluator:
         self._key = jax.random.PRNGKey(seed)
         self._deterministic = deterministic
 
-        @jax.jit
-        def act(params, obs, key):
-            policy_out, _ = apply_fn(params, obs)
-            if deterministic:
-                return distributions.mode(policy_out)
-            keys = jax.random.split(key, obs.shape[0])
-            return distributions.sample_actions(policy_out, keys)
-
-        self._act = act if act_fn is None else act_fn
+        self._act = act_fn if act_fn is not None else policy_act_fn(apply_fn, deterministic=deterministic)
 
     def run(self, params: Any) -> np.ndarray:
         """Returns the `episodes` episode returns (each env's first complete episode)."""

@@ -145,19 +145,9 @@ def make_replica_check(devices: list):
     return jax.pmap(spread, axis_name=DEVICE_AXIS, devices=distributed.pmap_devices(devices))
 
 
-def run(config: DataParallelConfig) -> dict:
-    """Trains data-parallel A2C (BA3C); returns the summary (also written to `<run dir>/summary.json`)."""
-    validate(config)
-    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id)
-    devices = select_devices(config)
-    num_local = len(devices)
-    num_global = num_local * jax.process_count()
-    config = resolve(config, num_global)
-    process = jax.process_index()
-    if process > 0:  # process 0 owns the run directory and the evaluations
-        run_dir = os.path.join(config.logdir or "runs", f"process-{process}")
-        config = dataclasses.replace(config, logdir=run_dir, eval_episodes=0, quiet=True)
-
+def make_agent(config: DataParallelConfig):
+    """Spec, learner setup and initial state of a resolved config: the BA3C torso of width `hidden` on Atari and the
+    large-batch optimizer (learning rate already scaled, epsilon already chosen by `resolve`)."""
     spec = make_spec(config.env_id)
     network = make_network(
         spec.obs_shape, spec.action_dim, spec.continuous, torso="ba3c" if spec.family == "atari" else None,
@@ -171,6 +161,23 @@ def run(config: DataParallelConfig) -> dict:
         b2=config.adam_b2 if config.optimizer != "rmsprop" else None,
     )
     setup, state = build(config, spec, network=network, optimizer=optimizer)
+    return spec, setup, state
+
+
+def run(config: DataParallelConfig) -> dict:
+    """Trains data-parallel A2C (BA3C); returns the summary (also written to `<run dir>/summary.json`)."""
+    validate(config)
+    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id)
+    devices = select_devices(config)
+    num_local = len(devices)
+    num_global = num_local * jax.process_count()
+    config = resolve(config, num_global)
+    process = jax.process_index()
+    if process > 0:  # process 0 owns the run directory and the evaluations
+        run_dir = os.path.join(config.logdir or "runs", f"process-{process}")
+        config = dataclasses.replace(config, logdir=run_dir, eval_episodes=0, quiet=True)
+
+    spec, setup, state = make_agent(config)
     e = envs_per_device(config)
     effective_batch = num_global * config.local_batch
     monitor = Monitor(
@@ -213,7 +220,7 @@ def run(config: DataParallelConfig) -> dict:
     collector = RoundCollector(
         executor,
         policy_fn=make_sharded_policy_fn(
-            network.apply, distributed.pmap_devices(devices), e, env_id_offset=first_env, num_shards=num_local
+            setup.network.apply, distributed.pmap_devices(devices), e, env_id_offset=first_env, num_shards=num_local
         ),
         run_key=setup.action_key, sync_interval=config.sync_interval, inference_batch=num_local * e,
         first_round=start_round, total_rounds=total_rounds, params=replicated.params, version=start_round,

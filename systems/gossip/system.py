@@ -181,7 +181,7 @@ def run(config: GossipConfig) -> dict:
     return _run_async(config)
 
 
-def _make_agent(config: GossipConfig):
+def make_agent(config: GossipConfig):
     spec = make_spec(config.env_id)
     optimizer = make_optimizer(
         name=config.optimizer, learning_rate=config.learning_rate, total_updates=_iterations(config),
@@ -257,7 +257,7 @@ def _run_pmap(config: GossipConfig) -> dict:
         config = dataclasses.replace(
             config, logdir=os.path.join(config.logdir or "runs", f"process-{process}"), eval_episodes=0, quiet=True
         )
-    spec, setup, state = _make_agent(config)
+    spec, setup, state = make_agent(config)
     topology = make_topology(config.topology, n, config.num_peers)
     e = config.envs_per_learner
 
@@ -354,7 +354,7 @@ class _LearnerSlot:
 
 def _run_async(config: GossipConfig) -> dict:
     n, e = config.num_learners, config.envs_per_learner
-    spec, setup, state = _make_agent(config)
+    spec, setup, state = make_agent(config)
     topology = make_topology(config.topology, n, config.num_peers)
     initial = GossipState(
         params=tuple(state.params for _ in range(n)), opt_state=tuple(state.opt_state for _ in range(n)),

@@ -1,0 +1,319 @@
+"""`python -m launch.evaluate --run=DIR`: evaluate a saved policy with the papers' protocol (issue 6).
+
+The policy is rebuilt from the run directory of any training launcher (`systems.common.restore`: config.json and the
+newest checkpoint) and played on evaluation envs by `systems.common.evaluation.Evaluator`, the protocol of seed 000,
+section 5: one fresh env per episode, Atari with up to 30 no-op starts, no life-loss episode ends and unclipped
+rewards, so returns are real game scores (`envs.factory.make_pool(evaluation=True)`).
+
+Flags (all prefixed `eval_`: every launch module shares one absl namespace, and `--eval_episodes` /
+`--eval_deterministic` / `--seed` belong to the training launchers):
+
+* `--run` (required): the run directory.
+* `--eval_num_episodes` (10, the episodes of one evaluation in seed 000 section 5).
+* `--eval_policy`: `sampled` (default; a ~ pi(.|s), how HTS-RL's evaluations act and what the training launchers
+  do unless `--eval_deterministic`) or `greedy` (the mode: argmax / Gaussian mean). Off-policy runs (PAL,
+  Spreeze): `greedy` is their own evaluation action, `sampled` their actors' exploration at the end of training.
+* `--eval_seed`: env seeds (env i gets seed + i) and the action keys; default: the run's own evaluation seed.
+* `--eval_learner`: GALA only: the learner whose parameters x_i are played (default 0, as the GALA run's own
+  evaluations), or `mean` for the average xbar of all learners (seed 004, Proposition 1).
+* `--eval_gif=PATH`: also save one episode of the same policy as an animated GIF (`--eval_gif_frames` caps the
+  frames; longer episodes are subsampled evenly). Frames are drawn from the observation, since EnvPool renders no
+  real frames here: Atari's newest frame of the (4, 84, 84) stack, upscaled; GFootball's (72, 96, 4) super mini
+  map as a coloured pitch (left team yellow, right team blue, active player red, ball white); vector observations
+  with `systems.spreeze.render` (the pendulum itself, or bar charts).
+* `--eval_out`: JSON with the returns, mean, std, checkpoint and policy mode (written atomically); default
+  `<run>/evaluation.json`.
+
+Bad input (missing directory, no checkpoint, unsupported system, bad flag value): one `error: ...` line on stderr
+and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import warnings
+
+import chex
+import jax
+import numpy as np
+from absl import app, flags, logging
+from PIL import Image, ImageDraw
+
+from envs.episodes import EpisodeTracker
+from envs.factory import EnvSpec, make_pool
+from systems.common import restore as restore_lib
+from systems.common.config import ConfigError
+from systems.common.evaluation import Evaluator
+from systems.common.outputs import params_fingerprint, write_json_atomic
+from systems.spreeze import render
+
+_RUN = flags.DEFINE_string("run", None, "Run directory to evaluate (written by launch.hts/sync/ba3c/gala/pal/"
+                           "spreeze).")
+_EPISODES = flags.DEFINE_integer("eval_num_episodes", 10, "Evaluation episodes (one env each).")
+_POLICY = flags.DEFINE_enum(
+    "eval_policy", "sampled", list(restore_lib.POLICY_MODES),
+    "sampled: draw a ~ pi(.|s) (default; off-policy runs: their exploration policy); greedy: the mode / mean action.",
+)
+_SEED = flags.DEFINE_integer("eval_seed", None, "Seed of the evaluation envs and action keys (default: the run's "
+                             "own evaluation seed).")
+_LEARNER = flags.DEFINE_string("eval_learner", "0", "GALA: learner index to evaluate, or 'mean' for the average of "
+                               "all learners' parameters.")
+_GIF = flags.DEFINE_string("eval_gif", None, "Also save one episode of the policy as an animated GIF at this path.")
+_GIF_FRAMES = flags.DEFINE_integer("eval_gif_frames", 1000, "Most frames in the GIF (longer episodes are "
+                                   "subsampled).")
+_OUT = flags.DEFINE_string("eval_out", None, "Result JSON (default: <run>/evaluation.json).")
+
+SEED_MAX = 2**31 - 1  # EnvPool seeds are int32 and env i gets seed + i
+ATARI_SCALE = 3  # 84 x 84 -> 252 x 252
+SMM_SCALE = 4  # 72 x 96 -> 288 x 384
+CAPTION = 16  # pixel rows of the text line under an image frame
+# GIF frame time per env step (real time where there is one): Atari 4 frames at 60 Hz, GFootball 10 steps/s.
+FRAME_MS = {"atari": 67, "gfootball": 100}
+# Super-mini-map planes (gfootball observation_preprocessing: 0 left team, 1 right team, 2 ball, 3 active player),
+# drawn in this order so the active player and the ball stay visible over the teams.
+PITCH = (40, 110, 50)
+SMM_COLOURS = ((0, (250, 210, 0)), (1, (70, 150, 255)), (3, (230, 40, 40)), (2, (255, 255, 255)))
+SMM_MARKER = 1  # each marker pixel is grown by this many pixels on every side (SMM markers are one or two pixels)
+
+
+# ----------------------------------------------------------------------------------------------------- frames
+
+
+def _captioned(image: Image.Image, text: str) -> Image.Image:
+    framed = Image.new("RGB", (image.width, image.height + CAPTION), render.BACKGROUND)
+    framed.paste(image.convert("RGB"), (0, 0))
+    ImageDraw.Draw(framed).text((4, image.height + 2), text, fill=render.TEXT)
+    return framed
+
+
+def _caption(step: int, action, ret: float) -> str:
+    shown = "-" if action is None else np.array2string(np.asarray(action), precision=2, separator=",")
+    return f"step {step}  action {shown}  return {ret:.1f}"
+
+
+def draw_atari(obs, action, step: int, ret: float) -> Image.Image:
+    """The newest frame of a (4, 84, 84) uint8 stack (EnvPool stacks oldest first), upscaled, with a caption."""
+    chex.assert_rank(obs, 3)  # [4, 84, 84]
+    frame = np.asarray(obs)[-1]  # [84, 84]
+    image = Image.fromarray(frame, mode="L").resize(
+        (frame.shape[1] * ATARI_SCALE, frame.shape[0] * ATARI_SCALE), Image.Resampling.NEAREST
+    )
+    return _captioned(image, _caption(step, action, ret))
+
+
+def _grow(plane: np.ndarray, radius: int) -> np.ndarray:
+    """[H, W] -> [H, W]: the maximum over each pixel's (2 radius + 1)^2 neighbourhood (a square dilation)."""
+    height, width = plane.shape
+    padded = np.pad(plane, radius)
+    return np.max([padded[dy : dy + height, dx : dx + width] for dy in range(2 * radius + 1)
+                   for dx in range(2 * radius + 1)], axis=0)
+
+
+def smm_picture(obs) -> np.ndarray:
+    """[72, 96, 4] uint8 super mini map -> [72, 96, 3] uint8 RGB: each plane (markers grown by SMM_MARKER) blended
+    over the pitch in its colour, with its value / 255 as opacity."""
+    chex.assert_shape(obs, (None, None, 4))
+    planes = np.asarray(obs, np.float32) / 255.0  # [H, W, 4]
+    picture = np.broadcast_to(np.asarray(PITCH, np.float32), (*planes.shape[:2], 3)).copy()
+    for plane, colour in SMM_COLOURS:
+        alpha = _grow(planes[..., plane], SMM_MARKER)[..., None]  # [H, W, 1]
+        picture = picture * (1.0 - alpha) + np.asarray(colour, np.float32) * alpha
+    return np.clip(np.rint(picture), 0, 255).astype(np.uint8)
+
+
+def draw_smm(obs, action, step: int, ret: float) -> Image.Image:
+    picture = smm_picture(obs)
+    image = Image.fromarray(picture, mode="RGB").resize(
+        (picture.shape[1] * SMM_SCALE, picture.shape[0] * SMM_SCALE), Image.Resampling.NEAREST
+    )
+    return _captioned(image, _caption(step, action, ret))
+
+
+def frame_drawer(spec: EnvSpec):
+    """`draw(obs, action, step, reward, ret) -> PIL.Image` for one observation of `spec` (module docstring)."""
+    if spec.family == "atari" and len(spec.obs_shape) == 3:
+        return lambda obs, action, step, reward, ret: draw_atari(obs, action, step, ret)
+    if spec.family == "gfootball" and len(spec.obs_shape) == 3:
+        return lambda obs, action, step, reward, ret: draw_smm(obs, action, step, ret)
+    return render.frame_drawer(spec)
+
+
+class FrameSampler:
+    """Keeps at most `cap` evenly spaced frames of a sequence of unknown length: every `stride`-th one, the stride
+    doubling (and every other kept frame dropped) whenever the cap would be passed. Frames are made only when kept."""
+
+    def __init__(self, cap: int):
+        self.cap = max(2, cap)
+        self.stride = 1
+        self.frames: list = []
+        self._seen = 0
+
+    def offer(self, make_frame) -> None:
+        """Frame number `seen`: `make_frame()` is called (and its frame kept) iff it falls on the stride."""
+        if self._seen % self.stride == 0:
+            self.frames.append(make_frame())
+            if len(self.frames) > self.cap:
+                self.frames = self.frames[::2]
+                self.stride *= 2
+        self._seen += 1
+
+
+def record_episode(spec: EnvSpec, act, params, *, seed: int, max_frames: int):
+    """Plays one evaluation episode (a 1-env evaluation pool seeded `seed`, so it is the evaluation's env 0; keys as
+    the Evaluator draws them) and draws it. Frame t shows the state the action of step t was taken in, that action and
+    the return including its reward (Atari evaluation pools do not clip rewards); the last frame shows the final
+    state. Returns (frames, steps per kept frame, episode return, episode length), return and length from
+    `envs.episodes.EpisodeTracker`."""
+    draw = frame_drawer(spec)
+    pool = make_pool(spec, num_envs=1, batch_size=1, seed=seed, num_threads=1, evaluation=True)
+    tracker = EpisodeTracker(1, spec.family, spec.max_episode_steps)
+    sampler = FrameSampler(max_frames - 1)
+    key = jax.random.PRNGKey(seed)
+    finished: list = []
+    ret, step = 0.0, 0
+    try:
+        obs, _ = pool.reset()
+        while not finished:
+            if step > spec.max_episode_steps + 1:  # the tracker ends every episode by then (truncation)
+                raise RuntimeError(f"an episode of {spec.env_id} did not end after {step} steps")
+            key, step_key = jax.random.split(key)
+            actions = np.asarray(act(params, obs, step_key))
+            if spec.continuous:
+                actions = np.clip(actions, spec.action_low, spec.action_high)
+            next_obs, rewards, terminated, truncated, info = pool.step(actions)
+            tracker.step(np.asarray(info["env_id"]), rewards, terminated, truncated, info)
+            reward = float(np.asarray(rewards)[0])
+            ret += reward
+            sampler.offer(lambda o=obs[0], a=actions[0], t=step, r=reward, g=ret: draw(o, a, t, r, g))
+            obs = next_obs
+            step += 1
+            finished = tracker.pop_finished()
+    finally:
+        pool.close()
+    _, episode_return, length = finished[0]
+    frames = sampler.frames + [draw(obs[0], None, step, 0.0, episode_return)]
+    return frames, sampler.stride, float(episode_return), int(length)
+
+
+# ----------------------------------------------------------------------------------------------------- main
+
+
+def _summary_fingerprint(run_dir: str, env_steps: int) -> str | None:
+    """summary.json's fingerprint when it describes the same policy as the checkpoint (same env steps)."""
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if int(summary.get("env_steps", -1)) != env_steps:
+        return None
+    return summary.get("param_fingerprint")
+
+
+def _validate_flags() -> None:
+    if not _RUN.value:
+        raise ConfigError("--run is required: the run directory to evaluate")
+    if _EPISODES.value < 1:
+        raise ConfigError(f"--eval_num_episodes must be positive, got {_EPISODES.value}")
+    if _SEED.value is not None and not 0 <= _SEED.value <= SEED_MAX - _EPISODES.value:
+        raise ConfigError(f"--eval_seed must be in [0, {SEED_MAX - _EPISODES.value}], got {_SEED.value}")
+    if _GIF_FRAMES.value < 2:
+        raise ConfigError(f"--eval_gif_frames must be at least 2, got {_GIF_FRAMES.value}")
+    if _GIF.value is not None and not _GIF.value.lower().endswith(".gif"):
+        raise ConfigError(f"--eval_gif must name a .gif file, got '{_GIF.value}'")
+
+
+def evaluate() -> dict:
+    """Restores the run, evaluates it (and records the GIF); returns the result written to --eval_out."""
+    _validate_flags()
+    run_dir = _RUN.value
+    restored = restore_lib.restore_run(run_dir)
+    learner = _LEARNER.value.strip().lower()
+    params = restored.policy_params(learner)
+    act = restored.make_act(_POLICY.value)
+    seed = restored.eval_seed if _SEED.value is None else _SEED.value
+    if not 0 <= seed <= SEED_MAX - _EPISODES.value:
+        raise ConfigError(f"the run's evaluation seed {seed} leaves no room for {_EPISODES.value} envs: "
+                          "set --eval_seed")
+    out = _OUT.value or os.path.join(run_dir, "evaluation.json")
+    start = time.perf_counter()
+    evaluator = Evaluator(restored.spec, None, episodes=_EPISODES.value, seed=seed,
+                          deterministic=_POLICY.value == "greedy", act_fn=act)
+    returns = evaluator.run(params)
+    fingerprint = params_fingerprint(restored.params)
+    expected = _summary_fingerprint(run_dir, restored.env_steps)
+    result = {
+        "run_dir": run_dir,
+        "system": restored.system,
+        "env_id": restored.spec.env_id,
+        "algo": restored.config.algo,
+        "checkpoint": restored.checkpoint_path,
+        "checkpoint_env_steps": restored.env_steps,
+        "checkpoint_update_step": restored.update_step,
+        "policy": _POLICY.value,
+        "learner": learner if restored.system == "gala" else None,
+        "eval_seed": seed,
+        "episodes": len(returns),
+        "returns": [float(r) for r in returns],
+        "mean_return": float(np.mean(returns)),
+        "std_return": float(np.std(returns)),
+        "min_return": float(np.min(returns)),
+        "max_return": float(np.max(returns)),
+        "param_fingerprint": fingerprint,
+        "fingerprint_matches_summary": None if expected is None else fingerprint == expected,
+        "wall_time": time.perf_counter() - start,
+        "gif": None,
+    }
+    if _GIF.value:
+        frames, stride, gif_return, gif_length = record_episode(
+            restored.spec, act, params, seed=seed, max_frames=_GIF_FRAMES.value
+        )
+        directory = os.path.dirname(os.path.abspath(_GIF.value))
+        os.makedirs(directory, exist_ok=True)
+        frame_ms = FRAME_MS.get(restored.spec.family, render.FRAME_MS) * stride
+        written = render.save_gif(frames, _GIF.value, frame_ms=frame_ms, max_frames=len(frames))
+        result["gif"] = {"path": _GIF.value, "frames": written, "steps_per_frame": stride,
+                         "episode_return": gif_return, "episode_length": gif_length}
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    write_json_atomic(out, result)
+    result["out"] = out
+    return result
+
+
+def describe(result: dict) -> str:
+    """The one-line report: mean +- std over N episodes, checkpoint and policy."""
+    learner = f"  learner {result['learner']}" if result["learner"] is not None else ""
+    line = (
+        f"[evaluate] {result['system']} {result['env_id']}  checkpoint {result['checkpoint_env_steps']:,} env "
+        f"steps (update {result['checkpoint_update_step']:,})  {result['policy']} policy{learner}  "
+        f"seed {result['eval_seed']}: "
+        f"return {result['mean_return']:.2f} +- {result['std_return']:.2f} over {result['episodes']} episodes"
+    )
+    if result["fingerprint_matches_summary"] is False:
+        line += "  (WARNING: parameters differ from summary.json's fingerprint)"
+    if result["gif"] is not None:
+        gif = result["gif"]
+        line += f"\n[evaluate] GIF: {gif['path']} ({gif['frames']} frames, return {gif['episode_return']:.2f})"
+    return line + f"\n[evaluate] written: {result['out']}"
+
+
+def main(argv):
+    if len(argv) > 1:
+        print(f"error: unexpected arguments {' '.join(argv[1:])} (give the run as --run=DIR)", file=sys.stderr)
+        sys.exit(2)
+    # Start-up noise a user cannot act on (as launch.common.run_main silences it).
+    logging.set_verbosity(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
+    try:
+        result = evaluate()
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    print(describe(result), flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)

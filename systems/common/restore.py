@@ -1,0 +1,376 @@
+"""Rebuilds a trained policy from a run directory, for evaluation after training (issue 6, `launch.evaluate`).
+
+The evaluated policy is the one the papers report: HTS-RL (seed 000, section 5) evaluates the current policy pi_theta
+(Eq. 4-6's actor) on separate environments; BA3C (seed 001) its single replicated network; GALA (seed 004) a learner's
+parameters x_i (or the consensus average xbar = (1/n) sum_i x_i of Proposition 1); PAL (seed 003) and Spreeze
+(seed 002) the greedy / mean action of their off-policy actor or Q network.
+
+What "rebuild" means: the run's config is read back from `<run>/config.json` into the system's own config dataclass
+(`TrainConfig` for hts / sync, `DataParallelConfig`, `GossipConfig`, `PALConfig`, `SpreezeConfig`), the system's
+own constructors build the network and the initial state exactly as the run did (same torso, widths, optimizer, so
+the same pytree), and the newest readable checkpoint is restored into that structure the way `--resume` does it
+(`systems.common.checkpoint.load_latest_checkpoint`; Spreeze's weight files through `systems.spreeze.weights`).
+Every parameter leaf's shape and dtype are then checked against the rebuilt network, so a checkpoint that does not
+belong to the config is an error, never a silently wrong network. The restore is exact: the parameters' fingerprint
+(`outputs.params_fingerprint`) equals the `param_fingerprint` that the run wrote to `summary.json`.
+
+State layouts (what each system checkpoints, see `systems.common.monitor.Monitor.checkpoint`):
+
+* hts, sync, datapar: one `TrainState`; the data-parallel replicas are identical and one copy is saved.
+* gala: a `GossipState` with every learner: `--gossip=pmap` stacks them on a leading axis `[n, ...]` (in a
+  multi-process run each process saves its own `n / num_processes`), `--gossip=async` keeps a tuple of n.
+* pal, spreeze: a `PALState` whose `agent` holds the off-policy learner state.
+
+Policies (`RestoredRun.make_act(mode)`, `mode` in POLICY_MODES):
+
+* on-policy systems: "sampled" draws a ~ pi(.|s) with one key per row, "greedy" takes the mode (argmax / Gaussian
+  mean): exactly `systems.common.evaluation.Evaluator`'s two modes.
+* off-policy systems: "greedy" is the system's own evaluation action (`agent.eval_act`); "sampled" is the actors'
+  exploration policy at the end of training: DQN epsilon-greedy with `epsilon_end`, DDPG / TD3 Gaussian noise of
+  `action_noise`, SAC a draw from its squashed Gaussian.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import serialization
+
+from envs.factory import EnvSpec, make_spec
+from systems.common import checkpoint as checkpoint_lib
+from systems.common import config as config_lib
+from systems.common.config import ConfigError
+from systems.common.evaluation import policy_act_fn
+
+SYSTEMS = ("hts", "sync", "datapar", "gala", "pal", "spreeze")
+POLICY_MODES = ("greedy", "sampled")
+MEAN_LEARNER = "mean"  # --eval_learner value: the average of the learners' parameters (GALA)
+
+
+@dataclasses.dataclass
+class RestoredRun:
+    """A run's config, env spec and newest checkpoint, rebuilt into the system's own state structure."""
+
+    run_dir: str
+    system: str  # one of SYSTEMS (the `system` the run's Monitor wrote into the checkpoint's meta)
+    config: Any  # the system's config dataclass, as the run resolved it
+    spec: EnvSpec
+    state: Any  # the whole restored checkpoint state (TrainState, GossipState or PALState)
+    meta: dict  # the checkpoint's meta: env_steps, wall_time, evaluations, system, ...
+    checkpoint_path: str  # the file restored
+    eval_seed: int  # the seed the run's own evaluator used
+    num_learners: int  # parameter sets in the checkpoint (GALA: learners in this process's file; else 1)
+    _policy_params: Callable[[Any, str], Any]
+    _make_act: Callable[[str], Callable]
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps the checkpointed policy was trained for."""
+        return int(self.meta["env_steps"])
+
+    @property
+    def update_step(self) -> int:
+        return int(np.asarray(self.state.update_step))
+
+    @property
+    def params(self) -> Any:
+        """Every trained parameter of the checkpoint (all learners): what `summary.json`'s fingerprint covers."""
+        return self.state.params
+
+    def policy_params(self, learner: str = "0") -> Any:
+        """The parameters to act with. `learner`: GALA's learner index, or MEAN_LEARNER for their average; other
+        systems have one parameter set and accept only "0"."""
+        return self._policy_params(self.state, learner)
+
+    def make_act(self, mode: str) -> Callable:
+        """jitted `act(params, obs [B, ...], key) -> actions [B] or [B, A]` for `mode` in POLICY_MODES; `key` is a
+        raw PRNG key (one per batch; split per row inside). Continuous actions are not clipped (the caller clips)."""
+        if mode not in POLICY_MODES:
+            raise ConfigError(f"policy mode must be one of {', '.join(POLICY_MODES)}, got '{mode}'")
+        return self._make_act(mode)
+
+
+def restore_run(run_dir: str) -> RestoredRun:
+    """Rebuilds the policy of the run in `run_dir` from its config.json and newest readable checkpoint.
+
+    Raises ConfigError (one line) for a missing directory, a directory without config.json or checkpoint, an
+    unsupported system or a checkpoint that does not fit the network the config describes."""
+    if not os.path.isdir(run_dir):
+        raise ConfigError(f"no run directory '{run_dir}'")
+    config_path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(config_path):
+        raise ConfigError(f"'{run_dir}' has no config.json: not a run directory")
+    try:
+        with open(config_path) as f:
+            raw_config = json.load(f)
+    except (OSError, json.JSONDecodeError) as error:
+        raise ConfigError(f"cannot read {config_path}: {error}") from None
+    files = _checkpoint_files(run_dir)
+    if not files:
+        raise ConfigError(
+            f"'{run_dir}' has no checkpoint ({checkpoint_lib.checkpoint_dir(run_dir)}/ckpt_*.msgpack): "
+            "the run has not saved one yet"
+        )
+    system = _system_of(run_dir, files)
+    if system not in _BUILDERS:
+        raise ConfigError(
+            f"run '{run_dir}' was made by system '{system}', which launch.evaluate does not support "
+            f"(supported: {', '.join(SYSTEMS)})"
+        )
+    return _BUILDERS[system](run_dir, raw_config)
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def _checkpoint_files(run_dir: str) -> list[str]:
+    """Checkpoint files of any system, newest last within each kind (Monitor's ckpt_*, Spreeze's weights_*)."""
+    from systems.spreeze import weights as weights_lib
+
+    spreeze = [path for _, path in weights_lib.list_versions(checkpoint_lib.checkpoint_dir(run_dir))]
+    return checkpoint_lib.list_checkpoints(run_dir) + spreeze
+
+
+def _system_of(run_dir: str, files: list[str]) -> str:
+    """The `system` entry of the newest decodable checkpoint's meta (every Monitor writes it), else summary.json's."""
+    for path in reversed(files):
+        try:
+            with open(path, "rb") as f:
+                raw = serialization.msgpack_restore(f.read())
+            return str(json.loads(raw["meta"])["system"])
+        except Exception:  # noqa: BLE001 - an unreadable file is skipped, as load_latest_checkpoint does
+            continue
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            return str(json.load(f)["system"])
+    except (OSError, ValueError, KeyError):
+        raise ConfigError(f"none of the {len(files)} checkpoint file(s) in '{run_dir}' is readable") from None
+
+
+def config_from_json(config_cls: type, values: dict) -> Any:
+    """The config dataclass from its `dataclasses.asdict` JSON: lists back to tuples where the field's default is a
+    tuple (PAL's `hidden_sizes`); keys the class does not know are an error (a config of another system)."""
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ConfigError(f"config.json has fields {config_cls.__name__} does not know: {', '.join(unknown)}")
+    kwargs = {}
+    for name, value in values.items():
+        if isinstance(value, list) and isinstance(fields[name].default, tuple):
+            value = tuple(value)
+        kwargs[name] = value
+    try:
+        return config_cls(**kwargs)
+    except TypeError as error:
+        raise ConfigError(f"config.json does not describe a {config_cls.__name__}: {error}") from None
+
+
+def _spec(config) -> EnvSpec:
+    try:
+        return make_spec(config.env_id)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+def _restore(run_dir: str, system: str, target: Any, load: Callable | None = None) -> tuple[Any, dict, str]:
+    """(state, meta, path) of the newest checkpoint restorable into `target`; leaf shapes and dtypes checked."""
+    if load is None:
+        restored = checkpoint_lib.load_latest_checkpoint(run_dir, target)
+        if restored is not None:
+            state, meta = restored
+            path = os.path.join(checkpoint_lib.checkpoint_dir(run_dir), f"ckpt_{int(meta['env_steps']):012d}.msgpack")
+    else:
+        restored = load(run_dir, target)
+        if restored is not None:
+            state, meta, path = restored
+    if restored is None:
+        raise ConfigError(
+            f"no checkpoint in {checkpoint_lib.checkpoint_dir(run_dir)} can be restored into the {system} state "
+            "rebuilt from config.json"
+        )
+    _check_leaves(target.params, state.params, path)
+    return state, meta, path
+
+
+def _check_leaves(expected: Any, restored: Any, path: str) -> None:
+    """Every restored parameter has the rebuilt network's shape and dtype (flax restores values without checking)."""
+    want = jax.tree_util.tree_flatten_with_path(expected)[0]
+    got = jax.tree_util.tree_flatten_with_path(restored)[0]
+    if [p for p, _ in want] != [p for p, _ in got]:
+        raise ConfigError(f"{path} holds other parameters than the network rebuilt from config.json")
+    for (key, a), (_, b) in zip(want, got, strict=True):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise ConfigError(
+                f"{path}: parameter {jax.tree_util.keystr(key)} is {b.dtype}{list(b.shape)}, the network rebuilt "
+                f"from config.json has {a.dtype}{list(a.shape)}"
+            )
+
+
+def _single_params(state: Any, learner: str) -> Any:
+    if learner not in ("0", 0):
+        raise ConfigError(f"--eval_learner={learner}: this run has one parameter set (learner 0)")
+    return state.params
+
+
+def _on_policy_act(apply_fn: Callable) -> Callable[[str], Callable]:
+    """Evaluator's two modes (systems.common.evaluation): the mode of pi(.|s), or one draw per row."""
+
+    def make(mode: str) -> Callable:
+        return policy_act_fn(apply_fn, deterministic=mode == "greedy")
+
+    return make
+
+
+# ------------------------------------------------------------------------------------------------ systems
+
+
+def _restore_train_state(run_dir: str, raw: dict, system: str) -> RestoredRun:
+    """hts and sync: `systems.common.learner.build`, the network and state `start_run` makes."""
+    from systems.common.learner import build
+
+    config = config_from_json(config_lib.TrainConfig, raw)
+    spec = _spec(config)
+    setup, target = build(config, spec)
+    state, meta, path = _restore(run_dir, system, target)
+    return RestoredRun(
+        run_dir=run_dir, system=system, config=config, spec=spec, state=state, meta=meta, checkpoint_path=path,
+        eval_seed=setup.eval_seed, num_learners=1, _policy_params=_single_params,
+        _make_act=_on_policy_act(setup.network.apply),
+    )
+
+
+def _restore_datapar(run_dir: str, raw: dict) -> RestoredRun:
+    """BA3C: the BA3C torso of width `hidden` on Atari and the large-batch optimizer, as `systems.datapar.run`
+    builds them from the resolved config (learning rate already scaled, epsilon already chosen)."""
+    from systems.datapar import system as datapar
+
+    config = config_from_json(datapar.DataParallelConfig, raw)
+    spec, setup, target = datapar.make_agent(config)
+    state, meta, path = _restore(run_dir, datapar.SYSTEM, target)
+    return RestoredRun(
+        run_dir=run_dir, system=datapar.SYSTEM, config=config, spec=spec, state=state, meta=meta,
+        checkpoint_path=path, eval_seed=setup.eval_seed, num_learners=1, _policy_params=_single_params,
+        _make_act=_on_policy_act(setup.network.apply),
+    )
+
+
+def _restore_gossip(run_dir: str, raw: dict) -> RestoredRun:
+    """GALA: every learner's state (module docstring); the policy is one learner's x_i or the average xbar."""
+    from systems.common.rollout import stack_host
+    from systems.gossip import system as gossip
+
+    config = config_from_json(gossip.GossipConfig, raw)
+    spec, setup, state = gossip.make_agent(config)
+    if config.gossip == "pmap":
+        n = config.num_learners // max(1, config.num_processes)  # learners in this process's checkpoint
+
+        def stacked(tree):
+            return stack_host(tree, n)
+
+        target = gossip.GossipState(
+            params=stacked(state.params), opt_state=stacked(state.opt_state), key=stacked(state.key),
+            update_step=np.zeros((), np.int32), learner_steps=np.zeros((n,), np.int32),
+            inbox=tuple(stacked(state.params) for _ in range(config.num_peers)),
+        )
+    else:
+        n = config.num_learners
+        target = gossip.GossipState(
+            params=tuple(state.params for _ in range(n)), opt_state=tuple(state.opt_state for _ in range(n)),
+            key=tuple(state.key for _ in range(n)), update_step=np.zeros((), np.int32),
+            learner_steps=np.zeros((n,), np.int32), inbox=(),
+        )
+    restored, meta, path = _restore(run_dir, gossip.SYSTEM, target)
+    pmap = config.gossip == "pmap"
+
+    def policy_params(state, learner):
+        if learner == MEAN_LEARNER:
+            if pmap:
+                return jax.tree.map(lambda x: np.mean(np.asarray(x, np.float64), axis=0).astype(x.dtype), state.params)
+            return jax.tree.map(
+                lambda *xs: np.mean(np.stack([np.asarray(x, np.float64) for x in xs]), axis=0).astype(xs[0].dtype),
+                *state.params,
+            )
+        try:
+            index = int(learner)
+        except ValueError:
+            raise ConfigError(f"--eval_learner must be a learner index or '{MEAN_LEARNER}', got '{learner}'") from None
+        if not 0 <= index < n:
+            raise ConfigError(f"--eval_learner={index}: the checkpoint holds learners 0..{n - 1}")
+        if pmap:
+            return jax.tree.map(lambda x: np.asarray(x)[index], state.params)
+        return state.params[index]
+
+    return RestoredRun(
+        run_dir=run_dir, system=gossip.SYSTEM, config=config, spec=spec, state=restored, meta=meta,
+        checkpoint_path=path, eval_seed=setup.eval_seed, num_learners=n, _policy_params=policy_params,
+        _make_act=_on_policy_act(setup.network.apply),
+    )
+
+
+def _off_policy_act(agent, config) -> Callable[[str], Callable]:
+    """PAL / Spreeze: greedy is `agent.eval_act`; sampled is the actors' exploration at the end of training."""
+    explore = config.epsilon_end if agent.discrete else config.action_noise
+
+    def make(mode: str) -> Callable:
+        if mode == "greedy":
+            return agent.eval_act
+        return lambda params, obs, key: agent.act(params, obs, key, jnp.float32(explore))
+
+    return make
+
+
+def _restore_off_policy(run_dir: str, raw: dict, system: str) -> RestoredRun:
+    """PAL and Spreeze: `systems.pal.agent.build_agent`'s initial state; Spreeze's checkpoints are its weight files."""
+    from systems.pal.agent import build_agent
+
+    if system == "pal":
+        from systems.pal.system import PALConfig as config_cls
+
+        load = None
+    else:
+        from systems.spreeze import weights as weights_lib
+        from systems.spreeze.system import SpreezeConfig as config_cls
+
+        def load(directory, target):
+            loaded = weights_lib.load_latest(checkpoint_lib.checkpoint_dir(directory), target)
+            if loaded is None:
+                return None
+            version, payload, meta = loaded
+            return payload, meta, weights_lib.weights_path(checkpoint_lib.checkpoint_dir(directory), version)
+
+    config = config_from_json(config_cls, raw)
+    spec = _spec(config)
+    try:
+        agent = build_agent(config, spec)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    state, meta, path = _restore(run_dir, system, agent.initial_state, load)
+
+    def policy_params(state, learner):
+        if learner not in ("0", 0):
+            raise ConfigError(f"--eval_learner={learner}: a {system} run has one policy (its learners share it)")
+        return agent.policy_params(state.agent)
+
+    return RestoredRun(
+        run_dir=run_dir, system=system, config=config, spec=spec, state=state, meta=meta, checkpoint_path=path,
+        eval_seed=agent.eval_seed, num_learners=1, _policy_params=policy_params,
+        _make_act=_off_policy_act(agent, config),
+    )
+
+
+_BUILDERS: dict[str, Callable[[str, dict], RestoredRun]] = {
+    "hts": lambda run_dir, raw: _restore_train_state(run_dir, raw, "hts"),
+    "sync": lambda run_dir, raw: _restore_train_state(run_dir, raw, "sync"),
+    "datapar": _restore_datapar,
+    "gala": _restore_gossip,
+    "pal": lambda run_dir, raw: _restore_off_policy(run_dir, raw, "pal"),
+    "spreeze": lambda run_dir, raw: _restore_off_policy(run_dir, raw, "spreeze"),
+}

@@ -1,0 +1,193 @@
+"""`launch.evaluate` and `systems.common.restore` (issue 6): a saved policy is rebuilt exactly (its fingerprint equals
+summary.json's), evaluated with the Evaluator's protocol (same returns as the Evaluator's own action functions, the
+same seed gives the same returns), one episode is saved as a GIF, and bad input is one line with exit code 2."""
+
+import json
+import os
+
+import chex
+import jax
+import numpy as np
+import pytest
+from absl.testing import flagsaver
+from PIL import Image
+
+from launch import evaluate as launch_evaluate
+from launch import gala as launch_gala
+from launch import hts as launch_hts
+from systems.common.checkpoint import list_checkpoints, save_checkpoint
+from systems.common.evaluation import Evaluator
+from systems.common.learner import build
+from systems.common.outputs import params_fingerprint
+from systems.common.restore import restore_run
+
+
+def _read(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def hts_run(tmp_path_factory):
+    """A tiny HTS CartPole run (A2C: the quickest update to compile), trained once for the module."""
+    run_dir = str(tmp_path_factory.mktemp("hts") / "run")
+    with flagsaver.flagsaver(env="CartPole-v1", algo="a2c", total_steps=512, num_envs=4, sync_interval=32,
+                             eval_episodes=0, checkpoint_every=0, logdir=run_dir, quiet=True):
+        launch_hts.main([])
+    return run_dir
+
+
+def _evaluate(run_dir, out, **flags):
+    with flagsaver.flagsaver(run=run_dir, eval_out=str(out), **flags):
+        launch_evaluate.main([])
+    return _read(out)
+
+
+def test_restore_is_exact_and_evaluation_reports_every_episode(hts_run, tmp_path, capsys):
+    summary = _read(os.path.join(hts_run, "summary.json"))
+    restored = restore_run(hts_run)
+    assert restored.system == "hts" and restored.env_steps == summary["env_steps"] == 512
+    assert params_fingerprint(restored.params) == summary["param_fingerprint"]
+
+    result = _evaluate(hts_run, tmp_path / "eval.json", eval_num_episodes=3)
+    assert result["episodes"] == len(result["returns"]) == 3
+    assert np.all(np.isfinite(result["returns"])) and min(result["returns"]) >= 1  # CartPole: >= 1 per step
+    assert result["mean_return"] == pytest.approx(np.mean(result["returns"]))
+    assert result["std_return"] == pytest.approx(np.std(result["returns"]))
+    assert result["param_fingerprint"] == summary["param_fingerprint"] and result["fingerprint_matches_summary"]
+    assert result["policy"] == "sampled" and result["checkpoint_env_steps"] == 512
+    assert result["checkpoint"] == list_checkpoints(hts_run)[-1] and result["eval_seed"] == restored.eval_seed
+    line = capsys.readouterr().out
+    assert "over 3 episodes" in line and "checkpoint 512 env steps" in line and "+-" in line
+
+
+@pytest.mark.parametrize("policy", ["greedy", "sampled"])
+def test_same_seed_same_returns_and_the_evaluators_own_protocol(hts_run, tmp_path, policy):
+    first = _evaluate(hts_run, tmp_path / "a.json", eval_num_episodes=3, eval_seed=123, eval_policy=policy)
+    again = _evaluate(hts_run, tmp_path / "b.json", eval_num_episodes=3, eval_seed=123, eval_policy=policy)
+    assert first["policy"] == policy and first["eval_seed"] == 123
+    assert first["returns"] == again["returns"]
+    # The Evaluator with the training systems' own action function (setup.network.apply) plays the same episodes.
+    restored = restore_run(hts_run)
+    setup, _ = build(restored.config, restored.spec)
+    evaluator = Evaluator(restored.spec, setup.network.apply, episodes=3, seed=123, deterministic=policy == "greedy")
+    np.testing.assert_array_equal(evaluator.run(restored.policy_params()), first["returns"])
+
+
+def test_gif_is_one_episode_of_the_policy(hts_run, tmp_path):
+    gif = tmp_path / "gifs" / "episode.gif"  # the folder is created
+    result = _evaluate(hts_run, tmp_path / "eval.json", eval_num_episodes=2, eval_policy="greedy", eval_seed=5,
+                       eval_gif=str(gif), eval_gif_frames=12)
+    with Image.open(gif) as image:
+        assert image.format == "GIF" and image.is_animated and image.size == (320, 240)  # render.draw_vector
+        frames = image.n_frames
+    info = result["gif"]
+    assert info["path"] == str(gif) and 1 < info["frames"] == frames <= 12
+    # A 1-env evaluation pool with the evaluation's seed replays its env 0: the greedy policy's episode 0.
+    assert info["episode_return"] == result["returns"][0] == info["episode_length"]  # CartPole: 1 per step
+    # Every steps_per_frame-th step is kept, plus the final state.
+    assert frames == len(range(0, info["episode_length"], info["steps_per_frame"])) + 1
+
+
+def test_frame_sampler_keeps_evenly_spaced_frames_and_draws_only_those():
+    sampler = launch_evaluate.FrameSampler(10)
+    drawn = []
+    for i in range(1000):
+        sampler.offer(lambda i=i: drawn.append(i) or i)
+    kept = sampler.frames
+    assert 5 < len(kept) <= 10 and kept[0] == 0
+    assert set(np.diff(kept)) == {sampler.stride}
+    assert len(drawn) < 100  # frames off the stride are never made
+
+
+def test_image_frames_are_drawn_from_the_observation():
+    stack = np.zeros((4, 84, 84), np.uint8)
+    stack[-1, 10, 20] = 200  # only the newest frame of the stack is drawn
+    stack[0, 30, 30] = 255
+    image = np.asarray(launch_evaluate.draw_atari(stack, 3, 7, 1.0))
+    chex.assert_shape(image, (84 * launch_evaluate.ATARI_SCALE + launch_evaluate.CAPTION,
+                              84 * launch_evaluate.ATARI_SCALE, 3))
+    scale = launch_evaluate.ATARI_SCALE
+    assert tuple(image[10 * scale + 1, 20 * scale + 1]) == (200, 200, 200)
+    assert tuple(image[30 * scale + 1, 30 * scale + 1]) == (0, 0, 0)
+
+    smm = np.zeros((72, 96, 4), np.uint8)
+    smm[40, 50, 2] = 255  # the ball
+    smm[10, 10, 0] = 255  # a left-team player
+    picture = launch_evaluate.smm_picture(smm)
+    chex.assert_shape(picture, (72, 96, 3))
+    colours = dict((plane, colour) for plane, colour in launch_evaluate.SMM_COLOURS)
+    assert tuple(picture[40, 50]) == colours[2] and tuple(picture[41, 51]) == colours[2]  # grown marker
+    assert tuple(picture[10, 10]) == colours[0]
+    assert tuple(picture[60, 80]) == launch_evaluate.PITCH
+
+
+def test_gala_learners_and_their_average(tmp_path):
+    run_dir = str(tmp_path / "gala")
+    with flagsaver.flagsaver(env="CartPole-v1", num_learners=2, envs_per_learner=2, sync_interval=8, total_steps=64,
+                             eval_episodes=0, checkpoint_every=0, logdir=run_dir, quiet=True):
+        launch_gala.main([])
+    restored = restore_run(run_dir)
+    assert restored.system == "gala" and restored.num_learners == 2
+    assert params_fingerprint(restored.params) == _read(os.path.join(run_dir, "summary.json"))["param_fingerprint"]
+    x0, x1 = restored.policy_params("0"), restored.policy_params("1")
+    mean = restored.policy_params("mean")
+    expected = jax.tree.map(lambda a, b: (np.asarray(a, np.float64) + np.asarray(b, np.float64)) / 2, x0, x1)
+    chex.assert_trees_all_close(mean, expected, rtol=1e-6)
+    assert params_fingerprint(x0) != params_fingerprint(x1)  # the learners' own steps made them differ
+    result = _evaluate(run_dir, tmp_path / "eval.json", eval_num_episodes=2, eval_learner="mean")
+    assert result["learner"] == "mean" and result["episodes"] == 2 and result["fingerprint_matches_summary"]
+
+
+def _no_checkpoint(tmp_path, hts_run):
+    os.makedirs(tmp_path / "bare")
+    with open(tmp_path / "bare" / "config.json", "w") as f:
+        json.dump(_read(os.path.join(hts_run, "config.json")), f)
+    return str(tmp_path / "bare")
+
+
+def _foreign_system(tmp_path, hts_run):
+    run_dir = _no_checkpoint(tmp_path, hts_run)
+    state = restore_run(hts_run).state
+    save_checkpoint(run_dir, 64, state, {"env_steps": 64, "system": "alphazero"})
+    return run_dir
+
+
+def _other_env(tmp_path, hts_run):
+    """The HTS checkpoint under a config for another env: the network rebuilt from it has other shapes."""
+    run_dir = _foreign_system(tmp_path, hts_run)
+    config = _read(os.path.join(hts_run, "config.json"))
+    config["env_id"] = "Acrobot-v1"
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump(config, f)
+    state = restore_run(hts_run).state
+    save_checkpoint(run_dir, 128, state, {"env_steps": 128, "system": "hts"})
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    "make_run,flags,message",
+    [
+        (lambda tmp, run: str(tmp / "missing"), {}, "no run directory"),
+        (lambda tmp, run: str(tmp), {}, "no config.json"),
+        (_no_checkpoint, {}, "no checkpoint"),
+        (_foreign_system, {}, "does not support"),
+        (_other_env, {}, "rebuilt from config.json"),
+        (lambda tmp, run: run, dict(eval_learner="1"), "one parameter set"),
+        (lambda tmp, run: run, dict(eval_num_episodes=0), "--eval_num_episodes"),
+        (lambda tmp, run: "", {}, "--run is required"),
+    ],
+    ids=["missing-dir", "no-config", "no-checkpoint", "unsupported-system", "other-network", "learner", "episodes",
+         "no-run"],
+)
+def test_bad_input_is_one_line_and_exit_2(hts_run, tmp_path, capsys, make_run, flags, message):
+    run_dir = make_run(tmp_path, hts_run)
+    with flagsaver.flagsaver(run=run_dir, eval_out=str(tmp_path / "eval.json"), **flags):
+        with pytest.raises(SystemExit) as exit_info:
+            launch_evaluate.main([])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and message in err, err
+    assert len(err.splitlines()) == 1
+    assert not os.path.exists(tmp_path / "eval.json")
+
