@@ -89,3 +89,14 @@ def machine() -> str:
     except OSError:
         pass
     return f"{model}, {os.cpu_count()} cores"
+
+
+def git_commit() -> str:
+    """Short HEAD commit, with '+ uncommitted changes' when tracked files differ from it (read-only git calls)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
