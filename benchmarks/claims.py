@@ -684,8 +684,9 @@ def markdown(*, command, started, minutes, settings, model, lag_model, real, lag
             "exact, so it must hold. async: the bound is fed once per round completed by every learner while the "
             "distance is a snapshot at learner 0's iterations, so it is an estimate there (systems/gossip/system.py). "
             "distinct distances = how many different consensus_distance values the rows hold: in async mode the "
-            "main thread reads the learners' *current* parameters when it gets to a report, so rows it logs late "
-            "(after falling behind the learner threads) repeat a later state instead of the one at that update.",
+            "distance is measured once per learner-0 iteration (every learner's parameters snapshotted when learner "
+            "0 finishes one) and repeated on the other learners' rows, so about a quarter of the rows with 4 "
+            "learners.",
             "",
             "| mode | env steps | points | distinct distances | max distance | max bound | max distance/bound | "
             "median distance/bound | measured <= bound at every point | violations | background | errors |",

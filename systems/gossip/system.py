@@ -424,7 +424,10 @@ def _run_async(config: GossipConfig) -> dict:
             slot.update_norms.append(float(metrics["update_norm"]))
             slot.grads = grads
             slot.iterations = iteration
-            reports.put((i, jax.device_get(metrics), executor.pop_episodes()))
+            # Learner 0 snapshots every learner's parameters now (references to immutable arrays), so the consensus
+            # distance is measured at this iteration, not whenever the main thread gets to the report.
+            snapshot = tuple(s.state.params for s in slots) if i == 0 else None
+            reports.put((i, jax.device_get(metrics), executor.pop_episodes(), snapshot))
             if group.stopping.is_set() or not claim_iteration():
                 return None
             return iteration, params
@@ -448,6 +451,7 @@ def _run_async(config: GossipConfig) -> dict:
         finally:
             network.retire(i)  # learners waiting on this one's messages (tau) must not wait for ever
 
+    stacked_consensus_distance = jax.jit(consensus_distance)  # one compile, not seconds of op-by-op dispatch
     bound = ConsensusBound(topology, delay=1)
     bound_rounds = [min(s.iterations for s in slots)]
     gossip_metrics: dict = {}  # newest consensus distance, bound and gradient similarity, repeated on every row
@@ -460,7 +464,7 @@ def _run_async(config: GossipConfig) -> dict:
         while done < total_iterations - start:
             group.check()
             try:
-                learner, metrics, episodes = reports.get(timeout=0.1)
+                learner, metrics, episodes, learner_params = reports.get(timeout=0.1)
             except queue.Empty:
                 if not group.running():
                     break
@@ -475,10 +479,8 @@ def _run_async(config: GossipConfig) -> dict:
                 norms = [s.update_norms[r - _first_iteration(s)] for s in slots]
                 gossip_metrics["consensus_bound"] = bound.add(float(np.sqrt(np.sum(np.square(norms)))))
                 bound_rounds[0] += 1
-            if learner == 0:  # a snapshot of every learner's newest parameters, once per learner-0 iteration
-                gossip_metrics["consensus_distance"] = float(
-                    consensus_distance(_stack([s.state.params for s in slots]))
-                )
+            if learner_params is not None:  # every learner's parameters when learner 0 finished an iteration
+                gossip_metrics["consensus_distance"] = float(stacked_consensus_distance(_stack(learner_params)))
                 if cosine_log is not None and all(s.grads is not None for s in slots):
                     flat = np.stack([np.asarray(jax.flatten_util.ravel_pytree(s.grads)[0]) for s in slots])
                     gossip_metrics["grad_cosine_mean"] = cosine_log.add(
