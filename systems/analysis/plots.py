@@ -24,6 +24,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 
 from systems.analysis import metrics as metrics_lib  # noqa: E402
 
@@ -86,6 +87,7 @@ def plot_curves(
     for column, env in enumerate(envs):
         axes[0][column].set_title(env)
         axes[0][column].set_xlabel("env steps")
+        axes[0][column].xaxis.set_major_formatter(ticker.EngFormatter())  # 40k, 1M: plain digits overlap
         axes[1][column].set_xlabel(f"wall time ({unit})")
         for row in range(2):
             axes[row][column].set_ylabel("evaluation return")

@@ -160,7 +160,8 @@ def speedup_table(points: Sequence[metrics_lib.SpeedupPoint], *, ci: str = "pm")
     header = ["env", "num_envs", "HTS", "sync", "step time", "variance (s^2)", "HTS SPS", "sync SPS", "speedup"]
 
     def order(p):
-        return str(p.hts.group.value("env_id")), p.hts.group.label_without("step_time"), p.variance
+        return (str(p.hts.group.value("env_id")), metrics_lib.sort_value(p.hts.group.value("num_envs")),
+                p.hts.group.label_without("step_time"), p.variance)
 
     rows = []
     for p in sorted(points, key=order):
