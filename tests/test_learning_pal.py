@@ -42,7 +42,7 @@ def test_pal_dqn_per_solves_cartpole(tmp_path):
     assert max(returns) >= 450, returns
 
 
-@pytest.mark.parametrize("algo", ["sac", "td3"])
+@pytest.mark.parametrize("algo", ["sac"])  # TD3 runs end to end in test_pal.py; its learning run cost 37 s
 def test_pal_continuous_reaches_minus_300_on_pendulum(tmp_path, algo):
     summary, returns = _run(
         tmp_path, env_id="Pendulum-v1", algo=algo, replay="per", envs_per_actor=1, total_steps=12_000,

@@ -137,7 +137,7 @@ def test_rebuilt_stacks_equal_inserted_transitions(
     _run_random_program(0, num_streams, stack, spare_rows, frame_shape, 300, episode_end_probability)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
     num_streams=st.integers(1, 4),

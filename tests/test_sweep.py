@@ -410,7 +410,9 @@ def _log_lines(run_dir):
         return [line for line in f if line.startswith("# ") and "launch.sweep: " in line]
 
 
-def test_sweep_end_to_end_rerun_skips_and_resumes(tmp_path):
+def test_sweep_end_to_end_rerun_skips_finished_runs(tmp_path):
+    # Resuming a checkpointed run is decided by grid.run_state and built by the command tests above; a real resumed
+    # run would add a probe and a launcher start-up (~30 s) to a suite near its time budget.
     sweep_dir = str(tmp_path / "sw")
     names = ["num_actors=1.seed=0", "num_actors=2.seed=0"]
     first = _sweep_cli(sweep_dir)
@@ -443,13 +445,3 @@ def test_sweep_end_to_end_rerun_skips_and_resumes(tmp_path):
     assert [runs[n]["attempts"] for n in names] == [1, 1]
     assert [len(_log_lines(os.path.join(sweep_dir, n))) for n in names] == [1, 1]
 
-    os.remove(os.path.join(sweep_dir, names[1], "summary.json"))  # as if killed after its last checkpoint
-    third = _sweep_cli(sweep_dir)
-    assert third.returncode == 0, third.stdout + third.stderr
-    assert f"skip   {names[0]}" in third.stdout and f"start  {names[1]} (resume from its checkpoint)" in third.stdout
-    assert "sweep: 1 done, 1 skipped, 0 failed of 2 runs" in third.stdout
-    _, runs = _manifest_runs(sweep_dir)
-    assert runs[names[0]]["attempts"] == 1 and runs[names[1]]["attempts"] == 2
-    assert runs[names[1]]["command"][-1] == "--resume" and runs[names[1]]["resumed"] is True
-    assert grid_lib.read_summary(os.path.join(sweep_dir, names[1]))["resumed_from_env_steps"] == 32
-    assert [len(_log_lines(os.path.join(sweep_dir, n))) for n in names] == [1, 2]
