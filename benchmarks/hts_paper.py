@@ -23,7 +23,7 @@ reward is scoring only (the paper used scoring+checkpoints); evaluation runs inl
 overlaps it with collection, the sync baseline pauses for it), so its cost is part of every wall time.
 
 Usage:
-  PYTHONPATH=. python -m benchmarks.hts_paper                      # every part (about 45 min on 2 CPU cores)
+  PYTHONPATH=. python -m benchmarks.hts_paper                      # every part (about 65 min on 2 CPU cores)
   PYTHONPATH=. python -m benchmarks.hts_paper --parts=table4,table5
 Runs go to `--work_dir` (default runs/hts_paper; rerunning skips finished runs, as launch.sweep does); the results go
 to `benchmarks/results/hts_paper_cpu.md` and `benchmarks/results/hts_paper/<part>/` (report.md and figures).
