@@ -26,6 +26,7 @@ class FlatBatch(NamedTuple):
     advantages: jax.Array  # [N]
     returns: jax.Array  # [N]
     valid: jax.Array  # [N]
+    behaviour_values: jax.Array  # [N] (PPO's value clipping)
 
 
 def check_rollout(rollout: Rollout) -> tuple[int, int]:
@@ -78,5 +79,6 @@ def prepare_batch(
         advantages=_flatten(advantages),
         returns=_flatten(returns),
         valid=_flatten(valid),
+        behaviour_values=_flatten(rollout.behaviour_values.astype(jnp.float32)),
     )
     return batch, masked_mean(advantages, valid)

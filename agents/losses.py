@@ -97,11 +97,14 @@ def ppo_loss(
     value_coef: float,
     entropy_coef: float,
     normalize_advantages: bool = True,
+    behaviour_values: jax.Array | None = None,
+    clip_value_loss: bool = False,
 ) -> tuple[jax.Array, dict]:
     """PPO clipped-surrogate loss on one minibatch.
 
-    The value loss is the plain (unclipped) ``0.5 * (returns - V)^2``; CleanRL's optional value
-    clipping is left out on purpose (it rarely helps and adds a hyperparameter).
+    The value loss is ``0.5 * (returns - V)^2``, or with ``clip_value_loss`` CleanRL's clipped form
+    ``0.5 * max((returns - V)^2, (returns - V_clip)^2)`` with ``V_clip = V_b + clip(V - V_b, -eps, eps)``
+    around the behaviour values ``V_b`` (the same ``clip_eps`` as the ratio, as CleanRL's ``clip_vloss``).
 
     Args:
       params: network parameters being optimised.
@@ -116,6 +119,8 @@ def ppo_loss(
       value_coef: weight of the value loss.
       entropy_coef: weight of the entropy bonus.
       normalize_advantages: normalise advantages per minibatch.
+      behaviour_values: ``[N]`` values of the behaviour policy; required by ``clip_value_loss``.
+      clip_value_loss: clip the value update around ``behaviour_values``.
 
     Returns:
       ``(loss, metrics)`` with metrics ``policy_loss``, ``value_loss`` (unweighted), ``entropy``,
@@ -140,7 +145,16 @@ def ppo_loss(
     surrogate = ratio * advantages
     clipped_surrogate = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
     policy_loss = masked_mean(-jnp.minimum(surrogate, clipped_surrogate), valid)
-    value_loss = masked_mean(0.5 * jnp.square(jax.lax.stop_gradient(returns) - values), valid)
+    returns = jax.lax.stop_gradient(returns)
+    value_error = jnp.square(returns - values)
+    if clip_value_loss:
+        if behaviour_values is None:
+            raise ValueError("clip_value_loss needs behaviour_values")
+        chex.assert_equal_shape([behaviour_values, values])
+        behaviour_values = jax.lax.stop_gradient(behaviour_values)
+        clipped_values = behaviour_values + jnp.clip(values - behaviour_values, -clip_eps, clip_eps)
+        value_error = jnp.maximum(value_error, jnp.square(returns - clipped_values))
+    value_loss = masked_mean(0.5 * value_error, valid)
     entropy = masked_mean(distributions.entropy(policy_out), valid)
     total_loss = policy_loss + value_coef * value_loss - entropy_coef * entropy
 

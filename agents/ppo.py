@@ -35,6 +35,15 @@ class PPOConfig:
       num_epochs: passes over the rollout per update.
       num_minibatches: minibatches per epoch; must divide ``T * B``.
       normalize_advantages: normalise advantages per minibatch (masked mean/std).
+      clip_value_loss: CleanRL's value clipping around the behaviour values (``agents.losses.ppo_loss``).
+      unroll_epochs, unroll_minibatches: ``jax.lax.scan``'s ``unroll`` for the epoch and minibatch
+        loops (``True``: fully unrolled, ``False``/``1``: a rolled while loop, ``k``: k steps per
+        iteration). Rolled loops build in seconds whatever ``num_epochs * num_minibatches`` is; fully
+        unrolled ones grow compile time and memory with it (MLP, 32 unrolled minibatches in a
+        rolled epoch loop: 36 s and 2 GB to build against 2 s and 0.55 GB rolled; all 10 x 32
+        unrolled did not build in 7.5 min and 14 GB) but run convolution gradients ~8x faster on XLA CPU (Nature
+        CNN, 4 x 4 steps of 256 rows: 5.2 s against 44 s per update). ``systems.common.learner``
+        picks per network kind (``benchmarks/presets.py`` records the measurements).
     """
 
     gamma: float = 0.99
@@ -45,6 +54,9 @@ class PPOConfig:
     num_epochs: int = 4
     num_minibatches: int = 4
     normalize_advantages: bool = True
+    clip_value_loss: bool = False
+    unroll_epochs: bool | int = False
+    unroll_minibatches: bool | int = False
 
 
 def ppo_update(
@@ -113,6 +125,8 @@ def ppo_update(
             value_coef=config.value_coef,
             entropy_coef=config.entropy_coef,
             normalize_advantages=config.normalize_advantages,
+            behaviour_values=minibatch.behaviour_values,
+            clip_value_loss=config.clip_value_loss,
         )
         grads, metrics = mean_over_axis((grads, metrics), axis_name)
         updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -128,16 +142,14 @@ def ppo_update(
             ),
             batch,
         )  # each leaf [M, N / M, ...]
-        return jax.lax.scan(minibatch_step, carry, minibatches, unroll=True)
+        return jax.lax.scan(minibatch_step, carry, minibatches, unroll=config.unroll_minibatches)
 
-    # Both loops are fully unrolled (unroll=True): on XLA CPU a convolution's gradient inside a
-    # while loop ran ~20x slower than the same code unrolled (Nature CNN, 256 rows, 2 cores:
-    # ~20 s against ~0.7 s per minibatch step), while compile time of the unrolled form stays a
-    # few seconds for the usual 16 (epoch, minibatch) steps.
+    # Loop forms: see ``PPOConfig.unroll_epochs`` (convolutions want unrolled loops on XLA CPU, MLPs
+    # with many minibatches must stay rolled or the program grows with every step).
     next_key, permutation_key = jax.random.split(state.key)
     epoch_keys = jax.random.split(permutation_key, config.num_epochs)
     (params, opt_state), metrics = jax.lax.scan(
-        epoch_step, (state.params, state.opt_state), epoch_keys, unroll=True
+        epoch_step, (state.params, state.opt_state), epoch_keys, unroll=config.unroll_epochs
     )  # metrics leaves [E, M]
     metrics = jax.tree.map(jnp.mean, metrics)
     metrics["advantage_mean"] = mean_over_axis(advantage_mean, axis_name)

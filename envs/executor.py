@@ -121,10 +121,12 @@ class Executor:
         seed: int,
         step_time: StepTimeDistribution | None = None,
         num_threads: int | None = None,
+        clip_actions: bool = True,
     ):
         if not 1 <= batch_size <= num_envs:
             raise ValueError(f"env batch size must be in [1, num_envs={num_envs}], got {batch_size}")
         self.spec = spec
+        self.clip_actions = clip_actions  # continuous actions clipped to the bounds (CleanRL's ClipAction)
         self.num_envs = num_envs
         self.batch_size = batch_size
         # With batch_size == num_envs every recv() returns all envs, which are then sent together: no spares.
@@ -174,7 +176,9 @@ class Executor:
         if len(env_ids) == 0:
             return
         if self.spec.continuous:
-            actions = np.clip(actions, self.spec.action_low, self.spec.action_high).astype(np.float32)
+            if self.clip_actions:
+                actions = np.clip(actions, self.spec.action_low, self.spec.action_high)
+            actions = np.asarray(actions, np.float32)
         with self._send_lock:
             self._pool.send(actions, np.asarray(env_ids, np.int32))
         with self._cond:

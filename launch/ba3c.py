@@ -28,10 +28,11 @@ _BA3C_DEFAULTS = dict(optimizer="adam_large_batch", learning_rate=1e-3, anneal_l
 
 
 def make_config() -> system.DataParallelConfig:
+    common.reject_normalization("launch.ba3c")
     scaleout.reject_hts_sizing("launch.ba3c", "--local_batch (envs per device = local_batch / sync_interval)")
     uses_ba3c_adam = not common.flag_given("optimizer") or flags.FLAGS.optimizer == "adam_large_batch"
     config = common.config_from_flags(
-        system.DataParallelConfig, defaults=_BA3C_DEFAULTS if uses_ba3c_adam else {}, validate=False, algo="a2c",
+        system.DataParallelConfig, defaults=dict(_BA3C_DEFAULTS if uses_ba3c_adam else {}, **common.NO_NORMALIZATION), validate=False, algo="a2c",
         extra=dict(num_devices=_NUM_DEVICES.value, hidden=_HIDDEN.value, adam_b1=_B1.value, adam_b2=_B2.value,
                    lr_scaling=scaleout.LR_SCALING.value or "none", debug=_DEBUG.value,
                    **scaleout.multihost_values()),

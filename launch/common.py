@@ -52,6 +52,22 @@ _ENTROPY_COEF = flags.DEFINE_float("entropy_coef", None, "Entropy bonus coeffici
 _CLIP = flags.DEFINE_float("clip_eps", None, "PPO clip range (default: preset).")
 _EPOCHS = flags.DEFINE_integer("num_epochs", None, "PPO epochs per update (default: preset).")
 _MINIBATCHES = flags.DEFINE_integer("num_minibatches", None, "PPO minibatches per epoch (default: preset).")
+_CLIP_VLOSS = flags.DEFINE_boolean(
+    "clip_value_loss", None, "PPO: clip the value loss around the behaviour values (default: preset; MuJoCo on)."
+)
+_NORM_OBS = flags.DEFINE_boolean(
+    "normalize_obs", None,
+    "Normalize vector observations by their running mean/std over all training envs (default: preset; MuJoCo on).",
+)
+_OBS_CLIP = flags.DEFINE_float("obs_clip", None, "Clip normalized observations to [-v, v] (default 10; 0: no clip).")
+_NORM_REWARD = flags.DEFINE_boolean(
+    "normalize_reward", None,
+    "Divide rewards by the running std of the discounted return (default: preset; MuJoCo on).",
+)
+_REWARD_CLIP = flags.DEFINE_float("reward_clip", None, "Clip scaled rewards to [-v, v] (default 10; 0: no clip).")
+_CLIP_ACTIONS = flags.DEFINE_boolean(
+    "clip_actions", None, "Clip continuous actions to the action bounds before the env steps (default: on)."
+)
 _LOGDIR = flags.DEFINE_string("logdir", "", "Run directory (default: runs/<system>-<env>-s<seed>-<time>).")
 _RESUME = flags.DEFINE_boolean("resume", False, "Continue from the newest checkpoint in --logdir.")
 _EVAL_EVERY = flags.DEFINE_integer("eval_every", None, "Env steps between evaluations (0: only at the end).")
@@ -70,7 +86,19 @@ _PRESET_FLAGS = {
     "learning_rate": _LR, "anneal_lr": _ANNEAL, "optimizer": _OPTIMIZER, "opt_eps": _OPT_EPS,
     "max_grad_norm": _GRAD_NORM, "gamma": _GAMMA, "gae_lambda": _LAMBDA, "value_coef": _VALUE_COEF,
     "entropy_coef": _ENTROPY_COEF, "clip_eps": _CLIP, "num_epochs": _EPOCHS, "num_minibatches": _MINIBATCHES,
+    "clip_value_loss": _CLIP_VLOSS, "normalize_obs": _NORM_OBS, "obs_clip": _OBS_CLIP,
+    "normalize_reward": _NORM_REWARD, "reward_clip": _REWARD_CLIP, "clip_actions": _CLIP_ACTIONS,
 }
+# Flags of the normalizing PPO / A2C of launch.hts and launch.sync that the lock-step data-parallel systems refuse.
+NORMALIZATION_FLAGS = ("normalize_obs", "normalize_reward", "obs_clip", "reward_clip")
+NO_NORMALIZATION = dict(normalize_obs=False, normalize_reward=False)
+
+
+def reject_normalization(launcher: str) -> None:
+    """The data-parallel and gossip systems keep per-replica state in lock step; running statistics would diverge."""
+    for name in NORMALIZATION_FLAGS:
+        if flag_given(name):
+            raise ValueError(f"--{name} applies to launch.hts and launch.sync, not {launcher}")
 
 
 def config_from_flags(

@@ -27,9 +27,10 @@ _COSINE = flags.DEFINE_boolean("log_grad_cosine", False, "Log the learners' pair
 
 
 def make_config() -> system.GossipConfig:
+    common.reject_normalization("launch.gala")
     scaleout.reject_hts_sizing("launch.gala", "--envs_per_learner")
     config = common.config_from_flags(
-        system.GossipConfig, validate=False, algo="a2c",
+        system.GossipConfig, validate=False, algo="a2c", defaults=common.NO_NORMALIZATION,
         extra=dict(num_learners=common.num_learners(4), topology=_TOPOLOGY.value, num_peers=_NUM_PEERS.value,
                    gossip=_GOSSIP.value, max_staleness=_MAX_STALENESS.value, log_grad_cosine=_COSINE.value,
                    lr_scaling=scaleout.LR_SCALING.value or "sqrt", **scaleout.multihost_values()),

@@ -37,7 +37,8 @@ _FLAG_FIELDS = ("total_steps", "learning_rate", "gamma", "max_grad_norm", "opt_e
 
 def make_config() -> system.SpreezeConfig:
     for name in ("num_envs", "sync_interval", "gae_lambda", "num_actors", "num_learners", "update_interval",
-                 "replay", "envs_per_actor", "allocate", "checkpoint_buffer", "step_time"):
+                 "replay", "envs_per_actor", "allocate", "checkpoint_buffer", "step_time", "clip_value_loss",
+                 "normalize_obs", "obs_clip", "normalize_reward", "reward_clip", "clip_actions"):
         if common.flag_given(name):
             raise ValueError(f"--{name} does not apply to launch.spreeze")
     f = flags.FLAGS

@@ -42,6 +42,13 @@ class TrainConfig:
     num_epochs: int = 4  # PPO only
     num_minibatches: int = 4  # PPO only
     normalize_advantages: bool = True  # PPO only
+    clip_value_loss: bool = False  # PPO only: CleanRL's value clipping around the behaviour values (clip_eps)
+    # Continuous control (agents/normalization.py; CleanRL ppo_continuous_action.py, SB3 VecNormalize).
+    normalize_obs: bool = False  # running mean/std of the training observations; vector observations only
+    obs_clip: float = 10.0  # clip normalized observations to [-obs_clip, obs_clip] (0: no clip)
+    normalize_reward: bool = False  # divide rewards by the running std of the discounted return
+    reward_clip: float = 10.0  # clip scaled rewards to [-reward_clip, reward_clip] (0: no clip)
+    clip_actions: bool = True  # continuous actions clipped to the action bounds before the env sees them
     # Runs.
     logdir: str = ""  # run directory (created); "" means runs/<system>-<env>-s<seed>-<time>
     resume: bool = False  # continue from the newest checkpoint in logdir
@@ -53,6 +60,12 @@ class TrainConfig:
     target_return: float | None = None  # evaluation return for the required time metric
     step_time: str = "none"  # simulated env step time: none | const:S | exp:MEAN | gamma:SHAPE:MEAN
     quiet: bool = False  # no terminal progress line
+
+
+NORMALIZATION_SINGLE_LEARNER = (
+    "--normalize_obs and --normalize_reward apply to launch.hts and launch.sync (one learner): the running "
+    "statistics are not kept in lock step over data-parallel or gossip replicas"
+)
 
 
 def env_batch_size(config: TrainConfig) -> int:
@@ -97,6 +110,9 @@ def validate(config: TrainConfig) -> None:
         )
     if config.time_limit < 0:
         raise ConfigError(f"--time_limit must be non-negative, got {config.time_limit}")
+    for name in ("obs_clip", "reward_clip"):
+        if not getattr(config, name) >= 0:
+            raise ConfigError(f"--{name} must be non-negative (0: no clipping), got {getattr(config, name)}")
     try:
         parse_step_time(config.step_time)
     except ValueError as error:
@@ -133,13 +149,17 @@ PRESETS: dict[tuple[str, str], dict] = {
         num_epochs=4, num_minibatches=4, total_steps=500_000,
     ),
     ("classic", "a2c"): dict(_KOSTRIKOV_A2C, total_steps=500_000),
-    # CleanRL ppo_continuous_action.py (MuJoCo), without its observation/reward normalisation wrappers.
+    # CleanRL ppo_continuous_action.py (MuJoCo) with its wrappers: observation normalization (clip 10), reward
+    # scaling by the discounted return's std (clip 10), clipped actions, clipped value loss.
     ("mujoco", "ppo"): dict(
         num_envs=1, sync_interval=2048, learning_rate=3e-4, anneal_lr=True, optimizer="adam", opt_eps=1e-5,
         gamma=0.99, gae_lambda=0.95, clip_eps=0.2, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5,
-        num_epochs=10, num_minibatches=32, total_steps=1_000_000,
+        num_epochs=10, num_minibatches=32, total_steps=1_000_000, clip_value_loss=True, normalize_obs=True,
+        normalize_reward=True,
     ),
-    ("mujoco", "a2c"): dict(_KOSTRIKOV_A2C, entropy_coef=0.0, total_steps=1_000_000),
+    ("mujoco", "a2c"): dict(
+        _KOSTRIKOV_A2C, entropy_coef=0.0, total_steps=1_000_000, normalize_obs=True, normalize_reward=True
+    ),
 }
 PRESETS[("box2d", "ppo")] = PRESETS[("classic", "ppo")]
 PRESETS[("box2d", "a2c")] = PRESETS[("classic", "a2c")]

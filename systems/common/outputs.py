@@ -33,6 +33,8 @@ PROGRESS_FIELDS = (
     "grad_norm",
     "approx_kl",
     "clip_fraction",
+    "reward_scale",  # --normalize_reward: the running return std the round's rewards were divided by
+    "obs_norm_count",  # --normalize_obs: observations merged into the running statistics
     "update_norm",
     "consensus_distance",  # gossip: ||X - mean(X)|| over the learners (seed 004, Fig. 2a)
     "consensus_bound",  # gossip: the Proposition 1 bound from the learners' update norms

@@ -35,7 +35,7 @@ class RunContext:
     def make_executor(self, batch_size: int) -> Executor:
         return Executor(
             self.spec, num_envs=self.config.num_envs, batch_size=batch_size, seed=self.config.seed,
-            step_time=self.step_time,
+            step_time=self.step_time, clip_actions=self.config.clip_actions,
         )
 
     def make_collector(

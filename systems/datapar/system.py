@@ -79,6 +79,8 @@ def envs_per_device(config: DataParallelConfig) -> int:
 
 def validate(config: DataParallelConfig) -> None:
     """One clear line (ConfigError) for the first bad data-parallel value; the shared checks run in `resolve`."""
+    if config.normalize_obs or config.normalize_reward:
+        raise config_lib.ConfigError(config_lib.NORMALIZATION_SINGLE_LEARNER)
     if config.num_devices < 0:
         raise config_lib.ConfigError(f"--num_devices must be non-negative, got {config.num_devices}")
     if config.sync_interval <= 0:

@@ -108,6 +108,8 @@ class GossipState(NamedTuple):
 
 
 def validate(config: GossipConfig) -> None:
+    if config.normalize_obs or config.normalize_reward:
+        raise config_lib.ConfigError(config_lib.NORMALIZATION_SINGLE_LEARNER)
     bad = config_lib.ConfigError
     if config.num_learners < 1:
         raise bad(f"--num_learners must be positive, got {config.num_learners}")
