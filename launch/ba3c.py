@@ -32,7 +32,8 @@ def make_config() -> system.DataParallelConfig:
     scaleout.reject_hts_sizing("launch.ba3c", "--local_batch (envs per device = local_batch / sync_interval)")
     uses_ba3c_adam = not common.flag_given("optimizer") or flags.FLAGS.optimizer == "adam_large_batch"
     config = common.config_from_flags(
-        system.DataParallelConfig, defaults=dict(_BA3C_DEFAULTS if uses_ba3c_adam else {}, **common.NO_NORMALIZATION), validate=False, algo="a2c",
+        system.DataParallelConfig, validate=False, algo="a2c",
+        defaults=dict(_BA3C_DEFAULTS if uses_ba3c_adam else {}, **common.NO_NORMALIZATION),
         extra=dict(num_devices=_NUM_DEVICES.value, hidden=_HIDDEN.value, adam_b1=_B1.value, adam_b2=_B2.value,
                    lr_scaling=scaleout.LR_SCALING.value or "none", debug=_DEBUG.value,
                    **scaleout.multihost_values()),

@@ -84,8 +84,8 @@ _SHARED = {"total_steps": "total_steps", "learning_rate": "learning_rate", "gamm
            "max_grad_norm": "max_grad_norm", "opt_eps": "opt_eps"}
 _ON_POLICY_ONLY = ("num_envs", "sync_interval", "gae_lambda", "value_coef", "entropy_coef", "clip_eps", "num_epochs",
                    "num_minibatches", "anneal_lr", "optimizer", "env_batch_size", "inference_batch",
-                   "eval_deterministic", "step_time", "clip_value_loss", "normalize_obs", "obs_clip", "normalize_reward",
-                   "reward_clip", "clip_actions")
+                   "eval_deterministic", "step_time", "clip_value_loss", "normalize_obs", "obs_clip",
+                   "normalize_reward", "reward_clip", "clip_actions")
 
 
 def parse_count(text: str, name: str, *, auto: bool) -> int:

@@ -23,7 +23,14 @@ from agents import (
     make_optimizer,
     ppo_update,
 )
-from agents.normalization import NormalizationConfig, NormalizedNetwork, normalized_update, trainable
+from agents.normalization import (
+    OBS_NORM,
+    REWARD_NORM,
+    NormalizationConfig,
+    NormalizedNetwork,
+    normalized_update,
+    trainable,
+)
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
 from systems.common.rollout import make_policy_fn
@@ -92,7 +99,8 @@ def build(
             gamma=config.gamma, gae_lambda=config.gae_lambda, clip_eps=config.clip_eps,
             value_coef=config.value_coef, entropy_coef=config.entropy_coef, num_epochs=config.num_epochs,
             num_minibatches=config.num_minibatches, normalize_advantages=config.normalize_advantages,
-            clip_value_loss=config.clip_value_loss, **ppo_loop_plan(spec.obs_shape, config.num_epochs, config.num_minibatches),
+            clip_value_loss=config.clip_value_loss,
+            **ppo_loop_plan(spec.obs_shape, config.num_epochs, config.num_minibatches),
         )
         update = functools.partial(ppo_update, apply_fn=learner_apply, optimizer=optimizer, config=algo_config)
     if norm.enabled:
@@ -153,4 +161,7 @@ def optimizer_steps_per_update(config: config_lib.TrainConfig) -> int:
 
 
 def parameter_count(params: Any) -> int:
+    """Trained parameters (the running statistics beside `params` in normalized variables are not counted)."""
+    if isinstance(params, dict) and "params" in params and set(params) <= {"params", OBS_NORM, REWARD_NORM}:
+        params = params["params"]
     return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(params)))

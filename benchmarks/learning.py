@@ -1,0 +1,310 @@
+"""Learning side by side with an established peer at equal env steps (issue 12, part 3).
+
+Ours: `python -m launch.hts` (HTS-PPO) and `python -m launch.sync` (sync-PPO) with their default presets (CleanRL's
+PPO settings; MuJoCo with observation normalization, reward scaling and value clipping). The peer:
+Stable-Baselines3's PPO trained by rl-zoo3's own `train` script with rl-zoo3's tuned hyperparameters for the task,
+installed unmodified from PyPI into a benchmark-only virtual environment (`benchmarks/requirements-learning.txt`):
+
+    python -m venv /tmp/learn-venv && /tmp/learn-venv/bin/pip install -r benchmarks/requirements-learning.txt
+
+Same env ids (EnvPool's classic-control and MuJoCo v4 tasks match gymnasium's), same env step budget, same seeds
+(0, 1, 2), same evaluation protocol: every budget/20 env steps, 10 episodes with the greedy (mean / argmax) action
+on separate envs, observation statistics frozen; the final metric is the mean return over the last ten
+evaluations (seed 000's). Wall time is the launcher process's, start to exit, evaluation included on both sides.
+
+    PYTHONPATH=. python -m benchmarks.learning --tasks=CartPole-v1,Hopper-v4   # runs what is missing, then the report
+    PYTHONPATH=. python -m benchmarks.learning --report_only
+
+Resumable: each finished run appends a row to `results/learning_cpu_runs.csv` and writes its curve to
+`results/learning/<task>/<side>-s<seed>.csv` (small files, committed as they land); finished runs are skipped; an
+interrupted run of ours resumes from its checkpoint (`--resume`), an interrupted peer run starts again. The run
+directories themselves live under `--work_dir` (default `runs/learning`, not committed).
+
+Peer wall-time curves: SB3 logs the wall time of training episodes (`*.monitor.csv`), not of its evaluations; an
+evaluation's wall time is interpolated from the env steps completed by each logged episode end.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+RESULTS = os.path.join(os.path.dirname(__file__), "results")
+RUNS_CSV = os.path.join(RESULTS, "learning_cpu_runs.csv")
+CURVES_DIR = os.path.join(RESULTS, "learning")
+REPORT_MD = os.path.join(RESULTS, "learning_cpu.md")
+PEER_PYTHON = "/tmp/learn-venv/bin/python"
+RUN_FIELDS = ("task", "side", "seed", "env_steps", "wall_s", "sps", "final_metric", "evaluations", "date", "commit",
+              "command")
+SIDES = ("hts", "sb3", "sync")  # run in this order per seed
+SIDE_LABELS = {"hts": "HTS-PPO (ours)", "sync": "sync-PPO (ours)", "sb3": "SB3 PPO, rl-zoo3 tuned (peer)"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    env_id: str
+    steps: int
+    seeds: tuple = (0, 1, 2)
+    sides: tuple = SIDES
+
+
+TASKS = {
+    "CartPole-v1": Task("CartPole-v1", 500_000),
+    "Acrobot-v1": Task("Acrobot-v1", 500_000),
+    "Hopper-v4": Task("Hopper-v4", 1_000_000),
+    "HalfCheetah-v4": Task("HalfCheetah-v4", 1_000_000),
+    "Walker2d-v4": Task("Walker2d-v4", 1_000_000),
+    # The main job's own command on one seed (no peer: SB3's Atari PPO on 2 CPU cores would take the whole day).
+    "Breakout-v5": Task("Breakout-v5", 1_000_000, seeds=(0,), sides=("hts",)),
+}
+
+
+def eval_every(task: Task) -> int:
+    return task.steps // 20
+
+
+# ------------------------------------------------------------------------------------------------ commands
+
+
+def our_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) -> list[str]:
+    if task.env_id == "Breakout-v5":  # the README's main command, with a budget and a seed
+        args = ["--game=Breakout"]
+    else:
+        args = [f"--env={task.env_id}", "--eval_deterministic", "--eval_episodes=10",
+                f"--eval_every={eval_every(task)}"]
+    args += [f"--seed={seed}", f"--total_steps={task.steps}", f"--logdir={run_dir}", "--quiet"]
+    return [sys.executable, "-m", f"launch.{side}", *args, *(["--resume"] if resume else [])]
+
+
+def peer_command(task: Task, seed: int, run_dir: str) -> list[str]:
+    return [
+        PEER_PYTHON, "-m", "rl_zoo3.train", "--algo", "ppo", "--env", task.env_id, "--seed", str(seed),
+        "-n", str(task.steps), "--eval-freq", str(eval_every(task)), "--eval-episodes", "10", "--n-eval-envs", "1",
+        "-f", run_dir, "--device", "cpu", "--vec-env", "dummy", "--verbose", "0", "--log-interval", "-1",
+    ]
+
+
+# ------------------------------------------------------------------------------------------------ run outputs
+
+
+def our_curve(run_dir: str) -> np.ndarray:
+    """[E, 3] (env_steps, wall_time, mean_return) from evaluations.csv."""
+    with open(os.path.join(run_dir, "evaluations.csv")) as f:
+        rows = [r for r in csv.DictReader(f)]
+    points = {}
+    for r in rows:  # a resumed run may log an evaluation again: keep the newest per env step
+        points[int(r["env_steps"])] = (float(r["wall_time"]), float(r["mean_return"]))
+    return np.array([(s, w, ret) for s, (w, ret) in sorted(points.items())], np.float64).reshape(-1, 3)
+
+
+def peer_curve(run_dir: str) -> np.ndarray:
+    """[E, 3] from rl-zoo3's evaluations.npz; wall time interpolated from the training monitor files."""
+    npz = glob.glob(os.path.join(run_dir, "ppo", "*", "evaluations.npz"))
+    if len(npz) != 1:
+        raise FileNotFoundError(f"expected one evaluations.npz under {run_dir}/ppo, found {len(npz)}")
+    data = np.load(npz[0])
+    steps, returns = data["timesteps"].astype(np.float64), data["results"].mean(axis=1)
+    ends = []  # (wall time, episode length) of every training episode, all envs
+    for path in glob.glob(os.path.join(os.path.dirname(npz[0]), "*.monitor.csv")):
+        with open(path) as f:
+            f.readline()  # the JSON header line
+            ends += [(float(r["t"]), int(r["l"])) for r in csv.DictReader(f)]
+    ends.sort()
+    if ends:
+        times = np.array([0.0] + [t for t, _ in ends])
+        done_steps = np.cumsum([0] + [length for _, length in ends])
+        wall = np.interp(steps, done_steps, times)
+    else:
+        wall = np.full_like(steps, np.nan)
+    return np.stack([steps, wall, returns], axis=1)
+
+
+def final_metric(curve: np.ndarray) -> float | None:
+    """Mean of the last ten evaluations' mean returns (every evaluation has 10 episodes on both sides)."""
+    return float(np.mean(curve[-10:, 2])) if len(curve) else None
+
+
+# ------------------------------------------------------------------------------------------------ bookkeeping
+
+
+def read_runs(path: str = RUNS_CSV) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def _append_run(row: dict, path: str = RUNS_CSV) -> None:
+    new = not os.path.exists(path)
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=RUN_FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+
+
+def _write_curve(task: str, side: str, seed: int, curve: np.ndarray) -> None:
+    directory = os.path.join(CURVES_DIR, task.replace("/", "_"))
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, f"{side}-s{seed}.csv"), "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["env_steps", "wall_time", "mean_return"])
+        writer.writerows([[int(s), f"{w:.2f}", f"{r:.3f}"] for s, w, r in curve])
+
+
+def read_curve(task: str, side: str, seed: int) -> np.ndarray:
+    path = os.path.join(CURVES_DIR, task.replace("/", "_"), f"{side}-s{seed}.csv")
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    return np.array([(float(r["env_steps"]), float(r["wall_time"]), float(r["mean_return"])) for r in rows])
+
+
+def run_one(task: Task, side: str, seed: int, work_dir: str) -> dict:
+    """Runs (or resumes) one training run; returns its row. Raises RuntimeError when the run fails."""
+    from benchmarks.common import git_commit  # noqa: PLC0415
+
+    run_dir = os.path.abspath(os.path.join(work_dir, task.env_id.replace("/", "_"), f"{side}-s{seed}"))
+    if side == "sb3":
+        if not os.path.exists(PEER_PYTHON):
+            raise RuntimeError(f"peer venv missing: {PEER_PYTHON} (see the module docstring)")
+        if os.path.isdir(run_dir):  # an interrupted peer run cannot resume: start it again
+            subprocess.run(["rm", "-rf", run_dir], check=True)
+        cmd = peer_command(task, seed, run_dir)
+        wall_before = 0.0
+    else:
+        resume = bool(glob.glob(os.path.join(run_dir, "checkpoints", "ckpt_*")))
+        cmd = our_command(task, side, seed, run_dir, resume)
+        wall_before = _our_wall_so_far(run_dir) if resume else 0.0
+    os.makedirs(run_dir, exist_ok=True)
+    log = os.path.join(run_dir + ".log")
+    t0 = time.perf_counter()
+    with open(log, "a") as out:
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    wall = wall_before + time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}; log: {log}")
+    curve = peer_curve(run_dir) if side == "sb3" else our_curve(run_dir)
+    _write_curve(task.env_id, side, seed, curve)
+    return dict(task=task.env_id, side=side, seed=seed, env_steps=task.steps, wall_s=f"{wall:.1f}",
+                sps=f"{task.steps / wall:.0f}", final_metric=f"{final_metric(curve):.2f}", evaluations=len(curve),
+                date=time.strftime("%Y-%m-%d"), commit=git_commit(), command=" ".join(os.path.basename(c) if i == 0
+                                                                                      else c for i, c in
+                                                                                      enumerate(cmd)))
+
+
+def _our_wall_so_far(run_dir: str) -> float:
+    """Wall time an interrupted run of ours already spent (its newest progress row), so a resumed run's wall time
+    is the sum of its parts."""
+    try:
+        with open(os.path.join(run_dir, "progress.csv")) as f:
+            rows = list(csv.DictReader(f))
+        return float(rows[-1]["wall_time"]) if rows else 0.0
+    except (OSError, KeyError, ValueError):
+        return 0.0
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+
+def write_report(rows: list[dict]) -> None:
+    from benchmarks.common import machine  # noqa: PLC0415
+    from systems.analysis import metrics as metrics_lib  # noqa: PLC0415
+    from systems.analysis import plots  # noqa: PLC0415
+
+    lines = [
+        "# Learning side by side with Stable-Baselines3 (rl-zoo3 tuned PPO) at equal env steps",
+        "",
+        f"Machine: {machine()}, JAX and PyTorch on the CPU. Command: `PYTHONPATH=. python -m benchmarks.learning`"
+        " (module docstring: protocol, peer install). Dates: "
+        + ", ".join(sorted({r["date"] for r in rows})) + ".",
+        "",
+        "Final metric: mean evaluation return over the last ten evaluations (10 greedy episodes each), mean over",
+        "seeds with a 95% percentile-bootstrap interval; wall time and SPS: medians over seeds (process start to",
+        "exit, evaluation included). Runs are sequential on an otherwise idle machine.",
+        "",
+        "| task | steps | side | seeds | final metric [95% CI] | wall time (min) | SPS |",
+        "| --- | ---: | --- | ---: | --- | ---: | ---: |",
+    ]
+    for name, task in TASKS.items():
+        task_rows = [r for r in rows if r["task"] == name]
+        if not task_rows:
+            continue
+        groups = []
+        for side in task.sides:
+            side_rows = [r for r in task_rows if r["side"] == side]
+            if not side_rows:
+                continue
+            stat = metrics_lib.bootstrap_ci(float(r["final_metric"]) for r in side_rows)
+            interval = "" if stat.low is None else f" [{stat.low:.1f}, {stat.high:.1f}]"
+            wall = np.median([float(r["wall_s"]) for r in side_rows]) / 60
+            sps = np.median([float(r["sps"]) for r in side_rows])
+            lines.append(f"| {name} | {task.steps:,} | {SIDE_LABELS[side]} | {len(side_rows)} | "
+                         f"{stat.mean:.1f}{interval} | {wall:.1f} | {sps:,.0f} |")
+            groups.append(_group(name, side, [int(r["seed"]) for r in side_rows]))
+        figure = os.path.join(CURVES_DIR, f"{name.replace('/', '_')}.png")
+        plots.plot_curves(groups, figure)
+        lines.append("")
+    lines += ["Curves (return vs env steps and vs wall time, mean and 95% band): `results/learning/<task>.png`;",
+              "per-run rows: `results/learning_cpu_runs.csv`; per-run curves: `results/learning/<task>/`."]
+    with open(REPORT_MD, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def _group(task: str, side: str, seeds: list[int]):
+    from systems.analysis import metrics as metrics_lib  # noqa: PLC0415
+
+    runs = []
+    for seed in seeds:
+        curve = read_curve(task, side, seed)
+        evaluations = metrics_lib.Evaluations(env_steps=curve[:, 0], wall_time=curve[:, 1],
+                                              episodes=np.full(len(curve), 10), mean_return=curve[:, 2])
+        runs.append(metrics_lib.Run(run_dir=f"{task}/{side}-s{seed}", config={"env_id": task, "seed": seed},
+                                    summary={}, progress={}, evaluations=evaluations))
+    return metrics_lib.Group(system=SIDE_LABELS[side], fields=(), runs=tuple(runs))
+
+
+def main(argv: list[str]) -> None:
+    import argparse  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", default="CartPole-v1,Acrobot-v1,Hopper-v4,HalfCheetah-v4",
+                        help=f"comma-separated, from {', '.join(TASKS)}")
+    parser.add_argument("--sides", default=",".join(SIDES), help="comma-separated subset of hts,sb3,sync")
+    parser.add_argument("--seeds", default="", help="comma-separated seeds (default: the task's)")
+    parser.add_argument("--work_dir", default="runs/learning", help="run directories (not committed)")
+    parser.add_argument("--report_only", action="store_true")
+    args = parser.parse_args(argv)
+    unknown = [t for t in args.tasks.split(",") if t not in TASKS]
+    if unknown:
+        sys.exit(f"error: unknown task(s) {', '.join(unknown)}; known: {', '.join(TASKS)}")
+    os.makedirs(RESULTS, exist_ok=True)
+    if not args.report_only:
+        sides = args.sides.split(",")
+        for name in args.tasks.split(","):
+            task = TASKS[name]
+            seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else task.seeds
+            for seed in seeds:  # seed-major, so a partial run has every side at its first seeds
+                for side in (s for s in task.sides if s in sides):
+                    done = {(r["task"], r["side"], r["seed"]) for r in read_runs()}
+                    if (name, side, str(seed)) in done:
+                        continue
+                    print(f"[learning] {name} {side} seed {seed} ...", flush=True)
+                    row = run_one(task, side, seed, args.work_dir)
+                    _append_run(row)
+                    print(f"[learning] {name} {side} seed {seed}: final {row['final_metric']}  wall "
+                          f"{float(row['wall_s']) / 60:.1f} min  {row['sps']} SPS", flush=True)
+                    write_report(read_runs())
+    write_report(read_runs())
+    print(json.dumps({"report": REPORT_MD}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
