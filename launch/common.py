@@ -5,6 +5,7 @@ HTS-RL A2C; GFootball: the HTS-RL scripts; classic control: CleanRL; see `system
 
 from __future__ import annotations
 
+import signal
 import sys
 import warnings
 from collections.abc import Callable
@@ -13,6 +14,9 @@ from absl import flags, logging
 
 from envs.factory import family_of, resolve_env_id
 from systems.common import config as config_lib
+from systems.common.xla_flags import prefer_memory_saving_cpu_schedule
+
+prefer_memory_saving_cpu_schedule()  # before any launcher computes: XLA reads its flags when the backend starts
 
 _GAME = flags.DEFINE_string("game", None, "Atari game name, e.g. Breakout (EnvPool id Breakout-v5).")
 _ENV = flags.DEFINE_string(
@@ -161,6 +165,9 @@ def run_main(
     # about casting float64 space bounds of classic-control tasks to float32.
     logging.set_verbosity(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
+    # A shell starts background jobs (`nohup python -m launch.hts ... &` in a script) with SIGINT ignored, and Python
+    # then never raises KeyboardInterrupt: `kill -INT` must still checkpoint and exit 130.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         config = make_config()
     except ValueError as error:

@@ -462,6 +462,7 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 def main(argv):
     """argv: [program, flags passed to every run...] (from `parse_flags`)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in the background (SIGINT ignored)
     passthrough = list(argv[1:])
     try:
         system = _SYSTEM.value

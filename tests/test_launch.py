@@ -101,12 +101,22 @@ def test_bad_algo_from_the_command_line_has_no_traceback():
 
 
 def _start(run_dir, *extra):
-    cmd = [
-        sys.executable, "-m", "launch.hts", "--env=CartPole-v1", "--num_envs=4", "--sync_interval=16",
+    cmd = [  # -X faulthandler: a hung run dumps every thread's stack on SIGABRT (see `_communicate_or_dump`)
+        sys.executable, "-X", "faulthandler", "-m", "launch.hts", "--env=CartPole-v1", "--num_envs=4", "--sync_interval=16",
         "--total_steps=400000", "--checkpoint_every=640", "--eval_episodes=0", "--quiet", f"--logdir={run_dir}",
         *extra,
     ]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _communicate_or_dump(proc, timeout=60):
+    """`proc.communicate`, but a run that does not exit in time fails the test with the stacks of its threads."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=30)
+        raise AssertionError(f"the run did not exit within {timeout} s; its threads:\n{err[-8000:]}") from None
 
 
 def _wait_for_checkpoints(run_dir, count, timeout=120):
@@ -153,7 +163,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_a_checkpoint(tmp_path):
     try:
         _wait_for_checkpoints(run_dir, 1)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = _communicate_or_dump(proc)
     finally:
         proc.kill()
     assert proc.returncode == 130, err[-2000:]

@@ -374,6 +374,8 @@ def test_runner_ctrl_c_stops_children_and_leaves_them_resumable(tmp_path, capsys
                 os.kill(os.getpid(), signal.SIGINT)
                 return
 
+    # As `launch.sweep.main` does: pytest itself may run in the background, where SIGINT starts out ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     thread = threading.Thread(target=interrupt_when_ready)
     thread.start()
     try:
@@ -381,6 +383,7 @@ def test_runner_ctrl_c_stops_children_and_leaves_them_resumable(tmp_path, capsys
     finally:
         finished.set()
         thread.join()
+        signal.signal(signal.SIGINT, previous)
     assert completed is False
     assert entries[0].record["status"] == "interrupted" and entries[0].record["exit_code"] == 130
     assert entries[1].record["status"] == "pending" and not os.path.exists(entries[1].run_dir)
