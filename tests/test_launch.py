@@ -102,8 +102,9 @@ def test_bad_algo_from_the_command_line_has_no_traceback():
 
 def _start(run_dir, *extra):
     cmd = [  # -X faulthandler: a hung run dumps every thread's stack on SIGABRT (see `_communicate_or_dump`)
-        sys.executable, "-X", "faulthandler", "-m", "launch.hts", "--env=CartPole-v1", "--num_envs=4", "--sync_interval=16",
-        "--total_steps=400000", "--checkpoint_every=640", "--eval_episodes=0", "--quiet", f"--logdir={run_dir}",
+        sys.executable, "-X", "faulthandler", "-m", "launch.hts", "--env=CartPole-v1", "--num_envs=4",
+        "--sync_interval=16", "--total_steps=400000", "--checkpoint_every=640", "--eval_episodes=0", "--quiet",
+        f"--logdir={run_dir}",
         *extra,
     ]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
