@@ -31,8 +31,10 @@ import dataclasses
 import glob
 import json
 import os
+import resource
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -42,8 +44,8 @@ RUNS_CSV = os.path.join(RESULTS, "learning_cpu_runs.csv")
 CURVES_DIR = os.path.join(RESULTS, "learning")
 REPORT_MD = os.path.join(RESULTS, "learning_cpu.md")
 PEER_PYTHON = "/tmp/learn-venv/bin/python"
-RUN_FIELDS = ("task", "side", "seed", "env_steps", "wall_s", "sps", "final_metric", "evaluations", "date", "commit",
-              "command")
+RUN_FIELDS = ("task", "side", "seed", "env_steps", "wall_s", "cpu_s", "mean_load", "sps", "final_metric",
+              "evaluations", "date", "commit", "command")
 SIDES = ("hts", "sb3", "sync")  # run in this order per seed
 SIDE_LABELS = {"hts": "HTS-PPO (ours)", "sync": "sync-PPO (ours)", "sb3": "SB3 PPO, rl-zoo3 tuned (peer)"}
 
@@ -139,16 +141,17 @@ def read_runs(path: str = RUNS_CSV) -> list[dict]:
     if not os.path.exists(path):
         return []
     with open(path) as f:
-        return list(csv.DictReader(f))
+        return [{field: row.get(field) or "" for field in RUN_FIELDS} for row in csv.DictReader(f)]
 
 
 def _append_run(row: dict, path: str = RUNS_CSV) -> None:
-    new = not os.path.exists(path)
-    with open(path, "a", newline="") as f:
+    """Rewrites the file with every row (older files lack newer columns; rows are few), atomically."""
+    rows = read_runs(path) + [row]
+    with open(path + ".tmp", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=RUN_FIELDS)
-        if new:
-            writer.writeheader()
-        writer.writerow(row)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(path + ".tmp", path)
 
 
 def _write_curve(task: str, side: str, seed: int, curve: np.ndarray) -> None:
@@ -185,19 +188,52 @@ def run_one(task: Task, side: str, seed: int, work_dir: str) -> dict:
         wall_before = _our_wall_so_far(run_dir) if resume else 0.0
     os.makedirs(run_dir, exist_ok=True)
     log = os.path.join(run_dir + ".log")
-    t0 = time.perf_counter()
-    with open(log, "a") as out:
+    t0, cpu0 = time.perf_counter(), _children_cpu_s()
+    with open(log, "a") as out, _LoadSampler() as load:
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONWARNINGS="ignore"))
     wall = wall_before + time.perf_counter() - t0
+    cpu = "" if wall_before else f"{_children_cpu_s() - cpu0:.1f}"  # a resumed run's earlier parts are not known
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}; log: {log}")
     curve = peer_curve(run_dir) if side == "sb3" else our_curve(run_dir)
     _write_curve(task.env_id, side, seed, curve)
     return dict(task=task.env_id, side=side, seed=seed, env_steps=task.steps, wall_s=f"{wall:.1f}",
-                sps=f"{task.steps / wall:.0f}", final_metric=f"{final_metric(curve):.2f}", evaluations=len(curve),
+                cpu_s=cpu, mean_load=f"{load.mean():.2f}", sps=f"{task.steps / wall:.0f}",
+                final_metric=f"{final_metric(curve):.2f}", evaluations=len(curve),
                 date=time.strftime("%Y-%m-%d"), commit=git_commit(), command=" ".join(os.path.basename(c) if i == 0
                                                                                       else c for i, c in
                                                                                       enumerate(cmd)))
+
+
+class _LoadSampler:
+    """Samples the 1-minute load average every 15 s while a run lasts: about 2 on the 2-core machine means the run
+    had it to itself (both sides use both cores); more means other work shared it and slowed the wall time."""
+
+    def __init__(self, period_s: float = 15.0):
+        self._period, self._samples, self._stop = period_s, [], threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self._period):
+            self._samples.append(os.getloadavg()[0])
+
+    def __enter__(self) -> _LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def mean(self) -> float:
+        return float(np.mean(self._samples)) if self._samples else float("nan")
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of every finished child process (and its children) so far: a measure of a run's
+    cost that, unlike wall time, does not grow when other work shares the machine."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _our_wall_so_far(run_dir: str) -> float:
@@ -227,11 +263,13 @@ def write_report(rows: list[dict]) -> None:
         + ", ".join(sorted({r["date"] for r in rows})) + ".",
         "",
         "Final metric: mean evaluation return over the last ten evaluations (10 greedy episodes each), mean over",
-        "seeds with a 95% percentile-bootstrap interval; wall time and SPS: medians over seeds (process start to",
-        "exit, evaluation included). Runs are sequential on an otherwise idle machine.",
+        "seeds with a 95% percentile-bootstrap interval; wall time, CPU time and SPS: medians over seeds (process",
+        "start to exit, evaluation included). Runs are sequential, one at a time, but other work may have shared the",
+        "2 cores during some of them: CPU time (user + system of the run's processes) is the load-independent cost,",
+        "and each row of `learning_cpu_runs.csv` has the run's mean 1-minute load average (about 2: the run alone).",
         "",
-        "| task | steps | side | seeds | final metric [95% CI] | wall time (min) | SPS |",
-        "| --- | ---: | --- | ---: | --- | ---: | ---: |",
+        "| task | steps | side | seeds | final metric [95% CI] | wall time (min) | CPU time (min) | SPS |",
+        "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: |",
     ]
     for name, task in TASKS.items():
         task_rows = [r for r in rows if r["task"] == name]
@@ -246,8 +284,10 @@ def write_report(rows: list[dict]) -> None:
             interval = "" if stat.low is None else f" [{stat.low:.1f}, {stat.high:.1f}]"
             wall = np.median([float(r["wall_s"]) for r in side_rows]) / 60
             sps = np.median([float(r["sps"]) for r in side_rows])
+            cpus = [float(r["cpu_s"]) for r in side_rows if r["cpu_s"]]
+            cpu = f"{np.median(cpus) / 60:.1f}" if cpus else "n/a"
             lines.append(f"| {name} | {task.steps:,} | {SIDE_LABELS[side]} | {len(side_rows)} | "
-                         f"{stat.mean:.1f}{interval} | {wall:.1f} | {sps:,.0f} |")
+                         f"{stat.mean:.1f}{interval} | {wall:.1f} | {cpu} | {sps:,.0f} |")
             groups.append(_group(name, side, [int(r["seed"]) for r in side_rows]))
         figure = os.path.join(CURVES_DIR, f"{name.replace('/', '_')}.png")
         plots.plot_curves(groups, figure)
