@@ -17,6 +17,7 @@ rows that miss either.
 
     PYTHONPATH=. python -m benchmarks.presets                 # every preset; rows already measured are kept
     PYTHONPATH=. python -m benchmarks.presets --only=hts,sync --redo
+    PYTHONPATH=. python -m benchmarks.presets --misses              # only the rows that missed a bound
 
 Resumable: each finished row is appended to `results/presets_cpu.csv` at once; a rerun skips rows already there
 (`--redo` measures them again) and rewrites `results/presets_cpu.md` from the CSV.
@@ -295,20 +296,23 @@ def driver_main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="", help="comma-separated launchers (default: all)")
     parser.add_argument("--redo", action="store_true", help="measure rows already in the CSV again")
+    parser.add_argument("--misses", action="store_true", help="measure again only the rows that missed a bound")
     parser.add_argument("--timeout_s", type=float, default=600.0, help="kill a preset after this many seconds")
     args = parser.parse_args(argv)
     os.makedirs(RESULTS, exist_ok=True)
     wanted = set(filter(None, args.only.split(",")))
     done = {(r["launcher"], r["family"], r["algo"]): r for r in read_rows()}
     presets = [p for p in all_presets() if not wanted or p.launcher in wanted]
+    if args.misses:
+        presets = [p for p in presets if p.key in done and done[p.key]["status"] != "ok"]
     for i, preset in enumerate(presets):
-        if preset.key in done and not args.redo:
+        if preset.key in done and not (args.redo or args.misses):
             continue
         row = measure(preset, args.timeout_s)
         row.update(date=time.strftime("%Y-%m-%d"), commit=git_commit())
         done[preset.key] = row
         rows = [r for r in read_rows() if (r["launcher"], r["family"], r["algo"]) != preset.key]
-        if args.redo and len(rows) != len(read_rows()):
+        if len(rows) != len(read_rows()):
             with open(CSV_PATH, "w", newline="") as f:  # drop the old row of a remeasured preset
                 writer = csv.DictWriter(f, fieldnames=FIELDS)
                 writer.writeheader()

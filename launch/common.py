@@ -180,5 +180,10 @@ def run_main(
         sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted; the newest checkpoint is in the run directory (use --resume)", file=sys.stderr)
+        from systems.common.learner import compiles_in_progress  # noqa: PLC0415 - JAX starts after the XLA flags
+
+        if compiles_in_progress():
+            print("waiting for the update's compile to finish before exiting (XLA cannot stop one midway)",
+                  file=sys.stderr)
         sys.exit(130)
 

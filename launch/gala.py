@@ -5,16 +5,22 @@ mixing parameters by gossip over a directed ring (`--num_peers`) or a time-varyi
 `--max_staleness`; timing-dependent by design. `--gossip=pmap`: lock-step learners on a pmap axis (one per device),
 `ppermute` with one-iteration-old messages; bit-reproducible, multi-host with `--num_processes`. Takes the shared
 flags of launch.hts except `--num_envs` (use `--envs_per_learner`). Hyperparameters default to seed 004's Table 2
-(A2C, RMSProp, 16 envs per learner, horizon 5, learning rate 7e-4 x sqrt(learners))."""
+(A2C, RMSProp, 16 envs per learner (GFootball 4), horizon 5, learning rate 7e-4 x sqrt(learners))."""
 
 import dataclasses
 
 from absl import app, flags
 
+from envs.factory import family_of
 from launch import common, scaleout
 from systems.gossip import system
 
-_ENVS_PER_LEARNER = flags.DEFINE_integer("envs_per_learner", 16, "Training envs of each learner.")
+_ENVS_PER_LEARNER = flags.DEFINE_integer(
+    "envs_per_learner", 0, "Training envs of each learner (0: the preset, 16 as in seed 004; GFootball 4)."
+)
+# GFootball's engine costs about 80 MB per env: 4 learners x 16 envs peaked at 4.3 GB on the 2-core machine
+# (benchmarks/results/presets_cpu.md), so its preset keeps HTS's GFootball total of 16 envs.
+_PRESET_ENVS_PER_LEARNER = {"gfootball": 4}
 _TOPOLOGY = flags.DEFINE_enum(
     "topology", "ring", ["ring", "exponential"], "Peer graph: directed ring, or time-varying exponential (pmap)."
 )
@@ -35,7 +41,8 @@ def make_config() -> system.GossipConfig:
                    gossip=_GOSSIP.value, max_staleness=_MAX_STALENESS.value, log_grad_cosine=_COSINE.value,
                    lr_scaling=scaleout.LR_SCALING.value or "sqrt", **scaleout.multihost_values()),
     )
-    config = dataclasses.replace(config, envs_per_learner=_ENVS_PER_LEARNER.value)
+    envs = _ENVS_PER_LEARNER.value or _PRESET_ENVS_PER_LEARNER.get(family_of(config.env_id), 16)
+    config = dataclasses.replace(config, envs_per_learner=envs)
     system.validate(config)
     return config
 

@@ -9,22 +9,29 @@ import numpy as np
 from multidevice import free_port, run_processes, run_python
 
 _RUN = """
-import json, sys
+import collections, json, sys
+import jax
 import numpy as np
 from systems.datapar import system
+lowered = collections.Counter()  # programs lowered to XLA (once per in-memory cache miss, persistent cache or not)
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, duration, **kw: lowered.update([kw.get("fun_name")])
+    if event == "/jax/core/compile/jaxpr_to_mlir_module_duration" else None)
 from systems.common.checkpoint import list_checkpoints
 from flax import serialization
 config = system.DataParallelConfig(
     env_id="CartPole-v1", seed=3, sync_interval=5, local_batch=20, total_steps=4 * 20 * 12, eval_episodes=0,
     quiet=True, debug=True, logdir=sys.argv[1], num_devices={num_devices}, {extra}
 )
+if len(sys.argv) > 3:
+    config = __import__("dataclasses").replace(config, total_steps=int(sys.argv[3]))
 summary = system.run(config)
 with open(list_checkpoints(summary["run_dir"])[-1], "rb") as f:
     params = serialization.msgpack_restore(f.read())["state"]["params"]
 leaves = [np.asarray(x).ravel() for x in __import__("jax").tree_util.tree_leaves(params)]
 np.save(sys.argv[2], np.concatenate(leaves))
 print(json.dumps({{"fingerprint": summary["param_fingerprint"], "updates": summary["updates"],
-                  "env_steps": summary["env_steps"], "num_envs": {num_envs_expr}}}))
+                  "env_steps": summary["env_steps"], "num_envs": {num_envs_expr}, "lowered": lowered}}))
 """
 
 
@@ -32,12 +39,9 @@ def _script(num_devices, extra="", num_envs_expr='summary["env_steps"] // summar
     return _RUN.format(num_devices=num_devices, extra=extra, num_envs_expr=num_envs_expr)
 
 
-def _run_single(tmp_path, name, num_devices):
-    code = _script(num_devices)
-    out = run_python(
-        f"import sys; sys.argv = ['x', {str(tmp_path / name)!r}, {str(tmp_path / (name + '.npy'))!r}]\n" + code,
-        num_devices=num_devices,
-    )
+def _run_single(tmp_path, name, num_devices, total_steps=None):
+    argv = [str(tmp_path / name), str(tmp_path / (name + ".npy"))] + ([str(total_steps)] if total_steps else [])
+    out = run_python(f"import sys; sys.argv = ['x', *{argv!r}]\n" + _script(num_devices), num_devices=num_devices)
     return json.loads(out.strip().splitlines()[-1]), np.load(tmp_path / f"{name}.npy")
 
 
@@ -47,6 +51,12 @@ def test_same_seed_and_devices_give_bit_identical_parameters(tmp_path):
     assert first["updates"] == 4 * 20 * 12 // (2 * 20) and first["num_envs"] == 8
     assert first["fingerprint"] == second["fingerprint"]
     np.testing.assert_array_equal(params_a, params_b)
+    # The second and later rounds reuse the first round's programs: 24 updates lower exactly what one update
+    # lowers (the update and the sharded policy were once compiled again at the second call: the first got host
+    # arrays, every later one the pmap's own outputs).
+    one_update, _ = _run_single(tmp_path, "one", 2, total_steps=2 * 20)
+    assert one_update["updates"] == 1
+    assert first["lowered"] == one_update["lowered"], (first["lowered"], one_update["lowered"])
 
 
 def test_two_processes_equal_one_process_over_the_same_devices(tmp_path):

@@ -3,8 +3,8 @@ CartPole-v1, and SAC and TD3 reach -300 on Pendulum-v1, each within a fixed env-
 2 learner threads. PAL's threads are asynchronous by design (a seed does not fix which transitions a batch sees),
 so the budgets carry margin: on the 2-core machine DQN first reached 450 between 28k and 50k steps in six runs (one
 run under the full suite's load missed it within 60k, so the budget is 100k and the run stops at 450), SAC reached
--300 by 4k and TD3 by 6k of their 12k. DQN on CartPole is unstable after it solves the task, so the tests
-ask for the threshold within the budget (the best evaluation), not at its end."""
+-300 by 4k and TD3 by 6k of their 12k (the runs stop at their threshold). DQN on CartPole is unstable after it
+solves the task, so the tests ask for the threshold within the budget (the best evaluation), not at its end."""
 
 import csv
 import os
@@ -47,7 +47,7 @@ def test_pal_continuous_reaches_minus_300_on_pendulum(tmp_path, algo):
     summary, returns = _run(
         tmp_path, env_id="Pendulum-v1", algo=algo, replay="per", envs_per_actor=1, total_steps=12_000,
         batch_size=256, update_interval=1.0, learning_rate=1e-3, tau=0.005, max_grad_norm=0.0, opt_eps=1e-8,
-        eval_every=1_000,
+        eval_every=1_000, target_return=-300.0, stop_at_target=True,
     )
-    assert summary["optimizer_steps"] == 11_000
+    assert summary["optimizer_steps"] > 0
     assert max(returns) >= -300, returns

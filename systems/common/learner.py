@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -81,7 +82,9 @@ def build(
         )
     run_key = jax.random.PRNGKey(config.seed)
     dummy_obs = jnp.zeros((1, *spec.obs_shape), jax.dtypes.canonicalize_dtype(spec.obs_dtype))
-    params = network.init(jax.random.fold_in(run_key, _INIT), dummy_obs)
+    # One program for every layer's initializer (eager init compiled each orthogonal init per weight shape: 4.7 s
+    # vs 3.5 s for the MLP, 9.2 s vs 4.9 s for the Nature CNN; the same values).
+    params = jax.jit(network.init)(jax.random.fold_in(run_key, _INIT), dummy_obs)
     state = TrainState(
         params=params,
         opt_state=optimizer.init(trainable(params)),
@@ -158,6 +161,37 @@ def ppo_loop_plan(obs_shape: tuple, num_epochs: int, num_minibatches: int) -> di
 def optimizer_steps_per_update(config: config_lib.TrainConfig) -> int:
     """PPO steps the optimizer once per minibatch, A2C once per round: the decay horizon counts optimizer steps."""
     return config.num_epochs * config.num_minibatches if config.algo == "ppo" else 1
+
+
+_COMPILE_THREAD = "compile-ahead"
+
+
+def compiles_in_progress() -> int:
+    """Background compiles (`compile_in_background`) still running: the process waits for them at exit."""
+    return sum(1 for t in threading.enumerate() if t.name == _COMPILE_THREAD and t.is_alive())
+
+
+def compile_in_background(jitted: Callable, *example_args: Any) -> Callable[[], None]:
+    """Starts compiling `jitted` (a `jax.jit` or `jax.pmap` function) for `example_args` (arrays or
+    `jax.ShapeDtypeStruct`s) in a background thread, so the compile overlaps the collection of the first round;
+    returns `wait`, to call before every call of `jitted` (instant once the compile is done), so the two never
+    compile the same program at once. On 2 cores the Atari and GFootball PPO updates compile for 30-40 s.
+
+    jax caches what `jitted.lower(...).compile()` builds for the function's later calls with the same argument
+    types (checked with `jax_log_compiles`: the first update then compiles nothing). A failure here is left to the
+    first real call, which compiles again and raises it where the run handles errors."""
+
+    def compile_now():
+        try:
+            jitted.lower(*example_args).compile()
+        except Exception:  # noqa: BLE001, S110 - the first real call compiles again and reports it
+            pass
+
+    # Not a daemon: the interpreter waits for it at exit. A run stopped during the compile (Ctrl-C, an error) must
+    # not tear XLA down under a compiling thread (the process aborted with SIGABRT when it did).
+    thread = threading.Thread(target=compile_now, name=_COMPILE_THREAD, daemon=False)
+    thread.start()
+    return thread.join
 
 
 def parameter_count(params: Any) -> int:

@@ -41,6 +41,18 @@ class RoundStorage:
         self.values = np.zeros((t, n), np.float32)
         self.behaviour_version = -1  # policy version that collected this round, set when the round completes
 
+    def rollout_shapes(self) -> Rollout:
+        """Shapes and dtypes of `to_rollout()` (for compiling the update before the first round is complete)."""
+
+        def shape(x: np.ndarray) -> jax.ShapeDtypeStruct:
+            return jax.ShapeDtypeStruct(x.shape, jax.dtypes.canonicalize_dtype(x.dtype))
+
+        return Rollout(
+            obs=shape(self.obs), actions=shape(self.actions), rewards=shape(self.rewards),
+            terminations=shape(self.terminations), truncations=shape(self.truncations), valid=shape(self.valid),
+            behaviour_log_probs=shape(self.log_probs), behaviour_values=shape(self.values),
+        )
+
     def to_rollout(self) -> Rollout:
         """Device copy of the round, in the agents' time-major `Rollout` layout."""
         return Rollout(
@@ -114,6 +126,10 @@ class RoundCollector:
         self._held: list[tuple[int, np.ndarray]] = []
         self._pad_obs = np.zeros((inference_batch, *spec.obs_shape), spec.obs_dtype)
         self.finished = threading.Event()
+
+    def rollout_shapes(self) -> Rollout:
+        """Shapes and dtypes of every round's `storage.to_rollout()`."""
+        return self._storages[0].rollout_shapes()
 
     def process(self, results: StepResults) -> None:
         """Consumes one batch of ready observations: stores rewards, picks actions, sends them."""
@@ -258,10 +274,31 @@ def shard_rollout(storage: RoundStorage, num_shards: int) -> Rollout:
     )
 
 
+def sharded_shapes(rollout_shapes: Rollout, num_shards: int) -> Rollout:
+    """`rollout_shapes()` [T(+1), D*E, ...] as the shapes `shard_rollout` returns, [D, T(+1), E, ...]."""
+
+    def split(s: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+        t, b = s.shape[:2]
+        return jax.ShapeDtypeStruct((num_shards, t, b // num_shards, *s.shape[2:]), s.dtype)
+
+    return jax.tree.map(split, rollout_shapes)
+
+
 def stack_host(tree: Any, n: int) -> Any:
     """`n` host copies of every leaf along a new leading axis: the input of a pmapped function whose replicas (or
     learners) start from the same values (pmap places row i on its device i)."""
     return jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (n, *np.shape(x))).copy(), tree)
+
+
+def place_on_axis(stacked: Any, devices: list | None, axis_name: str) -> Any:
+    """A host tree with a leading device axis (`stack_host`), placed on `devices` exactly as a pmap over
+    `axis_name` places its outputs.
+
+    Feed this, not the host arrays, to the first call of a pmapped function that is later fed its own outputs: pmap
+    keys its compiled programs on the arguments' shardings, and an uncommitted host array (or a sharding over
+    another axis name) would compile the whole program a second time at the second call (measured: the BA3C
+    CartPole update, 5.7 s, and its policy, 1.7 s, were each compiled twice)."""
+    return jax.pmap(lambda tree: tree, axis_name=axis_name, devices=devices)(stacked)
 
 
 def replica(tree: Any, index: int = 0) -> Any:

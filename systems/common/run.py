@@ -10,7 +10,7 @@ from envs.executor import Executor
 from envs.factory import EnvSpec, make_spec
 from envs.step_time import StepTimeDistribution, parse_step_time
 from systems.common import config as config_lib
-from systems.common.learner import LearnerSetup, build
+from systems.common.learner import LearnerSetup, build, compile_in_background
 from systems.common.monitor import Monitor
 from systems.common.rollout import RoundCollector, RoundStorage
 
@@ -52,6 +52,13 @@ class RunContext:
             on_round_complete=on_round_complete, action_shape=self.setup.action_shape,
             action_dtype=self.setup.action_dtype,
         )
+
+
+    def compile_update_ahead(self, collector: RoundCollector) -> Callable[[], None]:
+        """Compiles the update in the background while the first round is collected (`compile_in_background`);
+        the learner calls the returned `wait` before every update."""
+        state = self.monitor.state
+        return compile_in_background(self.setup.update, state, state.params, collector.rollout_shapes())
 
 
 def start_run(system: str, config: config_lib.TrainConfig) -> RunContext:

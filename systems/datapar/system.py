@@ -37,14 +37,16 @@ from envs.factory import make_spec
 from envs.step_time import parse_step_time
 from systems.common import config as config_lib
 from systems.common import distributed
-from systems.common.learner import build, optimizer_steps_per_update
+from systems.common.learner import build, compile_in_background, optimizer_steps_per_update
 from systems.common.monitor import LearnerReport, Monitor
 from systems.common.rollout import (
     RoundCollector,
     RoundStorage,
     make_sharded_policy_fn,
+    place_on_axis,
     replica,
     shard_rollout,
+    sharded_shapes,
     stack_host,
 )
 from systems.common.run import run_lockstep
@@ -197,7 +199,7 @@ def run(config: DataParallelConfig) -> dict:
         devices=distributed.pmap_devices(devices),
     )
     replica_spread = make_replica_check(devices) if config.debug else None
-    replicated = stack_host(monitor.state, num_local)
+    replicated = place_on_axis(stack_host(monitor.state, num_local), distributed.pmap_devices(devices), DEVICE_AXIS)
     holder = {"state": replicated, "version": start_round}  # version: updates applied so far (a host int)
 
     first_env = process * num_local * e
@@ -207,8 +209,11 @@ def run(config: DataParallelConfig) -> dict:
     )
     stop = [False]
 
+    wait_for_compile = {}
+
     def on_round_complete(storage: RoundStorage, last: bool):
         current, version = holder["state"], holder["version"]
+        wait_for_compile["wait"]()
         new_state, metrics = update(current, current.params, shard_rollout(storage, num_local))
         if replica_spread is not None:
             gap = float(np.max(np.asarray(replica_spread(new_state.params))))
@@ -228,5 +233,7 @@ def run(config: DataParallelConfig) -> dict:
         first_round=start_round, total_rounds=total_rounds, params=replicated.params, version=start_round,
         on_round_complete=on_round_complete, action_shape=setup.action_shape, action_dtype=setup.action_dtype,
     )
+    wait_for_compile["wait"] = compile_in_background(update, replicated, replicated.params,
+                                                     sharded_shapes(collector.rollout_shapes(), num_local))
     # Lock-step: every env of this process, then one synchronous all-reduced update.
     return run_lockstep(SYSTEM, executor, collector, monitor)

@@ -54,13 +54,14 @@ from envs.step_time import parse_step_time
 from systems.common import config as config_lib
 from systems.common import distributed
 from systems.common.concurrency import StopRequested, ThreadGroup
-from systems.common.learner import build
+from systems.common.learner import build, compile_in_background
 from systems.common.monitor import LearnerReport, Monitor
 from systems.common.rollout import (
     RoundCollector,
     RoundStorage,
     make_policy_fn,
     make_sharded_policy_fn,
+    place_on_axis,
     replica,
     shard_rollout,
     stack_host,
@@ -304,6 +305,7 @@ def _run_pmap(config: GossipConfig) -> dict:
         spec, num_envs=num_local * e, batch_size=num_local * e, seed=config.seed + first * e,
         step_time=parse_step_time(config.step_time),
     )
+    learners, inbox = place_on_axis((learners, inbox), distributed.pmap_devices(devices), LEARNER_AXIS)
     holder = {"learners": learners, "inbox": inbox}
     stop = [False]
 
@@ -389,6 +391,9 @@ def _run_async(config: GossipConfig) -> dict:
     update = jax.jit(functools.partial(setup.update_fn, return_grads=True) if config.log_grad_cosine
                      else setup.update_fn)
     mix_jit = jax.jit(mix)
+    example_rollout = RoundStorage(config.sync_interval, e, spec.obs_shape, spec.obs_dtype, setup.action_shape,
+                                   setup.action_dtype).rollout_shapes()
+    wait_for_compile = compile_in_background(update, slots[0].state, slots[0].state.params, example_rollout)
     policy = make_policy_fn(setup.network.apply)
     reports: queue.Queue = queue.Queue()
     budget = {"taken": start}
@@ -414,6 +419,7 @@ def _run_async(config: GossipConfig) -> dict:
 
         def on_round_complete(storage: RoundStorage, last: bool):
             current = slot.state
+            wait_for_compile()
             new_state, metrics = update(current, current.params, storage.to_rollout())
             iteration = slot.iterations + 1
             network.send(i, iteration, new_state.params)

@@ -71,6 +71,7 @@ def run(config: config_lib.TrainConfig) -> dict:
                 collector.process(results)
 
     learner_state = [state]
+    wait_for_compile = ctx.compile_update_ahead(collector)
 
     def learner_loop():
         while True:
@@ -85,6 +86,7 @@ def run(config: config_lib.TrainConfig) -> dict:
             current = learner_state[0]
             learner_version = int(current.update_step)
             behaviour_params = store.get(storage.behaviour_version)
+            wait_for_compile()
             new_state, metrics = setup.update(current, behaviour_params, storage.to_rollout())
             metrics = jax.device_get(metrics)
             learner_state[0] = new_state

@@ -96,8 +96,17 @@ def _network_sizes(hidden_sizes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(h) for h in hidden_sizes)
 
 
-def build_agent(config, spec: EnvSpec) -> OffPolicyAgent:
-    """`config` is a `systems.pal.system.PALConfig` (algo, hidden sizes, learning rate, gamma, target settings)."""
+def _init_once(init: Callable, keys: Any, abstract: bool) -> Any:
+    """The initial agent state from one compiled program (run op by op, every layer's initializer, optimizer state
+    and target copy compiled on its own: seconds per process; the values are the same), or with `abstract` only its
+    shapes and dtypes (`jax.ShapeDtypeStruct` leaves, nothing compiled): enough for a process that only reads
+    published weights into that structure (Spreeze's samplers and evaluator)."""
+    return jax.eval_shape(init, keys) if abstract else jax.jit(init)(keys)
+
+
+def build_agent(config, spec: EnvSpec, *, abstract_state: bool = False) -> OffPolicyAgent:
+    """`config` is a `systems.pal.system.PALConfig` (algo, hidden sizes, learning rate, gamma, target settings).
+    `abstract_state`: `initial_state` holds only shapes and dtypes (`_init_once`)."""
     algo = config.algo
     run_key = jax.random.PRNGKey(config.seed)
     init_key = jax.random.fold_in(run_key, _INIT)
@@ -116,13 +125,12 @@ def build_agent(config, spec: EnvSpec) -> OffPolicyAgent:
             raise ValueError(f"--algo={algo} needs a discrete action space; {spec.env_id} is continuous")
         torso = "nature_cnn" if len(spec.obs_shape) == 3 else "mlp"
         network = QNetwork(action_dim=spec.action_dim, hidden_sizes=hidden, torso=torso)
-        params = network.init(init_key, obs)
         opt = optimizer(config.learning_rate)
         dqn_config = DQNConfig(
             gamma=config.gamma, double=algo == "ddqn", loss="huber",
             target_update_period=config.target_update_period, tau=config.tau if config.tau < 1 else None,
         )
-        agent_state = dqn_init(params, optimizer=opt)
+        agent_state = _init_once(lambda key: dqn_init(network.init(key, obs), optimizer=opt), init_key, abstract_state)
         update_fn = functools.partial(dqn_update, apply_fn=network.apply, optimizer=opt, config=dqn_config)
 
         def act(params, obs, key, epsilon):  # key: a raw uint32 key; dqn_act takes one typed key per row
@@ -151,10 +159,10 @@ def build_agent(config, spec: EnvSpec) -> OffPolicyAgent:
             actor = GaussianActor(action_dim=spec.action_dim, hidden_sizes=hidden)
             critic = TwinQ(hidden_sizes=hidden)
             alpha_opt = optimizer(config.critic_learning_rate or config.learning_rate)
-            agent_state = sac_init(
-                state_key, actor.init(actor_key, obs), critic.init(critic_key, obs, action_zero),
+            agent_state = _init_once(lambda keys: sac_init(
+                keys[2], actor.init(keys[0], obs), critic.init(keys[1], obs, action_zero),
                 actor_optimizer=actor_opt, critic_optimizer=critic_opt, alpha_optimizer=alpha_opt,
-            )
+            ), (actor_key, critic_key, state_key), abstract_state)
             sac_config = SACConfig(gamma=config.gamma, tau=config.tau)
             sac_parts = dict(actor_apply=actor.apply, critic_apply=critic.apply, actor_optimizer=actor_opt,
                              critic_optimizer=critic_opt, alpha_optimizer=alpha_opt, config=sac_config, **bounds)
@@ -176,10 +184,10 @@ def build_agent(config, spec: EnvSpec) -> OffPolicyAgent:
             else:
                 ddpg_cfg = dataclasses.replace(ddpg_config(), gamma=config.gamma, tau=config.tau)
                 critic = ContinuousQ(hidden_sizes=hidden)
-            agent_state = ddpg_init(
-                state_key, actor.init(actor_key, obs), critic.init(critic_key, obs, action_zero),
+            agent_state = _init_once(lambda keys: ddpg_init(
+                keys[2], actor.init(keys[0], obs), critic.init(keys[1], obs, action_zero),
                 actor_optimizer=actor_opt, critic_optimizer=critic_opt,
-            )
+            ), (actor_key, critic_key, state_key), abstract_state)
             update_fn = functools.partial(
                 ddpg_update, actor_apply=actor.apply, critic_apply=critic.apply, actor_optimizer=actor_opt,
                 critic_optimizer=critic_opt, config=ddpg_cfg, **bounds,

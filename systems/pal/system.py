@@ -34,6 +34,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -45,6 +46,7 @@ from systems.common import config as config_lib
 from systems.common.checkpoint import checkpoint_dir
 from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
 from systems.common.evaluation import Evaluator
+from systems.common.learner import compile_in_background
 from systems.common.monitor import LearnerReport, Monitor
 from systems.pal import allocate as allocate_lib
 from systems.pal.agent import ALGOS, CONTINUOUS_ALGOS, DISCRETE_ALGOS, OffPolicyAgent, PALState, build_agent
@@ -373,6 +375,17 @@ class ParameterServer:
         self._reported_updates: int | None = None
         self._every = min([e for e in (config.eval_every, config.checkpoint_every) if e > 0], default=0)
         self._next_due = (gate.collected // self._every + 1) * self._every if self._every else None
+        self._wait_for_compile: Callable[[], None] = lambda: None
+
+    def compile_update_ahead(self) -> None:
+        """Compiles the update in the background while the actors fill the buffer up to `learning_starts` (the
+        Atari DQN update compiles for tens of seconds on 2 cores); the server waits for it before its first step.
+        Batches have the layout of `agent.example` (the buffers are built from it), [N learners, b, ...]."""
+        n, b = self.num_learners, self.sub_batch
+        batch = {name: jax.ShapeDtypeStruct((n, b, *np.shape(value)), jax.dtypes.canonicalize_dtype(
+            np.asarray(value).dtype)) for name, value in self.agent.example.items()}
+        weights = jax.ShapeDtypeStruct((n, b), np.float32)
+        self._wait_for_compile = compile_in_background(self.agent.update, self.state, batch, weights)
 
     def beta(self, collected: int) -> float:
         """PER importance exponent, linear from per_beta to 1 over the run (Schaul et al. 2016, section 3.4)."""
@@ -415,6 +428,7 @@ class ParameterServer:
                     samples[learner_id] = sample
                 batch = {name: np.stack([s.batch[name] for s in samples]) for name in samples[0].batch}
                 weights = np.stack([s.weights for s in samples])
+                self._wait_for_compile()
                 start = time.perf_counter()
                 self.state, metrics, priorities = self.agent.update(self.state, batch, weights)
                 priorities = np.asarray(priorities)  # [N, b]; waits for the step
@@ -650,6 +664,7 @@ def run(config: PALConfig) -> dict:
               for i in range(config.num_actors)]
     actor_versions = [updates0] * config.num_actors
     server = ParameterServer(config, agent, state, buffer, store, gate, group, reports, actor_versions)
+    server.compile_update_ahead()
     actors_left = [config.num_actors]
     actors_lock = threading.Lock()
 

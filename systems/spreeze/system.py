@@ -38,6 +38,7 @@ from envs.factory import make_spec
 from systems.common import config as config_lib
 from systems.common.checkpoint import checkpoint_dir
 from systems.common.evaluation import EvaluationRecord
+from systems.common.learner import compile_in_background
 from systems.common.monitor import LearnerReport, Monitor
 from systems.pal.agent import CONTINUOUS_ALGOS, PALState, build_agent
 from systems.pal.system import PALConfig, reached_target
@@ -181,6 +182,7 @@ def run(config: SpreezeConfig) -> dict:
     rng = np.random.default_rng([config.seed, 7])
     ones = np.ones((1, max(config.batch_size, 1)), np.float32)
     learner = _Learner(config, agent, state.agent, monitor)
+    learner.compile_ahead(fields, config.batch_size)
     tuning: dict = {}
     updates = updates0
     interrupted = False
@@ -304,8 +306,19 @@ class _Learner:
             if len(devices) < 2:
                 monitor.outputs.print("[spreeze] --model_parallel: one device only, running the plain SAC update")
         self._state = agent_state
+        self._wait_for_compile = lambda: None
+
+    def compile_ahead(self, fields: dict, batch_size: int) -> None:
+        """Compiles the plain update in the background while the samplers start and fill the replay up to
+        `learning_starts` (the learner only waits then); `fields`: name -> (shape, dtype) of one transition."""
+        if self._mp is not None or batch_size <= 0:
+            return
+        batch = {name: jax.ShapeDtypeStruct((1, batch_size, *shape), dtype) for name, (shape, dtype) in fields.items()}
+        weights = jax.ShapeDtypeStruct((1, batch_size), np.float32)
+        self._wait_for_compile = compile_in_background(self._agent.update, self._state, batch, weights)
 
     def step(self, batch: dict, weights: np.ndarray):
+        self._wait_for_compile()
         if self._mp is not None:
             self._split, metrics, _ = self._mp.update(self._split, batch, weights[0])
             jax.block_until_ready(self._split)

@@ -56,7 +56,7 @@ def sampler_main(index: int, config, replay_handle, weights_dir: str, stop, own_
         from systems.spreeze.shared_replay import SharedReplay
 
         spec = make_spec(config.env_id)
-        agent = build_agent(config, spec)
+        agent = build_agent(config, spec, abstract_state=True)  # reads published weights only
         replay = SharedReplay.attach(replay_handle)
         num_envs = config.envs_per_sampler
         first_env = index * num_envs
@@ -126,7 +126,7 @@ def evaluator_main(config, weights_dir: str, stop, events, poll_seconds: float =
         from systems.spreeze import weights as weights_lib
 
         spec = make_spec(config.env_id)
-        agent = build_agent(config, spec)
+        agent = build_agent(config, spec, abstract_state=True)  # reads published weights only
         evaluator = Evaluator(spec, None, episodes=config.eval_episodes, seed=agent.eval_seed, deterministic=True,
                               act_fn=agent.eval_act)
         watcher = weights_lib.WeightsWatcher(weights_dir, agent.initial_state)

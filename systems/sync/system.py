@@ -28,11 +28,13 @@ def run(config: config_lib.TrainConfig) -> dict:
     def on_round_complete(storage: RoundStorage, last: bool):
         current = monitor.state
         version = int(current.update_step)
+        wait_for_compile()
         new_state, metrics = setup.update(current, current.params, storage.to_rollout())
         report = LearnerReport(new_state, jax.device_get(metrics), storage.behaviour_version, version)
         stop[0] = monitor.on_report(report, executor.pop_episodes())
         return None if stop[0] else (version + 1, new_state.params)
 
     collector = ctx.make_collector(executor, inference_batch=config.num_envs, on_round_complete=on_round_complete)
+    wait_for_compile = ctx.compile_update_ahead(collector)
     # Lock-step: wait for every env's result before acting (A2C/PPO's per-step synchronization).
     return run_lockstep(SYSTEM, executor, collector, monitor)
