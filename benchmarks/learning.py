@@ -7,6 +7,9 @@ installed unmodified from PyPI into a benchmark-only virtual environment (`bench
 
     python -m venv /tmp/learn-venv && /tmp/learn-venv/bin/pip install -r benchmarks/requirements-learning.txt
 
+Side `hts_zoo` runs HTS-PPO with the peer's own hyperparameters (`ZOO_FLAGS`, CartPole and Acrobot), to tell our
+implementation from our presets (CleanRL's settings) when the two sides differ.
+
 Same env ids (EnvPool's classic-control and MuJoCo v4 tasks match gymnasium's), same env step budget, same seeds
 (0, 1, 2), same evaluation protocol: every budget/20 env steps, 10 episodes with the greedy (mean / argmax) action
 on separate envs, observation statistics frozen; the final metric is the mean return over the last ten
@@ -46,8 +49,21 @@ REPORT_MD = os.path.join(RESULTS, "learning_cpu.md")
 PEER_PYTHON = "/tmp/learn-venv/bin/python"
 RUN_FIELDS = ("task", "side", "seed", "env_steps", "wall_s", "cpu_s", "mean_load", "sps", "final_metric",
               "evaluations", "date", "commit", "command")
-SIDES = ("hts", "sb3", "sync")  # run in this order per seed
-SIDE_LABELS = {"hts": "HTS-PPO (ours)", "sync": "sync-PPO (ours)", "sb3": "SB3 PPO, rl-zoo3 tuned (peer)"}
+SIDES = ("hts", "sb3", "sync", "hts_zoo")  # run in this order per seed
+SIDE_LABELS = {"hts": "HTS-PPO (ours)", "sync": "sync-PPO (ours)", "sb3": "SB3 PPO, rl-zoo3 tuned (peer)",
+               "hts_zoo": "HTS-PPO with rl-zoo3's hyperparameters (ours)"}
+# The peer's hyperparameters (rl-zoo3 2.9 `hyperparams/ppo.yml`, SB3 defaults where it is silent: lr 3e-4,
+# batch 64, clip 0.2, value coefficient 0.5, gradient norm 0.5) as our flags, to tell the implementation from the
+# presets. Departure: rl-zoo3 anneals CartPole's clip range linearly (`lin_0.2`); our clip range is constant.
+ZOO_FLAGS = {
+    "CartPole-v1": ("--num_envs=8", "--sync_interval=32", "--num_minibatches=1", "--num_epochs=20",
+                    "--gae_lambda=0.8", "--gamma=0.98", "--entropy_coef=0", "--learning_rate=0.001", "--anneal_lr",
+                    "--clip_eps=0.2", "--value_coef=0.5", "--max_grad_norm=0.5", "--noclip_value_loss"),
+    "Acrobot-v1": ("--num_envs=16", "--sync_interval=256", "--num_minibatches=64", "--num_epochs=4",
+                   "--gae_lambda=0.94", "--gamma=0.99", "--entropy_coef=0", "--learning_rate=0.0003",
+                   "--noanneal_lr", "--clip_eps=0.2", "--value_coef=0.5", "--max_grad_norm=0.5",
+                   "--noclip_value_loss", "--normalize_obs", "--normalize_reward"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +98,11 @@ def our_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) ->
     else:
         args = [f"--env={task.env_id}", "--eval_deterministic", "--eval_episodes=10",
                 f"--eval_every={eval_every(task)}"]
+    if side == "hts_zoo":
+        args += list(ZOO_FLAGS[task.env_id])
     args += [f"--seed={seed}", f"--total_steps={task.steps}", f"--logdir={run_dir}", "--quiet"]
-    return [sys.executable, "-m", f"launch.{side}", *args, *(["--resume"] if resume else [])]
+    launcher = "hts" if side == "hts_zoo" else side
+    return [sys.executable, "-m", f"launch.{launcher}", *args, *(["--resume"] if resume else [])]
 
 
 def peer_command(task: Task, seed: int, run_dir: str) -> list[str]:
@@ -317,7 +336,7 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default="CartPole-v1,Acrobot-v1,Hopper-v4,HalfCheetah-v4",
                         help=f"comma-separated, from {', '.join(TASKS)}")
-    parser.add_argument("--sides", default=",".join(SIDES), help="comma-separated subset of hts,sb3,sync")
+    parser.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated subset of {','.join(SIDES)}")
     parser.add_argument("--seeds", default="", help="comma-separated seeds (default: the task's)")
     parser.add_argument("--work_dir", default="runs/learning", help="run directories (not committed)")
     parser.add_argument("--report_only", action="store_true")
@@ -332,7 +351,7 @@ def main(argv: list[str]) -> None:
             task = TASKS[name]
             seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else task.seeds
             for seed in seeds:  # seed-major, so a partial run has every side at its first seeds
-                for side in (s for s in task.sides if s in sides):
+                for side in (s for s in task.sides if s in sides and (s != "hts_zoo" or name in ZOO_FLAGS)):
                     done = {(r["task"], r["side"], r["seed"]) for r in read_runs()}
                     if (name, side, str(seed)) in done:
                         continue

@@ -53,7 +53,6 @@ class RunContext:
             action_dtype=self.setup.action_dtype,
         )
 
-
     def compile_update_ahead(self, collector: RoundCollector) -> Callable[[], None]:
         """Compiles the update in the background while the first round is collected (`compile_in_background`);
         the learner calls the returned `wait` before every update."""

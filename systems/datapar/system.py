@@ -208,12 +208,14 @@ def run(config: DataParallelConfig) -> dict:
         step_time=parse_step_time(config.step_time),
     )
     stop = [False]
-
-    wait_for_compile = {}
+    round_shapes = RoundStorage(config.sync_interval, num_local * e, spec.obs_shape, spec.obs_dtype,
+                                setup.action_shape, setup.action_dtype).rollout_shapes()
+    wait_for_compile = compile_in_background(update, replicated, replicated.params,
+                                             sharded_shapes(round_shapes, num_local))
 
     def on_round_complete(storage: RoundStorage, last: bool):
         current, version = holder["state"], holder["version"]
-        wait_for_compile["wait"]()
+        wait_for_compile()
         new_state, metrics = update(current, current.params, shard_rollout(storage, num_local))
         if replica_spread is not None:
             gap = float(np.max(np.asarray(replica_spread(new_state.params))))
@@ -233,7 +235,5 @@ def run(config: DataParallelConfig) -> dict:
         first_round=start_round, total_rounds=total_rounds, params=replicated.params, version=start_round,
         on_round_complete=on_round_complete, action_shape=setup.action_shape, action_dtype=setup.action_dtype,
     )
-    wait_for_compile["wait"] = compile_in_background(update, replicated, replicated.params,
-                                                     sharded_shapes(collector.rollout_shapes(), num_local))
     # Lock-step: every env of this process, then one synchronous all-reduced update.
     return run_lockstep(SYSTEM, executor, collector, monitor)
