@@ -284,11 +284,12 @@ def write_report(rows: list[dict]) -> None:
         "Final metric: mean evaluation return over the last ten evaluations (10 greedy episodes each), mean over",
         "seeds with a 95% percentile-bootstrap interval; wall time, CPU time and SPS: medians over seeds (process",
         "start to exit, evaluation included). Runs are sequential, one at a time, but other work may have shared the",
-        "2 cores during some of them: CPU time (user + system of the run's processes) is the load-independent cost,",
-        "and each row of `learning_cpu_runs.csv` has the run's mean 1-minute load average (about 2: the run alone).",
+        "2 cores during some of them: CPU time (user + system of the run's processes) is the load-independent cost.",
+        "Load: each run's mean 1-minute load average, by seed (about 2 on this machine: the run alone; n/a: not",
+        "recorded).",
         "",
-        "| task | steps | side | seeds | final metric [95% CI] | wall time (min) | CPU time (min) | SPS |",
-        "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: |",
+        "| task | steps | side | seeds | final metric [95% CI] | wall time (min) | CPU time (min) | SPS | load |",
+        "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: | --- |",
     ]
     for name, task in TASKS.items():
         task_rows = [r for r in rows if r["task"] == name]
@@ -305,8 +306,9 @@ def write_report(rows: list[dict]) -> None:
             sps = np.median([float(r["sps"]) for r in side_rows])
             cpus = [float(r["cpu_s"]) for r in side_rows if r["cpu_s"]]
             cpu = f"{np.median(cpus) / 60:.1f}" if cpus else "n/a"
+            load = ", ".join(r["mean_load"] or "n/a" for r in sorted(side_rows, key=lambda r: int(r["seed"])))
             lines.append(f"| {name} | {task.steps:,} | {SIDE_LABELS[side]} | {len(side_rows)} | "
-                         f"{stat.mean:.1f}{interval} | {wall:.1f} | {cpu} | {sps:,.0f} |")
+                         f"{stat.mean:.1f}{interval} | {wall:.1f} | {cpu} | {sps:,.0f} | {load} |")
             groups.append(_group(name, side, [int(r["seed"]) for r in side_rows]))
         figure = os.path.join(CURVES_DIR, f"{name.replace('/', '_')}.png")
         plots.plot_curves(groups, figure)
