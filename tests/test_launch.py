@@ -43,7 +43,9 @@ def _outputs_ok(run_dir, steps):
 @pytest.mark.parametrize(
     "main,kwargs,steps",
     [
-        (launch_hts.main, dict(game="Breakout", num_envs=4, sync_interval=4, total_steps=32, num_actors=2), 32),
+        # The main command at a smoke size (its preset's update at real size: tests/test_presets.py).
+        (launch_hts.main, dict(game="Breakout", num_envs=4, sync_interval=4, total_steps=32, num_actors=2,
+                               num_minibatches=2, num_epochs=1), 32),
         (launch_sync.main, dict(game="Breakout", num_envs=4, sync_interval=4, total_steps=32, algo="a2c"), 32),
         (launch_hts.main, dict(env="gfootball/academy_empty_goal_close-v1", num_envs=4, sync_interval=4,
                                total_steps=32, num_minibatches=2, num_epochs=1), 32),
