@@ -1,8 +1,9 @@
 """PAL really learns (seed 003 section V): DQN with prioritized replay reaches an evaluation return of at least 450 on
 CartPole-v1, and SAC and TD3 reach -300 on Pendulum-v1, each within a fixed env-step budget, with 2 actor threads and
 2 learner threads. PAL's threads are asynchronous by design (a seed does not fix which transitions a batch sees),
-so the budgets carry margin: on the 2-core machine DQN first reached 450 between 28k and 50k steps in six runs (one
-run under the full suite's load missed it within 60k, so the budget is 100k and the run stops at 450), SAC reached
+so the budgets carry margin: on the 2-core machine DQN (exploring over its first 8k steps) first reached 450 at 28k,
+36k and 44k steps in three runs (exploring over 20k: between 28k and 52k in eight runs, one of which missed it within
+60k under the full suite's load), so the budget is 100k and the run stops at 450; SAC reached
 -300 by 4k and TD3 by 6k of their 12k (the runs stop at their threshold). DQN on CartPole is unstable after it
 solves the task, so the tests ask for the threshold within the budget (the best evaluation), not at its end."""
 
@@ -35,7 +36,7 @@ def test_pal_dqn_per_solves_cartpole(tmp_path):
     summary, returns = _run(
         tmp_path, env_id="CartPole-v1", algo="dqn", replay="per", envs_per_actor=2, total_steps=100_000,
         batch_size=64, update_interval=2.0, learning_rate=1e-3, tau=0.01, target_update_period=1,
-        exploration_fraction=0.2, epsilon_end=0.05, max_grad_norm=10.0, eval_every=2_000, target_return=450.0,
+        exploration_fraction=0.08, epsilon_end=0.05, max_grad_norm=10.0, eval_every=2_000, target_return=450.0,
         stop_at_target=True,
     )
     assert summary["priorities_updated"] > 0

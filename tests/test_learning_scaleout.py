@@ -3,8 +3,9 @@ RMSProp, 16 envs per learner, learning rate 7e-4 x sqrt(4)) each reach a determi
 450 on CartPole-v1 within a fixed budget. Both run lock-step (GALA in its pmap mode), so a seed fixes the run and
 the test is not flaky on one machine. A2C on CartPole is unstable after it solves the task (returns can fall back
 later in the run), so the test asks for the solved threshold within the budget, not at its end. The exact run
-depends on the installed JAX/XLA build: with jax 0.10.2 the data-parallel run (seed 1) first evaluates at 500 after
-250k steps (446.6 at its 200k point), hence its 300k budget."""
+depends on the installed JAX/XLA build. With jax 0.10.2, evaluating every 12.5k steps: the data-parallel run first
+reached 450 at 37.6k steps with seeds 0, 2 and 3 (500 with seed 3, again at 62.6k) and at 87.5k with seed 1; GALA
+(seed 1) reached 490.8 at 50k and 500 at 62.7k. Hence budgets of 80k (seed 3) and 100k."""
 
 import csv
 import json
@@ -16,8 +17,8 @@ _DATAPAR = """
 import json, sys
 from systems.datapar import system
 config = system.DataParallelConfig(
-    env_id="CartPole-v1", seed=1, num_devices=2, sync_interval=5, local_batch=80, total_steps=300_000,
-    optimizer="rmsprop", learning_rate=7e-4, opt_eps=1e-5, eval_episodes=10, eval_every=25_000,
+    env_id="CartPole-v1", seed=3, num_devices=2, sync_interval=5, local_batch=80, total_steps=80_000,
+    optimizer="rmsprop", learning_rate=7e-4, opt_eps=1e-5, eval_episodes=10, eval_every=12_500,
     eval_deterministic=True, quiet=True, logdir=sys.argv[1],
 )
 print(json.dumps(system.run(config)))
@@ -27,8 +28,8 @@ _GALA = """
 import json, sys
 from systems.gossip import system
 config = system.GossipConfig(
-    env_id="CartPole-v1", seed=1, num_learners=4, envs_per_learner=16, sync_interval=5, total_steps=300_000,
-    gossip="pmap", optimizer="rmsprop", learning_rate=7e-4, opt_eps=1e-5, eval_episodes=10, eval_every=25_000,
+    env_id="CartPole-v1", seed=1, num_learners=4, envs_per_learner=16, sync_interval=5, total_steps=100_000,
+    gossip="pmap", optimizer="rmsprop", learning_rate=7e-4, opt_eps=1e-5, eval_episodes=10, eval_every=12_500,
     eval_deterministic=True, quiet=True, logdir=sys.argv[1],
 )
 print(json.dumps(system.run(config)))
@@ -36,7 +37,7 @@ print(json.dumps(system.run(config)))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("code, devices, budget", [(_DATAPAR, 2, 300_000), (_GALA, 4, 300_000)],
+@pytest.mark.parametrize("code, devices, budget", [(_DATAPAR, 2, 80_000), (_GALA, 4, 100_000)],
                          ids=["datapar-a2c", "gala-4"])
 def test_scaled_out_a2c_solves_cartpole(tmp_path, code, devices, budget):
     run_dir = tmp_path / "run"
@@ -45,5 +46,5 @@ def test_scaled_out_a2c_solves_cartpole(tmp_path, code, devices, budget):
     assert summary["env_steps"] <= budget + 4 * 16 * 5
     with open(run_dir / "evaluations.csv") as f:
         returns = [float(row["mean_return"]) for row in csv.DictReader(f)]
-    assert len(returns) >= 8
+    assert len(returns) >= 6
     assert max(returns) >= 450, returns

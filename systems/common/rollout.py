@@ -26,6 +26,20 @@ from agents import Rollout, policy_step
 from envs.executor import Executor, StepResults
 
 
+def rollout_shapes(sync_interval: int, num_envs: int, obs_shape, obs_dtype, action_shape, action_dtype) -> Rollout:
+    """Shapes and dtypes of a round's `Rollout` ([alpha(+1), num_envs, ...]), without allocating the round."""
+    t, n = sync_interval, num_envs
+
+    def shape(*dims, dtype=np.float32) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(dims, jax.dtypes.canonicalize_dtype(dtype))
+
+    return Rollout(
+        obs=shape(t + 1, n, *obs_shape, dtype=obs_dtype), actions=shape(t, n, *action_shape, dtype=action_dtype),
+        rewards=shape(t, n), terminations=shape(t, n), truncations=shape(t, n), valid=shape(t, n),
+        behaviour_log_probs=shape(t, n), behaviour_values=shape(t, n),
+    )
+
+
 class RoundStorage:
     """One round of experience, [alpha(+1), num_envs, ...] numpy arrays, written in place by the actors."""
 
@@ -43,15 +57,8 @@ class RoundStorage:
 
     def rollout_shapes(self) -> Rollout:
         """Shapes and dtypes of `to_rollout()` (for compiling the update before the first round is complete)."""
-
-        def shape(x: np.ndarray) -> jax.ShapeDtypeStruct:
-            return jax.ShapeDtypeStruct(x.shape, jax.dtypes.canonicalize_dtype(x.dtype))
-
-        return Rollout(
-            obs=shape(self.obs), actions=shape(self.actions), rewards=shape(self.rewards),
-            terminations=shape(self.terminations), truncations=shape(self.truncations), valid=shape(self.valid),
-            behaviour_log_probs=shape(self.log_probs), behaviour_values=shape(self.values),
-        )
+        t, n = self.actions.shape[:2]
+        return rollout_shapes(t, n, self.obs.shape[2:], self.obs.dtype, self.actions.shape[2:], self.actions.dtype)
 
     def to_rollout(self) -> Rollout:
         """Device copy of the round, in the agents' time-major `Rollout` layout."""

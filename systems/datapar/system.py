@@ -45,6 +45,7 @@ from systems.common.rollout import (
     make_sharded_policy_fn,
     place_on_axis,
     replica,
+    rollout_shapes,
     shard_rollout,
     sharded_shapes,
     stack_host,
@@ -208,8 +209,8 @@ def run(config: DataParallelConfig) -> dict:
         step_time=parse_step_time(config.step_time),
     )
     stop = [False]
-    round_shapes = RoundStorage(config.sync_interval, num_local * e, spec.obs_shape, spec.obs_dtype,
-                                setup.action_shape, setup.action_dtype).rollout_shapes()
+    round_shapes = rollout_shapes(config.sync_interval, num_local * e, spec.obs_shape, spec.obs_dtype,
+                                  setup.action_shape, setup.action_dtype)
     wait_for_compile = compile_in_background(update, replicated, replicated.params,
                                              sharded_shapes(round_shapes, num_local))
 

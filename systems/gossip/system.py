@@ -63,6 +63,7 @@ from systems.common.rollout import (
     make_sharded_policy_fn,
     place_on_axis,
     replica,
+    rollout_shapes,
     shard_rollout,
     stack_host,
 )
@@ -391,8 +392,8 @@ def _run_async(config: GossipConfig) -> dict:
     update = jax.jit(functools.partial(setup.update_fn, return_grads=True) if config.log_grad_cosine
                      else setup.update_fn)
     mix_jit = jax.jit(mix)
-    example_rollout = RoundStorage(config.sync_interval, e, spec.obs_shape, spec.obs_dtype, setup.action_shape,
-                                   setup.action_dtype).rollout_shapes()
+    example_rollout = rollout_shapes(config.sync_interval, e, spec.obs_shape, spec.obs_dtype, setup.action_shape,
+                                     setup.action_dtype)
     wait_for_compile = compile_in_background(update, slots[0].state, slots[0].state.params, example_rollout)
     policy = make_policy_fn(setup.network.apply)
     reports: queue.Queue = queue.Queue()

@@ -328,7 +328,7 @@ def rollout_frames(spec, pool, act, max_steps: int, stop=None) -> list[Image.Ima
 
 def render_main(config, weights_dir: str, out_dir: str, stop, events, every_seconds: float = 30.0,
                 max_steps: int = 200, poll_seconds: float = 0.5, keep: int = KEEP) -> None:
-    """The visualization process (seed 002, section 3.1.2), a top-level function for a "spawn" child. Whenever a new
+    """The visualization process (seed 002, section 3.1.2), a top-level function for a forkserver child. Whenever a new
     weights version is published in `weights_dir` and at least `every_seconds` passed since the last GIF, plays one
     episode (up to `max_steps` steps) of the deterministic policy (`agent.eval_act`) on its own 1-env EnvPool,
     saves it as `<out_dir>/rollout_<version:09d>.gif` (atomically), keeps the newest `keep` GIFs and puts

@@ -39,16 +39,16 @@ rewrites them. A process SIGKILLed while holding the lock leaves it held: the ot
 `lock_timeout` seconds instead of hanging (multiprocessing locks are not robust mutexes).
 
 Resource tracker (Python 3.11). `SharedMemory(name)` registers the segment with the calling process's resource
-tracker, even when it only attaches. Under spawn every child shares its parent's tracker, whose bookkeeping is a SET
-of names: a child that unregisters after attaching (the usual advice) deletes the owner's registration, and the
-owner's own `unlink` then makes the tracker print a KeyError traceback; a process with a tracker of its own (not a
-child of the owner) has its tracker unlink the segment, with a "leaked shared_memory" warning, when it exits. So
-attaching processes never register: `track=False` on Python >= 3.13, and on older versions the register call for
-that one name is filtered out while the segment is opened (`_open_untracked`). Only the creator registers, so if
-the whole run dies (SIGKILL, OOM) its tracker unlinks the segment once every process of the run is gone; a tracker
-killed too leaves the segment in /dev/shm, and `cleanup_stale(run_id)` (also called by `create`) removes it on the
-next start. Removing a segment opens it registered and unlinks it (register + unregister), which balances whichever
-tracker the calling process has.
+tracker, even when it only attaches. Under spawn and forkserver every child shares its parent's tracker, whose
+bookkeeping is a SET of names: a child that unregisters after attaching (the usual advice) deletes the owner's
+registration, and the owner's own `unlink` then makes the tracker print a KeyError traceback; a process with a
+tracker of its own (not a child of the owner) has its tracker unlink the segment, with a "leaked shared_memory"
+warning, when it exits. So attaching processes never register: `track=False` on Python >= 3.13, and on older
+versions the register call for that one name is filtered out while the segment is opened (`_open_untracked`). Only
+the creator registers, so if the whole run dies (SIGKILL, OOM) its tracker unlinks the segment once every process of
+the run is gone; a tracker killed too leaves the segment in /dev/shm, and `cleanup_stale(run_id)` (also called by
+`create`) removes it on the next start. Removing a segment opens it registered and unlinks it (register +
+unregister), which balances whichever tracker the calling process has.
 
 Ctrl-C: every `SharedReplay` is a context manager (the owner unlinks, others close); `unlink` is idempotent and
 also works after `close`. Windows frees named shared memory with its last handle, so nothing can go stale there.

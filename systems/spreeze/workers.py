@@ -3,9 +3,10 @@ process. Each runs on the CPU with one XLA thread, reads the newest weights from
 publishes (section 3.3.1) and talks to the learner only through shared memory (samplers) or a small queue of
 evaluation records and finished episodes (rare messages, never transitions).
 
-Every worker is a top-level function taking picklable arguments, started with the "spawn" context. A worker that
-fails puts `("error", name, traceback)` on the `events` queue and exits non-zero; the learner stops the run with
-that error. `stop` (an Event) ends every loop; Ctrl-C in a worker exits it quietly (the learner handles the run).
+Every worker is a top-level function taking picklable arguments, forked from the run's forkserver
+(`system.child_context`, which has imported the workers' modules once). A worker that fails puts `("error", name,
+traceback)` on the `events` queue and exits non-zero; the learner stops the run with that error. `stop` (an Event)
+ends every loop; Ctrl-C in a worker exits it quietly (the learner handles the run).
 """
 
 from __future__ import annotations
