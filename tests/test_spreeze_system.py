@@ -175,3 +175,18 @@ def test_model_parallel_run_on_two_devices(tmp_path):
     summary = json.loads(next(line for line in out.splitlines() if line.startswith("SUMMARY "))[len("SUMMARY "):])
     assert summary["model_parallel"] == {"actor": "cpu:0", "critic": "cpu:1"}
     assert summary["optimizer_steps"] > 0 and summary["evaluations"] >= 1
+
+
+def test_forkserver_preload_starts_no_jax_backend_and_no_thread():
+    """Children fork from a forkserver that imported `CHILD_PRELOAD`: forking is only safe while that image has no
+    JAX backend (XLA's thread pools) and no other thread, and each child must still pick its own platform."""
+    code = (
+        "import importlib, threading\n"
+        "from systems.spreeze.system import CHILD_PRELOAD\n"
+        "for name in CHILD_PRELOAD: importlib.import_module(name)\n"
+        "from jax._src import xla_bridge\n"
+        "print(len(xla_bridge._backends), threading.active_count())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", "1"], result.stdout

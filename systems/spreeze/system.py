@@ -99,7 +99,7 @@ def run_id(run_dir: str) -> str:
 
 
 # What every child imports before its first line of work (JAX, Flax, EnvPool, the agents): a forkserver imports
-# them once per run and forks each child from that image, where "spawn" paid the imports (several seconds of CPU)
+# them once per process and forks each child from that image, where "spawn" paid the imports (several seconds of CPU)
 # once per child, all at the same moment the learner compiles.
 CHILD_PRELOAD = ["systems.spreeze.workers", "systems.spreeze.render", "systems.pal.agent", "systems.spreeze.weights",
                  "systems.spreeze.shared_replay", "systems.common.evaluation", "envs.factory", "envs.episodes"]
@@ -110,7 +110,8 @@ def child_context():
 
     The forkserver imports JAX but never initialises a backend (none of the preloaded modules computes at import),
     so each child still chooses its own platform and XLA flags (`workers._cpu_only`) before its first JAX call, as
-    under "spawn". A forked child inherits the environment of the forkserver, which starts with the run."""
+    under "spawn". A forked child inherits the environment the forkserver started with (at the process's first run;
+    it serves every later run of the same process), not the environment of the moment it is forked."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(CHILD_PRELOAD)
     return ctx
