@@ -76,10 +76,11 @@ NOTES = {
     ),
     "Hopper-v4": (
         "the peer's greedy policy settles on standing still for the whole 1,000-step episode (returns of 980-1,020 "
-        "from the first evaluation at 50k steps on, with single falls to 23-800); rl-baselines3-zoo issue 376 "
+        "from the first evaluation at 50k steps on in all three seeds, with falls to 11-821 in some evaluations); "
+        "rl-baselines3-zoo issue 376 "
         "reports the same plateau at 1k for its PPO Hopper hyperparameters. Its seed 0 shared the cores with our "
         "test suite (load 3.44), so its wall time overstates the peer's: alone on the machine it ran at about 550 "
-        "SPS (seed 1, between 300k and 970k steps), about 30 minutes per 1M steps."
+        "SPS (seed 1 between 300k and 970k steps; seed 2, alone throughout: 549 SPS, 30.4 minutes)."
     ),
 }
 
