@@ -31,25 +31,19 @@ _CHILD = """
 import json, sys
 from systems.common.xla_flags import prefer_memory_saving_cpu_schedule
 prefer_memory_saving_cpu_schedule()  # as the launchers do
-import jax, jax.numpy as jnp, numpy as np
+import jax
 jax.config.update("jax_enable_compilation_cache", False)  # compile for real: the test inspects the program
-from agents.types import Rollout
 from envs.factory import make_spec
 from systems.common import config as config_lib
 from systems.common.learner import build
+from systems.common.rollout import rollout_shapes
 
 family, algo, env_id = {args!r}
 config = config_lib.TrainConfig(env_id=env_id, algo=algo, **config_lib.preset(family, algo))
 spec = make_spec(env_id)
 setup, state = build(config, spec)
-T, B = config.sync_interval, config.num_envs
-f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
-rollout = Rollout(
-    obs=jax.ShapeDtypeStruct((T + 1, B, *spec.obs_shape), jax.dtypes.canonicalize_dtype(spec.obs_dtype)),
-    actions=jax.ShapeDtypeStruct((T, B, *setup.action_shape), setup.action_dtype),
-    rewards=f32(T, B), terminations=f32(T, B), truncations=f32(T, B), valid=f32(T, B),
-    behaviour_log_probs=f32(T, B), behaviour_values=f32(T, B),
-)
+rollout = rollout_shapes(config.sync_interval, config.num_envs, spec.obs_shape, spec.obs_dtype, setup.action_shape,
+                         setup.action_dtype)
 compiled = jax.jit(setup.update_fn).lower(state, state.params, rollout).compile()
 instructions = sum(1 for line in compiled.as_text().splitlines() if " = " in line)
 temp_gb = compiled.memory_analysis().temp_size_in_bytes / 1e9
