@@ -386,8 +386,14 @@ def test_concurrent_inserters_and_samplers_never_see_a_torn_slot(single_lock):
         group.spawn(f"inserter-{worker}", inserter(worker))
     for worker in range(2):
         group.spawn(f"sampler-{worker}", sampler(worker))
-    deadline = time.monotonic() + (1.5 if not single_lock else 0.5)
-    while time.monotonic() < deadline and not group.stopping.is_set():
+    # Run until the ring has wrapped 10 times and samplers have sampled (work, not wall time, so a loaded machine
+    # cannot fail it); 60 s is only a guard against a stalled thread.
+    def enough():
+        with counts_lock:
+            return counts["inserted"] > 10 * capacity and counts["sampled"] > 100
+
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline and not group.stopping.is_set() and not enough():
         time.sleep(0.05)
     group.stop()
     group.check()

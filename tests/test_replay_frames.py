@@ -504,8 +504,9 @@ def _expected_stacks(stream, step, start, stack, shape):
 
 
 def test_concurrent_actors_and_learners_never_see_torn_or_stale_transitions():
-    """2 actor threads on disjoint streams and 2 learner threads (sample, check, update, read priorities) for 2 s on a
-    ring small enough that every stream wraps constantly. Frames encode (stream, step, episode start)."""
+    """2 actor threads on disjoint streams and 2 learner threads (sample, check, update, read priorities) on a ring
+    small enough that every stream wraps constantly, until 20 rings' worth of inserts. Frames encode (stream, step,
+    episode start)."""
     stack, shape, num_streams, seg = 4, (24, 24), 6, 2 * 4 + 1 + 4
     buffer = FrameStackBuffer(num_streams * seg, num_streams=num_streams, frame_shape=shape, stack=stack, k=4, seed=0)
     group = ThreadGroup()
@@ -578,8 +579,14 @@ def test_concurrent_actors_and_learners_never_see_torn_or_stale_transitions():
     group.spawn("actor-1", actor(1, [3, 4, 5]))
     group.spawn("learner-0", learner(0))
     group.spawn("learner-1", learner(1))
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline and not group.stopping.is_set():
+    # Run until every stream has wrapped many times and learners have sampled a lot (work, not wall time: a loaded CI
+    # machine inserted only 1,439 transitions in a fixed 2 s); 60 s is only a guard against a stalled thread.
+    def enough():
+        with counts_lock:
+            return counts["inserted"] > 20 * buffer.capacity and counts["sampled"] > 200 and counts["updated"] > 0
+
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline and not group.stopping.is_set() and not enough():
         time.sleep(0.05)
     group.stop()
     group.check()
