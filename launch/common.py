@@ -48,7 +48,7 @@ _OPTIMIZER = flags.DEFINE_enum(
     "Optimizer (default: preset; launch.ba3c: adam_large_batch, the BA3C paper's eps-in-sqrt Adam).",
 )
 _OPT_EPS = flags.DEFINE_float("opt_eps", None, "Optimizer epsilon (default: preset).")
-_GRAD_NORM = flags.DEFINE_float("max_grad_norm", None, "Global gradient norm clip (default: preset).")
+_GRAD_NORM = flags.DEFINE_float("max_grad_norm", None, "Global gradient norm clip (0: none; default: preset).")
 _GAMMA = flags.DEFINE_float("gamma", None, "Discount (default: preset).")
 _LAMBDA = flags.DEFINE_float("gae_lambda", None, "GAE lambda; 1.0 gives n-step returns (default: preset).")
 _VALUE_COEF = flags.DEFINE_float("value_coef", None, "Value loss coefficient (default: preset).")
@@ -156,11 +156,25 @@ def flag_given(name: str) -> bool:
     return flags.FLAGS[name].present > 0 or flags.FLAGS[name].value != flags.FLAGS[name].default
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what schedulers and `kill` send), raised in the main thread where Ctrl-C's KeyboardInterrupt would be,
+    so every system's Ctrl-C path runs: newest checkpoint, summary, children stopped. Exit status 143."""
+
+
+def _raise_terminated(signum, frame):  # noqa: ARG001 - a signal handler's signature
+    raise Terminated
+
+
+# Exit statuses of every launcher (README, "Stopping a run").
+EXIT_BAD_INPUT, EXIT_NON_FINITE, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 3, 130, 143
+
+
 def run_main(
     run: Callable[[config_lib.TrainConfig], dict],
     make_config: Callable[[], config_lib.TrainConfig] = config_from_flags,
 ) -> dict:
-    """Builds the config (bad values: one line on stderr, exit 2) and runs; Ctrl-C exits 130 after a checkpoint."""
+    """Builds the config (bad values: one line on stderr, exit 2) and runs. Ctrl-C exits 130 and SIGTERM 143, each
+    after a checkpoint of the newest parameters; a non-finite loss or parameter exits 3 with one line."""
     # Start-up noise a user cannot act on: JAX's INFO line about a missing TPU runtime and gymnasium's warning
     # about casting float64 space bounds of classic-control tasks to float32.
     logging.set_verbosity(logging.WARNING)
@@ -168,22 +182,31 @@ def run_main(
     # A shell starts background jobs (`nohup python -m launch.hts ... &` in a script) with SIGINT ignored, and Python
     # then never raises KeyboardInterrupt: `kill -INT` must still checkpoint and exit 130.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         config = make_config()
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_BAD_INPUT)
+    from systems.common.finite import NonFiniteError  # noqa: PLC0415 - JAX starts after the XLA flags
+
     try:
         return run(config)
     except config_lib.ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        print("interrupted; the newest checkpoint is in the run directory (use --resume)", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    except NonFiniteError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(EXIT_NON_FINITE)
+    except KeyboardInterrupt as stop:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the exit below must not be interrupted in turn
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        name = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
+        print(f"{name}; the newest checkpoint is in the run directory (use --resume)", file=sys.stderr)
         from systems.common.learner import compiles_in_progress  # noqa: PLC0415 - JAX starts after the XLA flags
 
         if compiles_in_progress():
             print("waiting for the update's compile to finish before exiting (XLA cannot stop one midway)",
                   file=sys.stderr)
-        sys.exit(130)
+        sys.exit(EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED)
 

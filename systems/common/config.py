@@ -84,8 +84,22 @@ def total_rounds(config: TrainConfig) -> int:
     return max(1, math.ceil(config.total_steps / steps_per_round(config)))
 
 
+MAX_ENVS = 65_536  # EnvPool allocates every env up front (--num_envs=100000000 died in std::bad_alloc)
+MAX_OPTIMIZER_STEPS = 2**31 - 1  # the update counters and optax's schedules count in int32
+
+
+def require_finite_numbers(config) -> None:
+    """Every float field of a config dataclass is a finite number (`--learning_rate=nan` trained a NaN policy that
+    the evaluation then waited on forever; `--time_limit=inf` means nothing a 0 does not say)."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"--{field.name} must be a finite number, got {value}")
+
+
 def validate(config: TrainConfig) -> None:
     """Raises ValueError with one clear line for the first bad value."""
+    require_finite_numbers(config)
     positive = ("num_envs", "num_actors", "sync_interval", "total_steps", "num_epochs", "num_minibatches")
     for name in positive:
         if getattr(config, name) <= 0:
@@ -97,12 +111,34 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(f"--algo must be 'ppo' or 'a2c', got '{config.algo}'")
     if config.optimizer not in OPTIMIZERS:
         raise ConfigError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got '{config.optimizer}'")
+    if config.num_envs > MAX_ENVS:
+        raise ConfigError(f"--num_envs={config.num_envs:,} is above the limit of {MAX_ENVS:,} envs per run")
     if env_batch_size(config) > config.num_envs:
         raise ConfigError(f"--env_batch_size={config.env_batch_size} exceeds --num_envs={config.num_envs}")
+    if config.inference_batch > config.num_envs:
+        raise ConfigError(f"--inference_batch={config.inference_batch} exceeds --num_envs={config.num_envs}")
+    if config.total_steps < steps_per_round(config):
+        raise ConfigError(
+            f"--total_steps={config.total_steps:,} is less than one round (num_envs x sync_interval = "
+            f"{steps_per_round(config):,} env steps), the smallest unit a run trains"
+        )
+    updates = total_rounds(config) * (config.num_epochs * config.num_minibatches if config.algo == "ppo" else 1)
+    if updates > MAX_OPTIMIZER_STEPS:
+        raise ConfigError(
+            f"--total_steps={config.total_steps:,} needs {updates:,} optimizer steps, more than the int32 step "
+            f"counters hold ({MAX_OPTIMIZER_STEPS:,}): fewer steps or longer rounds"
+        )
     if config.learning_rate <= 0:
         raise ConfigError(f"--learning_rate must be positive, got {config.learning_rate}")
     if not 0 < config.gamma <= 1 or not 0 <= config.gae_lambda <= 1:
         raise ConfigError("--gamma must be in (0, 1] and --gae_lambda in [0, 1]")
+    if config.algo == "ppo" and config.clip_eps <= 0:
+        raise ConfigError(f"--clip_eps must be positive, got {config.clip_eps}")
+    if config.max_grad_norm < 0:
+        raise ConfigError(f"--max_grad_norm must be non-negative (0: no clipping), got {config.max_grad_norm}")
+    for name in ("opt_eps", "value_coef", "entropy_coef"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"--{name} must be non-negative, got {getattr(config, name)}")
     if config.algo == "ppo" and steps_per_round(config) % config.num_minibatches:
         raise ConfigError(
             f"--num_minibatches={config.num_minibatches} does not divide the batch "

@@ -63,20 +63,27 @@ class Evaluator:
         self._act = act_fn if act_fn is not None else policy_act_fn(apply_fn, deterministic=deterministic)
 
     def run(self, params: Any) -> np.ndarray:
-        """Returns the `episodes` episode returns (each env's first complete episode)."""
+        """Returns the `episodes` episode returns (each env's first complete episode). An env whose reward is not
+        finite ends its episode there with a NaN return (a NaN policy on a continuous task makes NaN rewards
+        until the time limit: the evaluation must not wait for them, and the return must not look normal)."""
         tracker = EpisodeTracker(self.episodes, self.spec.family, self.spec.max_episode_steps)
         returns = np.full(self.episodes, np.nan)
+        finished = np.zeros(self.episodes, bool)
         obs, _ = self._pool.reset()
-        while np.isnan(returns).any():
+        while not finished.all():
             self._key, key = jax.random.split(self._key)
             actions = np.asarray(self._act(params, obs, key))
             if self.spec.continuous:
                 actions = np.clip(actions, self.spec.action_low, self.spec.action_high)
             obs, rewards, terminated, truncated, info = self._pool.step(actions)
-            tracker.step(np.asarray(info["env_id"]), rewards, terminated, truncated, info)
+            env_ids = np.asarray(info["env_id"])
+            tracker.step(env_ids, rewards, terminated, truncated, info)
             for env_id, episode_return, _ in tracker.pop_finished():
-                if np.isnan(returns[env_id]):
-                    returns[env_id] = episode_return
+                if not finished[env_id]:
+                    returns[env_id], finished[env_id] = episode_return, True
+            broken = env_ids[~np.isfinite(np.asarray(rewards, np.float64))]
+            returns[broken[~finished[broken]]] = np.nan
+            finished[broken] = True
         return returns
 
 

@@ -18,6 +18,7 @@ from envs.factory import EnvSpec
 from systems.common import config as config_lib
 from systems.common.checkpoint import load_latest_checkpoint, save_checkpoint
 from systems.common.evaluation import EvaluationRecord, Evaluator, final_metric, required_time
+from systems.common.finite import NonFiniteError, first_nonfinite, nonfinite_message, params_are_finite
 from systems.common.learner import LearnerSetup, parameter_count
 from systems.common.outputs import RunOutputs, params_fingerprint
 
@@ -142,7 +143,12 @@ class Monitor:
         return self.wall_offset + time.perf_counter() - self._t0
 
     def on_report(self, report: LearnerReport, episodes: list[tuple[int, float, int]]) -> bool:
-        """Logs one update; runs due evaluations/checkpoints. Returns True when the time limit stops the run."""
+        """Logs one update; runs due evaluations/checkpoints. Returns True when the time limit stops the run.
+
+        Raises NonFiniteError, before logging or keeping the update, when a metric or a parameter is not finite."""
+        problem = first_nonfinite(report.metrics, report.state.params)
+        if problem is not None:
+            raise self._nonfinite(report.state, problem)
         self.state = report.state
         self.last_metrics = report.metrics
         lag = report.learner_version - report.behaviour_version
@@ -210,7 +216,14 @@ class Monitor:
             "episodes": len(returns), "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
         })
 
+    def _nonfinite(self, state: Any, problem: str) -> NonFiniteError:
+        steps = self._env_steps_of(state) if self._env_steps_of else int(state.update_step) * self.steps_per_round
+        return NonFiniteError(nonfinite_message(self.system, int(state.update_step), int(steps), problem, self.run_dir))
+
     def checkpoint(self) -> str:
+        """Writes the current state; raises NonFiniteError instead when a parameter is not finite."""
+        if not params_are_finite(self.state.params):
+            raise self._nonfinite(self.state, "a parameter is not finite")
         meta = {
             "env_steps": self.env_steps,
             "wall_time": self.wall_time(),
@@ -223,7 +236,9 @@ class Monitor:
 
     def finish(self, *, interrupted: bool = False, extra: dict | None = None) -> dict:
         """Final evaluation (unless interrupted), final checkpoint and summary.json (plus the system's `extra`
-        entries); returns the summary."""
+        entries); returns the summary. A state with a non-finite parameter is neither evaluated nor saved."""
+        if not params_are_finite(self.state.params):
+            raise self._nonfinite(self.state, "a parameter is not finite")
         if not interrupted:
             self.evaluate()
         self.checkpoint()

@@ -77,7 +77,7 @@ def run_lockstep(system: str, executor: Executor, collector: RoundCollector, mon
     the collector is finished; then the final evaluation, checkpoint and summary. Ctrl-C saves a checkpoint of the
     newest parameters and re-raises KeyboardInterrupt."""
     num_envs = executor.num_envs
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or launch.common.Terminated (SIGTERM)
     try:
         executor.start()
         while not collector.finished.is_set():
@@ -85,14 +85,14 @@ def run_lockstep(system: str, executor: Executor, collector: RoundCollector, mon
             if results is not None:
                 collector.process(results)
             monitor.heartbeat(executor.env_steps_received)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as stop:
+        interrupted = stop
         monitor.outputs.print(f"[{system}] interrupted: saving a checkpoint of the newest parameters")
     finally:
         executor.close()
         if on_exit is not None:
             on_exit()
-    summary = monitor.finish(interrupted=interrupted, extra=summary_extra() if summary_extra else None)
-    if interrupted:
-        raise KeyboardInterrupt
+    summary = monitor.finish(interrupted=interrupted is not None, extra=summary_extra() if summary_extra else None)
+    if interrupted is not None:
+        raise interrupted  # the same exception: the launcher's exit status tells SIGTERM from Ctrl-C
     return summary

@@ -82,6 +82,7 @@ def envs_per_device(config: DataParallelConfig) -> int:
 
 def validate(config: DataParallelConfig) -> None:
     """One clear line (ConfigError) for the first bad data-parallel value; the shared checks run in `resolve`."""
+    config_lib.require_finite_numbers(config)
     if config.normalize_obs or config.normalize_reward:
         raise config_lib.ConfigError(config_lib.NORMALIZATION_SINGLE_LEARNER)
     if config.num_devices < 0:

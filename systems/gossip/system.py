@@ -110,6 +110,7 @@ class GossipState(NamedTuple):
 
 
 def validate(config: GossipConfig) -> None:
+    config_lib.require_finite_numbers(config)
     if config.normalize_obs or config.normalize_reward:
         raise config_lib.ConfigError(config_lib.NORMALIZATION_SINGLE_LEARNER)
     bad = config_lib.ConfigError
@@ -465,7 +466,7 @@ def _run_async(config: GossipConfig) -> dict:
     bound_rounds = [min(s.iterations for s in slots)]
     gossip_metrics: dict = {}  # newest consensus distance, bound and gradient similarity, repeated on every row
     cosine_log = CosineLog(monitor.run_dir, n, config.resume) if config.log_grad_cosine else None
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or launch.common.Terminated (SIGTERM)
     done = 0
     try:
         for i in range(n):
@@ -499,8 +500,8 @@ def _run_async(config: GossipConfig) -> dict:
             report = LearnerReport(snapshot, metrics, int(snapshot.update_step), int(snapshot.update_step))
             if monitor.on_report(report, episodes):
                 break
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as stop:
+        interrupted = stop
         monitor.outputs.print(f"[{SYSTEM}] interrupted: saving a checkpoint of the newest parameters")
     finally:
         group.stop()
@@ -509,7 +510,7 @@ def _run_async(config: GossipConfig) -> dict:
             executor.close()
         if cosine_log is not None:
             cosine_log.close()
-    if not interrupted:
+    if interrupted is None:
         group.check()
     gossip_stats = [network.stats(i) for i in range(n)]
     monitor.outputs.print(
@@ -519,10 +520,10 @@ def _run_async(config: GossipConfig) -> dict:
         f"{[g['max_staleness_mixed'] for g in gossip_stats]}"
     )
     monitor.state = _async_snapshot(slots, int(monitor.state.update_step))
-    summary = monitor.finish(interrupted=interrupted, extra={"gossip": gossip_stats,
+    summary = monitor.finish(interrupted=interrupted is not None, extra={"gossip": gossip_stats,
                                                               "learner_iterations": [s.iterations for s in slots]})
-    if interrupted:
-        raise KeyboardInterrupt
+    if interrupted is not None:
+        raise interrupted  # the same exception: the launcher's exit status tells SIGTERM from Ctrl-C
     return summary
 
 

@@ -93,7 +93,7 @@ def run(config: config_lib.TrainConfig) -> dict:
             store.publish(new_state.params, learner_version + 1)
             reports.put(LearnerReport(new_state, metrics, storage.behaviour_version, learner_version))
 
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or launch.common.Terminated (SIGTERM)
     try:
         for i in range(config.num_actors):
             group.spawn(f"actor-{i}", actor_loop)
@@ -103,17 +103,17 @@ def run(config: config_lib.TrainConfig) -> dict:
             report = _next_report(reports, group, executor, monitor)
             if monitor.on_report(report, executor.pop_episodes()):
                 break
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as stop:
+        interrupted = stop
         monitor.outputs.print("[hts] interrupted: saving a checkpoint of the newest parameters")
     finally:
         group.stop()
         executor.close()
-    if not interrupted:
+    if interrupted is None:
         group.check()
-    summary = monitor.finish(interrupted=interrupted)
-    if interrupted:
-        raise KeyboardInterrupt
+    summary = monitor.finish(interrupted=interrupted is not None)
+    if interrupted is not None:
+        raise interrupted  # the same exception: the launcher's exit status tells SIGTERM from Ctrl-C
     return summary
 
 

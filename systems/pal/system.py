@@ -96,6 +96,7 @@ class PALConfig(config_lib.TrainConfig):
 def validate(config: PALConfig) -> None:
     """Raises ConfigError with one clear line for the first bad value."""
     error = config_lib.ConfigError
+    config_lib.require_finite_numbers(config)
     if config.algo not in ALGOS:
         raise error(f"--algo must be one of {', '.join(ALGOS)} for launch.pal, got '{config.algo}'")
     for name in ("num_actors", "envs_per_actor", "num_learners", "batch_size", "buffer_size", "total_steps",
@@ -681,7 +682,7 @@ def run(config: PALConfig) -> dict:
                         gate.actors_finished()
         return body
 
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or launch.common.Terminated (SIGTERM)
     start = time.perf_counter()
     try:
         for actor in actors:
@@ -700,14 +701,14 @@ def run(config: PALConfig) -> dict:
                 break
             if monitor.on_report(report, episodes.pop()) or reached_target(monitor, config):
                 break
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as stop:
+        interrupted = stop
         monitor.outputs.print("[pal] interrupted: saving a checkpoint of the newest parameters")
     finally:
         group.stop()
         for actor in actors:
             actor.close()
-    if not interrupted:
+    if interrupted is None:
         group.check()
     elapsed = time.perf_counter() - start
     collected, updates = gate.snapshot()
@@ -738,7 +739,7 @@ def run(config: PALConfig) -> dict:
             "learner_optimizer_steps_per_second": {str(k): v for k, v in learner_curve.items()},
             "actors": choice.actors, "learners": choice.learners, "imbalance": choice.imbalance,
         }
-    summary = monitor.finish(interrupted=interrupted, extra=extra)
-    if interrupted:
-        raise KeyboardInterrupt
+    summary = monitor.finish(interrupted=interrupted is not None, extra=extra)
+    if interrupted is not None:
+        raise interrupted  # the same exception: the launcher's exit status tells SIGTERM from Ctrl-C
     return summary

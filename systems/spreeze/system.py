@@ -77,6 +77,7 @@ class SpreezeConfig(PALConfig):
 
 def validate(config: SpreezeConfig) -> None:
     error = config_lib.ConfigError
+    config_lib.require_finite_numbers(config)
     if config.algo not in CONTINUOUS_ALGOS:
         raise error(f"--algo must be one of {', '.join(CONTINUOUS_ALGOS)} for launch.spreeze, got '{config.algo}'")
     for name in ("envs_per_sampler", "publish_every", "buffer_size", "total_steps"):
@@ -204,7 +205,7 @@ def run(config: SpreezeConfig) -> dict:
     learner.compile_ahead(fields, config.batch_size)
     tuning: dict = {}
     updates = updates0
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or launch.common.Terminated (SIGTERM)
     start = time.perf_counter()
     last_report = start
     sample_seconds = update_seconds = 0.0
@@ -262,20 +263,20 @@ def run(config: SpreezeConfig) -> dict:
                     popped, episodes[:] = list(episodes), []
                     if monitor.on_report(LearnerReport(current, host, updates, updates), popped):
                         break
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as stop:
+        interrupted = stop
         monitor.outputs.print("[spreeze] interrupted: stopping every process and saving the newest weights")
     finally:
         elapsed = time.perf_counter() - start
         children.shutdown()
         replay.close()
         replay.unlink()
-    if not interrupted:
+    if interrupted is None:
         _drain_events(children, monitor, episodes)
         children.check()
     collected = collected0 + int(np.sum(steps[:]))
     monitor.state = PALState(learner.state(), np.asarray(updates, np.int64), np.asarray(collected, np.int64))
-    if config.eval_episodes > 0 and not interrupted:  # the final policy, evaluated here (the test process is gone)
+    if config.eval_episodes > 0 and interrupted is None:  # the final policy, evaluated here (the test process is gone)
         from systems.common.evaluation import Evaluator
 
         evaluator = Evaluator(spec, None, episodes=config.eval_episodes, seed=agent.eval_seed, deterministic=True,
@@ -298,9 +299,9 @@ def run(config: SpreezeConfig) -> dict:
         "model_parallel": learner.devices,
         **first_reached(monitor.evaluations, config.target_return),
     }
-    summary = monitor.finish(interrupted=interrupted, extra=extra)
-    if interrupted:
-        raise KeyboardInterrupt
+    summary = monitor.finish(interrupted=interrupted is not None, extra=extra)
+    if interrupted is not None:
+        raise interrupted  # the same exception: the launcher's exit status tells SIGTERM from Ctrl-C
     return summary
 
 

@@ -1,0 +1,209 @@
+"""Reliability: what a run promises when things go wrong (issue 13). Fault injection (a NaN update, SIGTERM, bad
+values) against the on-policy systems; each test failed before its fix. Extend it with a new fault per promise.
+
+Promises (README, "Stopping a run"): a non-finite loss or parameter stops the run with one line and exit status 3,
+never writes a non-finite checkpoint and leaves the last finite one newest; SIGTERM is Ctrl-C with exit status 143
+(checkpoint of the newest parameters, summary, children stopped); a bad value is one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from envs.factory import make_spec
+from systems.common import config as config_lib
+from systems.common import run as run_lib
+from systems.common.checkpoint import list_checkpoints, load_latest_checkpoint
+from systems.common.evaluation import Evaluator
+from systems.common.finite import NonFiniteError, first_nonfinite, params_are_finite
+from systems.common.learner import build
+from systems.hts import system as hts
+from systems.sync import system as sync
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ------------------------------------------------------------------------------------------------ fault injection
+
+
+def _poison_updates_from(monkeypatch, first_bad_update: int) -> None:
+    """Every on-policy system built after this call gets an update that turns the parameters NaN once the update
+    counter reaches `first_bad_update` (the real update otherwise, jitted the same way)."""
+    real_build = run_lib.build
+
+    def poisoned_build(config, spec, **kwargs):
+        setup, state = real_build(config, spec, **kwargs)
+
+        def update(state, behaviour_params, rollout):
+            new_state, metrics = setup.update_fn(state, behaviour_params, rollout)
+            bad = new_state.update_step >= first_bad_update
+            params = jax.tree_util.tree_map(lambda x: jnp.where(bad, jnp.nan, x), new_state.params)
+            return new_state._replace(params=params), metrics
+
+        return dataclasses.replace(setup, update=jax.jit(update), update_fn=update), state
+
+    monkeypatch.setattr(run_lib, "build", poisoned_build)
+
+
+def _config(tmp_path, **overrides) -> config_lib.TrainConfig:
+    values = dict(env_id="CartPole-v1", num_envs=4, sync_interval=16, total_steps=6 * 64, num_epochs=1,
+                  num_minibatches=2, checkpoint_every=64, eval_every=128, eval_episodes=2, quiet=True,
+                  logdir=str(tmp_path / "run"))
+    values.update(overrides)
+    return config_lib.TrainConfig(**values)
+
+
+# --------------------------------------------------------------------------------------------- non-finite guard
+
+
+def test_first_nonfinite_names_the_metric_before_the_parameters():
+    params = {"w": jnp.ones(3), "b": jnp.array([0.0, jnp.inf]), "step": jnp.array(3, jnp.int32)}
+    assert first_nonfinite({"loss": 1.0, "entropy": float("nan")}, params) == "the entropy is nan"
+    assert first_nonfinite({"loss": 1.0}, params) == "a parameter is not finite"
+    assert first_nonfinite({"loss": 1.0}, {"w": jnp.ones(3), "step": jnp.array(3, jnp.int32)}) is None
+    assert params_are_finite({}) and not params_are_finite({"w": np.array([np.nan])})
+
+
+@pytest.mark.parametrize("system", [hts, sync], ids=["hts", "sync"])
+def test_a_nan_update_stops_the_run_and_the_newest_checkpoint_stays_finite(tmp_path, monkeypatch, system):
+    _poison_updates_from(monkeypatch, first_bad_update=3)
+    config = _config(tmp_path)
+    with pytest.raises(NonFiniteError, match=r"update 3 \(192 env steps\): a parameter is not finite"):
+        system.run(config)
+    _, template = build(config, make_spec(config.env_id))
+    state, meta = load_latest_checkpoint(config.logdir, template)
+    assert meta["env_steps"] == 128 and int(state.update_step) == 2  # the last finite update's checkpoint
+    assert params_are_finite(state.params)
+    for path in list_checkpoints(config.logdir):  # none of them non-finite
+        assert int(os.path.basename(path)[5:17]) <= 128
+    with open(os.path.join(config.logdir, "progress.csv")) as f:
+        assert len(f.read().strip().splitlines()) == 1 + 2  # the NaN update was never logged as progress
+    assert not os.path.exists(os.path.join(config.logdir, "summary.json"))
+
+
+def test_evaluation_of_a_nan_policy_ends_with_nan_returns():
+    """A NaN policy on a continuous task made NaN rewards until the time limit and the evaluation never ended."""
+    config = config_lib.TrainConfig(env_id="Pendulum-v1", num_envs=2, sync_interval=8)
+    spec = make_spec("Pendulum-v1")
+    setup, state = build(config, spec)
+    nan_params = jax.tree_util.tree_map(lambda x: jnp.full_like(x, jnp.nan), state.params)
+    evaluator = Evaluator(spec, setup.network.apply, episodes=3, seed=0, deterministic=True)
+    start = time.monotonic()
+    returns = evaluator.run(nan_params)
+    assert returns.shape == (3,) and np.all(np.isnan(returns))
+    assert time.monotonic() - start < 60  # a guard against the old endless loop, not a speed target
+    assert np.all(np.isfinite(evaluator.run(state.params)))  # the same evaluator still evaluates a finite policy
+
+
+def _launch(module: str, *flags: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", module, *flags], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **popen)
+
+
+def test_launcher_exits_3_with_one_line_on_a_nan_update(tmp_path):
+    """The launcher's side of the guard, through a driver that poisons the update as the fixture above does."""
+    driver = (
+        "import sys, dataclasses, jax, jax.numpy as jnp\n"
+        "from systems.common import run as run_lib\n"
+        "real = run_lib.build\n"
+        "def build(config, spec, **kw):\n"
+        "    setup, state = real(config, spec, **kw)\n"
+        "    def update(s, b, r):\n"
+        "        n, m = setup.update_fn(s, b, r)\n"
+        "        return n, {**m, 'value_loss': jnp.where(n.update_step >= 2, jnp.nan, m['value_loss'])}\n"
+        "    return dataclasses.replace(setup, update=jax.jit(update), update_fn=update), state\n"
+        "run_lib.build = build\n"
+        "from absl import app\n"
+        "from launch import hts\n"
+        "app.run(hts.main)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", driver, "--env=CartPole-v1", "--num_envs=4", "--sync_interval=16",
+         "--total_steps=320", "--checkpoint_every=64", "--eval_episodes=0", "--quiet", f"--logdir={tmp_path}/run"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: [hts] update 2 (128 env steps): the value_loss is nan"), lines
+    assert "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------------- SIGTERM
+
+
+def _wait_for_checkpoint(run_dir: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if list_checkpoints(run_dir):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no checkpoint appeared (exit {proc.poll()}): {proc.stderr.read()[-2000:]}")
+
+
+@pytest.mark.parametrize("module", ["launch.hts", "launch.sync"])
+def test_sigterm_saves_the_newest_parameters_writes_the_summary_and_exits_143(tmp_path, module):
+    run_dir = str(tmp_path / "run")
+    proc = _launch(module, "--env=CartPole-v1", "--num_envs=4", "--sync_interval=16", "--total_steps=100000000",
+                   "--checkpoint_every=640", "--eval_episodes=0", "--quiet", f"--logdir={run_dir}")
+    try:
+        _wait_for_checkpoint(run_dir, proc)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err[-3000:]
+    assert "terminated (SIGTERM)" in err and "Traceback" not in err
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["interrupted"] and summary["env_steps"] >= 640
+    newest = os.path.basename(list_checkpoints(run_dir)[-1])
+    assert int(newest[5:17]) == summary["env_steps"]  # the newest parameters, not the last periodic checkpoint
+
+
+# ------------------------------------------------------------------------------------------------- bad values
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(learning_rate=math.nan), "--learning_rate must be a finite number, got nan"),
+        (dict(time_limit=math.nan), "--time_limit must be a finite number"),
+        (dict(gamma=math.inf), "--gamma must be a finite number"),
+        (dict(clip_eps=-1.0), "--clip_eps must be positive"),
+        (dict(max_grad_norm=-1.0), "--max_grad_norm must be non-negative"),
+        (dict(inference_batch=64), "--inference_batch=64 exceeds --num_envs=4"),
+        (dict(total_steps=32), "less than one round"),
+        (dict(total_steps=10**12), "int32"),
+        (dict(num_envs=100_000_000), "above the limit"),
+    ],
+)
+def test_nonsense_values_are_refused_with_one_line(overrides, message):
+    config = dataclasses.replace(config_lib.TrainConfig(env_id="CartPole-v1", num_envs=4, sync_interval=16),
+                                 **overrides)
+    with pytest.raises(config_lib.ConfigError, match=message.replace("(", r"\(")):
+        config_lib.validate(config)
+
+
+@pytest.mark.parametrize("module, extra", [
+    ("launch.hts", ["--env=Pendulum-v1"]),
+    ("launch.pal", ["--env=Pendulum-v1", "--algo=sac"]),
+    ("launch.spreeze", ["--env=Pendulum-v1"]),
+])
+def test_a_nan_learning_rate_is_one_line_and_exit_2(tmp_path, module, extra):
+    """`--learning_rate=nan` passed validation and the run hung in its first evaluation (Pendulum)."""
+    proc = subprocess.run([sys.executable, "-m", module, *extra, "--learning_rate=nan", f"--logdir={tmp_path}/r"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == ["error: --learning_rate must be a finite number, got nan"]
