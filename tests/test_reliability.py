@@ -152,11 +152,19 @@ def _wait_for_checkpoint(run_dir: str, proc: subprocess.Popen, timeout: float = 
     raise AssertionError(f"no checkpoint appeared (exit {proc.poll()}): {proc.stderr.read()[-2000:]}")
 
 
-@pytest.mark.parametrize("module", ["launch.hts", "launch.sync"])
-def test_sigterm_saves_the_newest_parameters_writes_the_summary_and_exits_143(tmp_path, module):
+_SMALL = ("--env=CartPole-v1", "--total_steps=100000000", "--checkpoint_every=640", "--eval_episodes=0", "--quiet")
+
+
+@pytest.mark.parametrize("module, flags", [
+    ("launch.hts", ("--num_envs=4", "--sync_interval=16")),
+    ("launch.sync", ("--num_envs=4", "--sync_interval=16")),  # run_lockstep: also launch.ba3c's loop
+    ("launch.gala", ("--num_learners=2", "--envs_per_learner=2", "--sync_interval=16")),  # asynchronous learners
+    ("launch.pal", ("--learning_starts=200",)),
+])
+def test_sigterm_saves_the_newest_parameters_writes_the_summary_and_exits_143(tmp_path, module, flags):
+    """Launch.spreeze's SIGTERM: tests/test_spreeze_system.py (with Ctrl-C, the same path)."""
     run_dir = str(tmp_path / "run")
-    proc = _launch(module, "--env=CartPole-v1", "--num_envs=4", "--sync_interval=16", "--total_steps=100000000",
-                   "--checkpoint_every=640", "--eval_episodes=0", "--quiet", f"--logdir={run_dir}")
+    proc = _launch(module, *_SMALL, *flags, f"--logdir={run_dir}")
     try:
         _wait_for_checkpoint(run_dir, proc)
         proc.send_signal(signal.SIGTERM)

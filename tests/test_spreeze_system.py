@@ -127,7 +127,8 @@ def test_config_file_round_trip(tmp_path):
     assert config["num_samplers"] == 2 and config["transfer"] == "shm"
 
 
-def test_ctrl_c_stops_every_process_saves_weights_and_frees_shared_memory(tmp_path):
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_every_process_saves_weights_and_frees_shared_memory(tmp_path, signum, status):
     run_dir = str(tmp_path / "run")
     proc = subprocess.Popen(
         [sys.executable, "-m", "launch.spreeze", "--env=Pendulum-v1", "--num_samplers=2", "--hidden_sizes=16",
@@ -141,10 +142,11 @@ def test_ctrl_c_stops_every_process_saves_weights_and_frees_shared_memory(tmp_pa
         if versions and versions[-1][0] >= 100:
             break
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
-    assert "interrupted" in stderr
+    assert proc.returncode == status, stderr
+    assert ("interrupted" if signum == signal.SIGINT else "terminated (SIGTERM)") in stderr
+    assert "Traceback" not in stderr
     assert _segments(run_dir) == []
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
