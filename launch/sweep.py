@@ -48,6 +48,7 @@ from typing import NoReturn
 from absl import app, flags
 
 from systems.analysis import grid as grid_lib
+from systems.common import rundir
 from systems.common.outputs import write_json_atomic
 
 SYSTEMS = ("hts", "sync", "ba3c", "gala", "pal", "spreeze")
@@ -480,6 +481,10 @@ def main(argv):
             grid_lib.check_compatible(old, system=system, grid=grid, seeds=seeds, passthrough=passthrough)
         run_dirs = [os.path.join(sweep_dir, run.name) for run in runs]
         states = [grid_lib.run_state(d) for d in run_dirs]
+        for run_dir, state in zip(run_dirs, states, strict=True):
+            holder = rundir.holder_pid(run_dir) if state != grid_lib.FINISHED else None
+            if holder is not None:  # e.g. a child left running by a sweep that was killed with SIGKILL
+                raise ValueError(f"{run_dir} is in use by a running process (pid {holder}); stop it and rerun")
         named_args = [(run.name, run_args(passthrough, run, d))
                       for run, d, state in zip(runs, run_dirs, states, strict=True) if state != grid_lib.FINISHED]
         supports_resume = True

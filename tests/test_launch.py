@@ -89,7 +89,7 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path, capsys):
     with flagsaver.flagsaver(env="CartPole-v1", logdir=str(tmp_path), resume=True), pytest.raises(SystemExit) as e:
         launch_sync.main([])
     assert e.value.code == 2
-    assert "no readable checkpoint" in capsys.readouterr().err
+    assert "holds no run (no readable config.json)" in capsys.readouterr().err
 
 
 def test_bad_algo_from_the_command_line_has_no_traceback():

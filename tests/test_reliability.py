@@ -215,3 +215,75 @@ def test_a_nan_learning_rate_is_one_line_and_exit_2(tmp_path, module, extra):
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines() == ["error: --learning_rate must be a finite number, got nan"]
+
+
+# ----------------------------------------------------------------------------------------------- run directories
+
+
+def _finished_sync_run(tmp_path) -> config_lib.TrainConfig:
+    config = _config(tmp_path, total_steps=128, eval_episodes=0)
+    sync.run(config)
+    return config
+
+
+def _snapshot(run_dir: str) -> dict:
+    files = {}
+    for root, _, names in os.walk(run_dir):
+        for name in names:
+            if name != ".lock":
+                with open(os.path.join(root, name), "rb") as f:
+                    files[os.path.relpath(os.path.join(root, name), run_dir)] = f.read()
+    return files
+
+
+def test_a_second_run_without_resume_is_refused_and_leaves_the_first_untouched(tmp_path):
+    config = _finished_sync_run(tmp_path)
+    before = _snapshot(config.logdir)
+    with pytest.raises(config_lib.ConfigError, match="already holds a run .* pass --resume to continue it"):
+        hts.run(dataclasses.replace(config, total_steps=256))
+    assert _snapshot(config.logdir) == before
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(num_envs=8), r"--num_envs=8 differs from the run's 4"),
+    (dict(env_id="Acrobot-v1"), r"--env=Acrobot-v1 differs from the run's CartPole-v1"),
+    (dict(algo="a2c"), r"--algo=a2c differs from the run's ppo"),
+    (dict(seed=7), r"--seed=7 differs from the run's 1"),
+    (dict(sync_interval=32), r"--sync_interval=32 differs"),
+])
+def test_resume_refuses_a_changed_defining_flag_before_touching_the_run(tmp_path, change, message):
+    config = _finished_sync_run(tmp_path)
+    before = _snapshot(config.logdir)
+    with pytest.raises(config_lib.ConfigError, match=message):
+        sync.run(dataclasses.replace(config, resume=True, total_steps=256, **change))
+    assert _snapshot(config.logdir) == before
+
+
+def test_resume_may_change_the_length_and_reporting(tmp_path):
+    config = _finished_sync_run(tmp_path)
+    summary = hts.run(dataclasses.replace(config, resume=True, total_steps=256, eval_episodes=1, num_actors=2))
+    assert summary["resumed_from_env_steps"] == 128 and summary["env_steps"] == 256
+
+
+def test_a_run_directory_in_use_is_refused_and_freed_when_its_holder_is_killed(tmp_path):
+    from systems.common import rundir
+
+    run_dir = str(tmp_path / "run")
+    config = _config(tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from systems.common import rundir, config as c; "
+         f"rundir.claim({run_dir!r}, c.TrainConfig(env_id='CartPole-v1')); print('held', flush=True); time.sleep(300)"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert rundir.holder_pid(run_dir) == holder.pid
+        with pytest.raises(config_lib.ConfigError, match=f"is in use by another run \\(pid {holder.pid}\\)"):
+            sync.run(config)
+        holder.kill()  # SIGKILL: the kernel releases the lock, nothing stale is left
+        holder.wait(timeout=30)
+        assert rundir.holder_pid(run_dir) is None
+        claimed = rundir.claim(run_dir, config)
+        claimed.release()
+    finally:
+        holder.kill()

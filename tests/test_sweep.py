@@ -448,3 +448,23 @@ def test_sweep_end_to_end_rerun_skips_finished_runs(tmp_path):
     assert [runs[n]["attempts"] for n in names] == [1, 1]
     assert [len(_log_lines(os.path.join(sweep_dir, n))) for n in names] == [1, 1]
 
+
+
+def test_sweep_refuses_a_run_directory_that_a_live_process_still_holds(tmp_path):
+    """After kill -9 of a sweep its children may still be writing; a rerun must not restart their directories."""
+    run_dir = str(tmp_path / "sw" / "num_actors=1.seed=0")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time; from systems.common import rundir, config as c; "
+         f"rundir.claim({run_dir!r}, c.TrainConfig(env_id='CartPole-v1')); print('held', flush=True); time.sleep(300)"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = _sweep_cli(str(tmp_path / "sw"))
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"is in use by a running process (pid {holder.pid})" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert os.listdir(run_dir) == [".lock"]  # nothing cleared, nothing started

@@ -16,6 +16,7 @@ import numpy as np
 from agents import TrainState
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
+from systems.common import rundir
 from systems.common.checkpoint import load_latest_checkpoint, save_checkpoint
 from systems.common.evaluation import EvaluationRecord, Evaluator, final_metric, required_time
 from systems.common.finite import NonFiniteError, first_nonfinite, nonfinite_message, params_are_finite
@@ -57,6 +58,7 @@ class Monitor:
         sizes: str | None = None,
         save_fn: Callable[[str, int, Any, dict], str] | None = None,
         load_fn: Callable[[str, Any], tuple[Any, dict] | None] | None = None,
+        may_change_on_resume: frozenset = frozenset(),
     ):
         """`state` is the learner state (any pytree with `params` and a scalar `update_step`). Systems whose
         updates are not rounds of every env (asynchronous gossip: one learner's iteration) pass `steps_per_update`;
@@ -69,7 +71,8 @@ class Monitor:
         called before each checkpoint is written (PAL saves its replay buffer there). `sizes` replaces the
         "envs N  alpha A" part of the first line. `save_fn(run_dir, env_steps, state, meta) -> path` and
         `load_fn(run_dir, state) -> (state, meta) | None` replace the checkpoint files (Spreeze: its weight files
-        are its checkpoints)."""
+        are its checkpoints). The run directory is claimed first (`systems.common.rundir`: locked, no second run
+        without --resume, the run's defining flags unchanged on resume but for `may_change_on_resume`)."""
         self.system = system
         self.policy_params = policy_params or (lambda s: s.params)
         self.config = config
@@ -78,6 +81,7 @@ class Monitor:
             raise config_lib.ConfigError(
                 f"--resume needs --logdir to be an existing run directory, got '{config.logdir}'"
             )
+        self.run_directory = rundir.claim(self.run_dir, config, may_change=may_change_on_resume)
         self.state = state
         self.evaluations: list[EvaluationRecord] = []
         self.wall_offset = 0.0
@@ -278,4 +282,5 @@ class Monitor:
             f"({summary['sps']:.0f} SPS), final metric {final}, fingerprint {summary['param_fingerprint'][:16]}"
         )
         self.outputs.close()
+        self.run_directory.release()
         return summary

@@ -73,13 +73,13 @@ def params_fingerprint(params: Any) -> str:
 def write_json_atomic(path: str, payload: Any) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, sort_keys=True, default=_json_default)
+        json.dump(payload, f, indent=2, sort_keys=True, default=json_default)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
-def _json_default(value):
+def json_default(value):
     if isinstance(value, (np.integer,)):
         return int(value)
     if isinstance(value, (np.floating,)):

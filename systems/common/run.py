@@ -66,7 +66,9 @@ def start_run(system: str, config: config_lib.TrainConfig) -> RunContext:
     step_time = parse_step_time(config.step_time)
     spec = make_spec(config.env_id)
     setup, state = build(config, spec)
-    monitor = Monitor(system, config, spec, setup, state)
+    # HTS's parameters are bit-identical whatever the actor count or EnvPool batch: a resumed run may change them.
+    monitor = Monitor(system, config, spec, setup, state,
+                      may_change_on_resume=frozenset({"num_actors", "env_batch_size"}))
     return RunContext(config=config, spec=spec, setup=setup, monitor=monitor, step_time=step_time)
 
 
