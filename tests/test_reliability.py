@@ -31,6 +31,7 @@ from systems.common.finite import NonFiniteError, first_nonfinite, params_are_fi
 from systems.common.learner import build
 from systems.hts import system as hts
 from systems.sync import system as sync
+from tests.faults import start_run_dir_holder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -270,13 +271,8 @@ def test_a_run_directory_in_use_is_refused_and_freed_when_its_holder_is_killed(t
 
     run_dir = str(tmp_path / "run")
     config = _config(tmp_path)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from systems.common import rundir, config as c; "
-         f"rundir.claim({run_dir!r}, c.TrainConfig(env_id='CartPole-v1')); print('held', flush=True); time.sleep(300)"],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
-    )
+    holder = start_run_dir_holder(run_dir)
     try:
-        assert holder.stdout.readline().strip() == "held"
         assert rundir.holder_pid(run_dir) == holder.pid
         with pytest.raises(config_lib.ConfigError, match=f"is in use by another run \\(pid {holder.pid}\\)"):
             sync.run(config)
@@ -287,3 +283,35 @@ def test_a_run_directory_in_use_is_refused_and_freed_when_its_holder_is_killed(t
         claimed.release()
     finally:
         holder.kill()
+
+
+# ------------------------------------------------------------------------------------------------ per system
+
+
+def test_gala_async_resumes_from_its_checkpoint(tmp_path):
+    """Every checkpoint of GALA's default (async) mode used to end in IndexError on resume: the consensus-bound
+    model indexed update norms the restored learners never had."""
+    from systems.gossip import system as gossip
+
+    config = gossip.GossipConfig(
+        env_id="CartPole-v1", seed=5, sync_interval=5, envs_per_learner=4, num_learners=3, total_steps=3 * 20 * 10,
+        eval_episodes=0, quiet=True, logdir=str(tmp_path / "gala"), max_staleness=2,
+    )
+    first = gossip.run(config)
+    resumed = gossip.run(dataclasses.replace(config, resume=True, total_steps=3 * 20 * 20))
+    assert resumed["resumed_from_env_steps"] == first["env_steps"] == 600
+    assert resumed["env_steps"] == 1200 and sum(resumed["learner_iterations"]) == 60
+
+
+@pytest.mark.parametrize("module, config_name, extra", [
+    ("systems.pal.system", "PALConfig", dict(env_id="CartPole-v1", algo="dqn")),
+    ("systems.spreeze.system", "SpreezeConfig", dict(env_id="Pendulum-v1", algo="sac")),
+])
+def test_learning_starts_at_or_beyond_the_budget_is_refused(module, config_name, extra):
+    """PAL with --learning_starts >= --total_steps 'finished' after 4 env steps and 0 updates, exit 0."""
+    import importlib
+
+    system = importlib.import_module(module)
+    config = getattr(system, config_name)(**extra, learning_starts=5_000, total_steps=5_000)
+    with pytest.raises(config_lib.ConfigError, match="--learning_starts=5,000 leaves no updates"):
+        system.validate(config)

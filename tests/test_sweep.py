@@ -15,6 +15,7 @@ from absl.testing import flagsaver
 
 from launch import sweep
 from systems.analysis import grid as grid_lib
+from tests.faults import start_run_dir_holder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -453,13 +454,8 @@ def test_sweep_end_to_end_rerun_skips_finished_runs(tmp_path):
 def test_sweep_refuses_a_run_directory_that_a_live_process_still_holds(tmp_path):
     """After kill -9 of a sweep its children may still be writing; a rerun must not restart their directories."""
     run_dir = str(tmp_path / "sw" / "num_actors=1.seed=0")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import time; from systems.common import rundir, config as c; "
-         f"rundir.claim({run_dir!r}, c.TrainConfig(env_id='CartPole-v1')); print('held', flush=True); time.sleep(300)"],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
-    )
+    holder = start_run_dir_holder(run_dir)
     try:
-        assert holder.stdout.readline().strip() == "held"
         result = _sweep_cli(str(tmp_path / "sw"))
     finally:
         holder.kill()

@@ -354,6 +354,7 @@ class _LearnerSlot:
 
     state: TrainState
     iterations: int = 0
+    first_iteration: int = 0  # local iteration of update_norms[0]: the restored iterations after --resume
     update_norms: list = dataclasses.field(default_factory=list)
     grads: Any = None
 
@@ -384,8 +385,8 @@ def _run_async(config: GossipConfig) -> dict:
             params=restored.params[i], opt_state=restored.opt_state[i], key=restored.key[i],
             update_step=np.asarray(restored.learner_steps[i], np.int32),
         )
-        slots.append(_LearnerSlot(state=jax.device_put(learner, device),
-                                  iterations=int(restored.learner_steps[i])))
+        slots.append(_LearnerSlot(state=jax.device_put(learner, device), iterations=int(restored.learner_steps[i]),
+                                  first_iteration=int(restored.learner_steps[i])))
 
     group = ThreadGroup()
     tau = None if config.max_staleness < 0 else config.max_staleness
@@ -463,7 +464,9 @@ def _run_async(config: GossipConfig) -> dict:
 
     stacked_consensus_distance = jax.jit(consensus_distance)  # one compile, not seconds of op-by-op dispatch
     bound = ConsensusBound(topology, delay=1)
-    bound_rounds = [min(s.iterations for s in slots)]
+    # The bound's model starts at the first round every learner has an update norm for: round 0, or after --resume
+    # the furthest learner's restored iteration (the model restarts there; its state is not checkpointed).
+    bound_rounds = [max(s.iterations for s in slots)]
     gossip_metrics: dict = {}  # newest consensus distance, bound and gradient similarity, repeated on every row
     cosine_log = CosineLog(monitor.run_dir, n, config.resume) if config.log_grad_cosine else None
     interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or launch.common.Terminated (SIGTERM)
@@ -486,7 +489,7 @@ def _run_async(config: GossipConfig) -> dict:
             # Proposition 1 model, fed once per round completed by every learner.
             while min(s.iterations for s in slots) > bound_rounds[0]:
                 r = bound_rounds[0]
-                norms = [s.update_norms[r - _first_iteration(s)] for s in slots]
+                norms = [s.update_norms[r - s.first_iteration] for s in slots]
                 gossip_metrics["consensus_bound"] = bound.add(float(np.sqrt(np.sum(np.square(norms)))))
                 bound_rounds[0] += 1
             if learner_params is not None:  # every learner's parameters when learner 0 finished an iteration
@@ -525,11 +528,6 @@ def _run_async(config: GossipConfig) -> dict:
     if interrupted is not None:
         raise interrupted  # the same exception: the launcher's exit status tells SIGTERM from Ctrl-C
     return summary
-
-
-def _first_iteration(slot: _LearnerSlot) -> int:
-    """Local iteration index of `slot.update_norms[0]` (non-zero after --resume)."""
-    return slot.iterations - len(slot.update_norms)
 
 
 def _stack(trees: list):

@@ -106,6 +106,9 @@ def validate(config: PALConfig) -> None:
     for name in ("learning_starts", "eval_every", "eval_episodes", "checkpoint_every", "cores"):
         if getattr(config, name) < 0:
             raise error(f"--{name} must be non-negative, got {getattr(config, name)}")
+    if config.learning_starts >= config.total_steps:
+        raise error(f"--learning_starts={config.learning_starts:,} leaves no updates within --total_steps="
+                    f"{config.total_steps:,}")
     if config.tree_k < 2:
         raise error(f"--tree_k must be at least 2, got {config.tree_k}")
     if config.batch_size % config.num_learners:

@@ -83,6 +83,9 @@ def validate(config: SpreezeConfig) -> None:
     for name in ("envs_per_sampler", "publish_every", "buffer_size", "total_steps"):
         if getattr(config, name) <= 0:
             raise error(f"--{name} must be positive, got {getattr(config, name)}")
+    if config.learning_starts >= config.total_steps:
+        raise error(f"--learning_starts={config.learning_starts:,} leaves no updates within --total_steps="
+                    f"{config.total_steps:,}")
     for name in ("num_samplers", "batch_size", "learning_starts", "eval_every", "eval_episodes"):
         if getattr(config, name) < 0:
             raise error(f"--{name} must be non-negative, got {getattr(config, name)}")
