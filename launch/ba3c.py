@@ -10,8 +10,12 @@ import dataclasses
 
 from absl import app, flags
 
-from launch import common, scaleout
-from systems.datapar import system
+from launch import cli
+
+cli.exit_at_once_on_signals()  # before the heavy imports below
+
+from launch import common, scaleout  # noqa: E402
+from systems.datapar import system  # noqa: E402
 
 _NUM_DEVICES = flags.DEFINE_integer("num_devices", 0, "Devices per process on the pmap axis (0: all local ones).")
 _LOCAL_BATCH = flags.DEFINE_integer(
@@ -50,4 +54,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)

@@ -5,6 +5,7 @@ HTS-RL A2C; GFootball: the HTS-RL scripts; classic control: CleanRL; see `system
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import warnings
@@ -202,11 +203,29 @@ def run_main(
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the exit below must not be interrupted in turn
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         name = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
-        print(f"{name}; the newest checkpoint is in the run directory (use --resume)", file=sys.stderr)
+        checkpoint = getattr(stop, "checkpoint", None)  # set by Monitor.saved once the run has saved
+        if checkpoint:
+            print(f"{name}; the newest parameters are saved in {checkpoint} (continue with --resume "
+                  f"--logdir={stop.run_dir})", file=sys.stderr)
+        else:
+            print(f"{name} before the run could save anything", file=sys.stderr)
         from systems.common.learner import compiles_in_progress  # noqa: PLC0415 - JAX starts after the XLA flags
 
         if compiles_in_progress():
             print("waiting for the update's compile to finish before exiting (XLA cannot stop one midway)",
                   file=sys.stderr)
-        sys.exit(EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED)
+        _exit_without_finalizing(EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED)
+
+
+def _exit_without_finalizing(status: int) -> None:
+    """Exits once every background compile is done, skipping the interpreter's finalization: after a Ctrl-C that
+    interrupted a compile in the main thread (the network's initializer, seconds into start-up), XLA segfaulted
+    while Python tore it down (exit -11 instead of 130). The run has already saved what it had (checkpoint,
+    summary, files closed) and stopped its threads and children."""
+    from systems.common.learner import wait_for_compiles  # noqa: PLC0415 - JAX starts after the XLA flags
+
+    wait_for_compiles()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 

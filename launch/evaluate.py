@@ -43,6 +43,7 @@ from absl import app, flags, logging
 from PIL import Image, ImageDraw
 
 from envs.episodes import EpisodeTracker
+from launch import cli
 from envs.factory import EnvSpec, make_pool
 from systems.common import restore as restore_lib
 from systems.common.config import ConfigError
@@ -316,4 +317,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)

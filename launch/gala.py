@@ -11,9 +11,13 @@ import dataclasses
 
 from absl import app, flags
 
-from envs.factory import family_of
-from launch import common, scaleout
-from systems.gossip import system
+from launch import cli
+
+cli.exit_at_once_on_signals()  # before the heavy imports below
+
+from envs.factory import family_of  # noqa: E402
+from launch import common, scaleout  # noqa: E402
+from systems.gossip import system  # noqa: E402
 
 _ENVS_PER_LEARNER = flags.DEFINE_integer(
     "envs_per_learner", 0, "Training envs of each learner (0: the preset, 16 as in seed 004; GFootball 4)."
@@ -53,4 +57,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)

@@ -4,8 +4,12 @@ Flags: launch/common.py."""
 
 from absl import app
 
-from launch import common  # noqa: F401 - defines the flags
-from systems.hts import system
+from launch import cli
+
+cli.exit_at_once_on_signals()  # before the heavy imports below
+
+from launch import common  # noqa: E402, F401 - common defines the flags
+from systems.hts import system  # noqa: E402
 
 
 def main(argv):
@@ -14,4 +18,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)

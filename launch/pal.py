@@ -12,9 +12,13 @@ import dataclasses
 
 from absl import app, flags
 
-from envs.factory import family_of, resolve_env_id
-from launch import common
-from systems.pal import system
+from launch import cli
+
+cli.exit_at_once_on_signals()  # before the heavy imports below
+
+from envs.factory import family_of, resolve_env_id  # noqa: E402
+from launch import common  # noqa: E402
+from systems.pal import system  # noqa: E402
 
 _ENVS_PER_ACTOR = flags.DEFINE_integer("envs_per_actor", None, "Envs of each actor thread's own EnvPool.")
 _BATCH = flags.DEFINE_string(
@@ -127,7 +131,7 @@ def make_config() -> system.PALConfig:
         values["batch_size"] = parse_count(_BATCH.value, "batch_size", auto=False)
     if _HIDDEN.value is not None:
         try:
-            values["hidden_sizes"] = tuple(int(h) for h in _HIDDEN.value)
+            values["hidden_sizes"] = cli.int_list("hidden_sizes", _HIDDEN.value)
         except ValueError:
             raise ValueError(f"--hidden_sizes must be integers, got {','.join(_HIDDEN.value)}") from None
     if values.get("critic_learning_rate") is None:
@@ -156,4 +160,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from absl import app, flags
 
+from launch import cli
 from systems.analysis import metrics as metrics_lib
 from systems.analysis import plots as plots_lib
 from systems.analysis import tables
@@ -208,4 +209,4 @@ def main(argv):
         print(f"wrote {os.path.join(report_dir, REPORT_FILE)}", file=sys.stderr)
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)

@@ -9,10 +9,14 @@ import dataclasses
 
 from absl import app, flags
 
-from envs.factory import family_of, resolve_env_id
-from launch import common
-from launch import pal as launch_pal  # also defines the off-policy flags
-from systems.spreeze import system
+from launch import cli
+
+cli.exit_at_once_on_signals()  # before the heavy imports below
+
+from envs.factory import family_of, resolve_env_id  # noqa: E402
+from launch import common  # noqa: E402
+from launch import pal as launch_pal  # also defines the off-policy flags  # noqa: E402
+from systems.spreeze import system  # noqa: E402
 
 _NUM_SAMPLERS = flags.DEFINE_string("num_samplers", "2", "Sampler processes, or 'auto' (section 3.4).")
 _ENVS_PER_SAMPLER = flags.DEFINE_integer("envs_per_sampler", 1, "Envs of each sampler's own EnvPool.")
@@ -52,7 +56,7 @@ def make_config() -> system.SpreezeConfig:
         if common.flag_given(name) and getattr(f, name) is not None:
             values[name] = getattr(f, name)
     if f.hidden_sizes is not None:
-        values["hidden_sizes"] = tuple(int(h) for h in f.hidden_sizes)
+        values["hidden_sizes"] = cli.int_list("hidden_sizes", f.hidden_sizes)
     if f.batch_size is not None:
         values["batch_size"] = launch_pal.parse_count(f.batch_size, "batch_size", auto=True)
     values.setdefault("max_grad_norm", 0.0)
@@ -79,4 +83,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)

@@ -2,8 +2,12 @@
 
 from absl import app
 
-from launch import common  # noqa: F401 - defines the flags
-from systems.sync import system
+from launch import cli
+
+cli.exit_at_once_on_signals()  # before the heavy imports below
+
+from launch import common  # noqa: E402, F401 - common defines the flags
+from systems.sync import system  # noqa: E402
 
 
 def main(argv):
@@ -12,4 +16,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)

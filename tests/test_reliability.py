@@ -137,7 +137,8 @@ def test_launcher_exits_3_with_one_line_on_a_nan_update(tmp_path):
     )
     assert proc.returncode == 3, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: [hts] update 2 (128 env steps): the value_loss is nan"), lines
+    expected = "error: [hts] update 2 (128 env steps): the value_loss is nan"
+    assert len(lines) == 1 and lines[0].startswith(expected), lines
     assert "Traceback" not in proc.stderr
 
 
@@ -173,12 +174,47 @@ def test_sigterm_saves_the_newest_parameters_writes_the_summary_and_exits_143(tm
     finally:
         proc.kill()
     assert proc.returncode == 143, err[-3000:]
-    assert "terminated (SIGTERM)" in err and "Traceback" not in err
+    newest = list_checkpoints(run_dir)[-1]
+    assert f"terminated (SIGTERM); the newest parameters are saved in {newest}" in err and "Traceback" not in err
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
     assert summary["interrupted"] and summary["env_steps"] >= 640
-    newest = os.path.basename(list_checkpoints(run_dir)[-1])
-    assert int(newest[5:17]) == summary["env_steps"]  # the newest parameters, not the last periodic checkpoint
+    assert int(os.path.basename(newest)[5:17]) == summary["env_steps"]  # the newest, not the last periodic one
+
+
+def _read_until(proc: subprocess.Popen, text: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            raise AssertionError(f"the run exited (code {proc.wait()}) before printing {text!r}")
+        if text in line:
+            return
+    raise AssertionError(f"no {text!r} within {timeout} s")
+
+
+@pytest.mark.parametrize("moment", ["importing", "compiling the initializer", "compiling the update"])
+def test_ctrl_c_at_any_moment_of_start_up_exits_130_with_one_line(tmp_path, moment):
+    """Ctrl-C seconds into HTS start-up aborted (SIGABRT) or segfaulted at exit in 3 of 5 tries: XLA crashed while
+    the interpreter tore it down after an interrupted compile; during the imports it was a traceback. The moments
+    are found from JAX's compile log (compilation cache off, so the compiles are real)."""
+    env = dict(os.environ, JAX_LOG_COMPILES="1", JAX_ENABLE_COMPILATION_CACHE="false")
+    proc = _launch("launch.hts", "--env=CartPole-v1", "--total_steps=100000", "--quiet", f"--logdir={tmp_path}/run",
+                   env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a terminal
+    try:
+        if moment == "importing":
+            time.sleep(0.5)
+        else:
+            program = "init" if moment == "compiling the initializer" else "ppo_update"
+            _read_until(proc, f"Compiling jit({program})")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    ours = [line for line in err.strip().splitlines() if line and not line.startswith(("W1", "I1", "waiting for"))]
+    assert len(ours) == 1 and ours[0].startswith("interrupted"), err[-3000:]
+    assert "Traceback" not in err and "Fatal Python error" not in err
 
 
 # ------------------------------------------------------------------------------------------------- bad values

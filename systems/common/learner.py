@@ -171,6 +171,13 @@ def compiles_in_progress() -> int:
     return sum(1 for t in threading.enumerate() if t.name == _COMPILE_THREAD and t.is_alive())
 
 
+def wait_for_compiles() -> None:
+    """Joins every background compile (`compile_in_background`) still running."""
+    for thread in threading.enumerate():
+        if thread.name == _COMPILE_THREAD:
+            thread.join()
+
+
 def compile_in_background(jitted: Callable, *example_args: Any) -> Callable[[], None]:
     """Starts compiling `jitted` (a `jax.jit` or `jax.pmap` function) for `example_args` (arrays or
     `jax.ShapeDtypeStruct`s) in a background thread, so the compile overlaps the collection of the first round;

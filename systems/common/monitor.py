@@ -94,7 +94,10 @@ class Monitor:
         if config.resume:
             restored = (load_fn or load_latest_checkpoint)(self.run_dir, state)
             if restored is None:
-                raise config_lib.ConfigError(f"--resume: no readable checkpoint in {self.run_dir}/checkpoints")
+                raise config_lib.ConfigError(
+                    f"--resume: no readable checkpoint in {self.run_dir}/checkpoints (the run stopped before its "
+                    "first one); remove the directory to start the run again"
+                )
             self.state, meta = restored
             self.wall_offset = float(meta["wall_time"])
             self.evaluations = [EvaluationRecord(**r) for r in meta["evaluations"]]
@@ -106,6 +109,7 @@ class Monitor:
         self.total_steps = self.total_updates * self.steps_per_round
         if env_steps_of is not None:
             self.total_steps = config.total_steps
+        self.last_checkpoint: str | None = None
         self.start_round = int(self.state.update_step)
         self.start_steps = self.env_steps
         self.evaluator = None
@@ -236,7 +240,14 @@ class Monitor:
         }
         if self._checkpoint_extra is not None:
             meta.update(self._checkpoint_extra(self.env_steps))
-        return self._save_fn(self.run_dir, self.env_steps, self.state, meta)
+        self.last_checkpoint = self._save_fn(self.run_dir, self.env_steps, self.state, meta)
+        return self.last_checkpoint
+
+    def saved(self, stop: KeyboardInterrupt) -> KeyboardInterrupt:
+        """`stop` (Ctrl-C or SIGTERM, re-raised after `finish`) marked with the checkpoint this run wrote last, so
+        the launcher can say where it is; a stop that was not marked came before the run could save anything."""
+        stop.checkpoint, stop.run_dir = self.last_checkpoint, self.run_dir
+        return stop
 
     def finish(self, *, interrupted: bool = False, extra: dict | None = None) -> dict:
         """Final evaluation (unless interrupted), final checkpoint and summary.json (plus the system's `extra`

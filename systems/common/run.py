@@ -96,5 +96,5 @@ def run_lockstep(system: str, executor: Executor, collector: RoundCollector, mon
             on_exit()
     summary = monitor.finish(interrupted=interrupted is not None, extra=summary_extra() if summary_extra else None)
     if interrupted is not None:
-        raise interrupted  # the same exception: the launcher's exit status tells SIGTERM from Ctrl-C
+        raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
     return summary

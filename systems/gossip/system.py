@@ -526,7 +526,7 @@ def _run_async(config: GossipConfig) -> dict:
     summary = monitor.finish(interrupted=interrupted is not None, extra={"gossip": gossip_stats,
                                                               "learner_iterations": [s.iterations for s in slots]})
     if interrupted is not None:
-        raise interrupted  # the same exception: the launcher's exit status tells SIGTERM from Ctrl-C
+        raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
     return summary
 
 

@@ -113,7 +113,7 @@ def run(config: config_lib.TrainConfig) -> dict:
         group.check()
     summary = monitor.finish(interrupted=interrupted is not None)
     if interrupted is not None:
-        raise interrupted  # the same exception: the launcher's exit status tells SIGTERM from Ctrl-C
+        raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
     return summary
 
 

@@ -304,7 +304,7 @@ def run(config: SpreezeConfig) -> dict:
     }
     summary = monitor.finish(interrupted=interrupted is not None, extra=extra)
     if interrupted is not None:
-        raise interrupted  # the same exception: the launcher's exit status tells SIGTERM from Ctrl-C
+        raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
     return summary
 
 
