@@ -222,6 +222,8 @@ def run_one(task: Task, side: str, seed: int, work_dir: str) -> dict:
         wall_before = 0.0
     else:
         resume = bool(glob.glob(os.path.join(run_dir, "checkpoints", "ckpt_*")))
+        if not resume and os.path.isdir(run_dir):  # stopped before its first checkpoint: the launcher refuses to
+            subprocess.run(["rm", "-rf", run_dir], check=True)  # start a second run in it, so start it afresh
         cmd = our_command(task, side, seed, run_dir, resume)
         wall_before = _our_wall_so_far(run_dir) if resume else 0.0
     os.makedirs(run_dir, exist_ok=True)
