@@ -730,3 +730,18 @@ def test_save_while_inserters_and_samplers_run(single_lock, stream, tmp_path):
         if live.any():
             _, batch, _ = loaded.sample(64, np.random.default_rng(0))
             np.testing.assert_array_equal(batch["obs"], np.broadcast_to(batch["check"][:, None, None], (64, 64, 64)))
+
+
+def test_priorities_whose_sum_would_overflow_are_refused_and_sampling_keeps_working():
+    """Priorities of 1e308 were each finite, so they were accepted; their sum (the root) was inf and every later
+    `sample()` failed. Now they are refused like any bad value and nothing is written."""
+    buffer = PrioritizedBuffer(4, EXAMPLE, alpha=1.0, seed=0)
+    buffer.insert(_transitions(np.arange(4)))
+    with pytest.raises(ValueError, match="must stay below"):
+        buffer.update_priorities(np.array([0, 1]), np.array([1e308, 1e308]))
+    assert np.isfinite(buffer.tree.total())
+    indices, _, weights = buffer.sample(8, np.random.default_rng(0))
+    assert indices.shape == (8,) and np.all(np.isfinite(weights))
+    biggest = buffer.tree.max_leaf - buffer.eps  # the largest priority accepted: the total stays finite at capacity
+    assert buffer.update_priorities(np.arange(4), np.full(4, biggest)) == 4
+    assert np.isfinite(buffer.tree.total())

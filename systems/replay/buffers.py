@@ -267,8 +267,9 @@ class ReplayBuffer:
         if priorities.size and not (np.isfinite(priorities).all() and priorities.min() >= 0):
             raise ValueError("priorities must be finite and >= 0")
         stored = (priorities + self.eps) ** self.alpha
-        if not np.isfinite(stored).all():
-            raise ValueError("(priority + eps) ** alpha overflows")
+        if stored.size and not stored.max() <= self._tree.max_leaf:  # NaN or inf fail this comparison too
+            raise ValueError(f"(priority + eps) ** alpha must stay below {self._tree.max_leaf:.3g}, so that the sum "
+                             "over every slot stays finite")
         if not self._prioritized:
             return 0
         lock = self._global_lock if self._single_lock else self._tree_lock

@@ -399,8 +399,9 @@ class FrameStackBuffer:
         if not np.all(np.isfinite(priorities)) or np.any(priorities < 0):
             raise ValueError("priorities must be finite and >= 0")
         stored = (priorities + self.eps) ** self.alpha
-        if not np.all(np.isfinite(stored)):
-            raise ValueError("(priority + eps) ** alpha overflows")
+        if stored.size and not stored.max() <= self._tree.max_leaf:  # NaN or inf fail this comparison too
+            raise ValueError(f"(priority + eps) ** alpha must stay below {self._tree.max_leaf:.3g}, so that the sum "
+                             "over every slot stays finite")
         if not self._prioritized:
             return 0
         with self._tree_lock:

@@ -212,6 +212,8 @@ class SumTree:
             raise ValueError(f"k must be an integer >= 2, got {k!r}")
         self._capacity = int(capacity)
         self._k = int(k)
+        # The largest priority a leaf may hold: the sum of every leaf (the root) then stays finite in float64.
+        self.max_leaf = float(np.finfo(np.float64).max / (2 * self._capacity))
         per_line = _CACHE_LINE_BYTES // _ITEM_BYTES
         self._stride = -(-self._k // per_line) * per_line  # K rounded up to whole cache lines
 
