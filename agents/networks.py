@@ -14,7 +14,10 @@ both heads.
   then one fully connected layer of ``hidden`` units, whose width the paper shrank from 256 to 128 to
   cut communication.
 * ``MLPTorso`` / MLP actor-critic: CleanRL ``ppo.py`` / ``ppo_continuous_action.py`` (separate actor
-  and critic MLPs, tanh, state-independent learned log-std for continuous actions).
+  and critic MLPs, tanh, state-independent learned log-std for continuous actions). Options for the MLP
+  only: widths, ReLU instead of tanh, the initial log-std, and PyTorch's default initializer instead of the
+  orthogonal one (SB3's ``ortho_init=False``, used by rl-zoo3's tuned MuJoCo PPO; departure: biases start at
+  0, where PyTorch draws them like the weights).
 """
 
 from collections.abc import Sequence
@@ -35,12 +38,14 @@ GFOOTBALL_SMM_OBS_SHAPE = (72, 96, 4)
 TORSOS = ("nature_cnn", "gfootball_cnn", "mlp", "ba3c")
 # Seed paper 001 Table 2 uses 256 hidden units as its initial setup (and settles on 128).
 BA3C_DEFAULT_HIDDEN = 256
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
+# PyTorch's nn.Linear default: kaiming_uniform(a=sqrt(5)), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+_TORCH_LINEAR_INIT = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
 
 
-def _dense(features: int, gain: float) -> nn.Dense:
-    return nn.Dense(
-        features, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros
-    )
+def _dense(features: int, gain: float, orthogonal: bool = True) -> nn.Dense:
+    kernel_init = nn.initializers.orthogonal(gain) if orthogonal else _TORCH_LINEAR_INIT
+    return nn.Dense(features, kernel_init=kernel_init, bias_init=nn.initializers.zeros)
 
 
 def _conv(features: int, kernel: int, stride: int) -> nn.Conv:
@@ -180,16 +185,18 @@ class BA3CTorso(nn.Module):
 
 
 class MLPTorso(nn.Module):
-    """Tanh MLP for vector observations ``[B, D]`` -> ``[B, hidden_sizes[-1]]``."""
+    """MLP for vector observations ``[B, D]`` -> ``[B, hidden_sizes[-1]]`` (tanh, or ``activation``)."""
 
     hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    orthogonal_init: bool = True
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
         chex.assert_rank(obs, 2)
         x = obs.astype(jnp.float32)
         for size in self.hidden_sizes:
-            x = nn.tanh(_dense(size, _TORSO_GAIN)(x))
+            x = ACTIVATIONS[self.activation](_dense(size, _TORSO_GAIN, self.orthogonal_init)(x))
         return x
 
 
@@ -202,6 +209,8 @@ class ActorCritic(nn.Module):
         continuous: Gaussian policy if True, categorical otherwise.
         hidden_sizes: MLP hidden sizes (only used by the ``"mlp"`` torso).
         hidden: width of the fully connected layer (only used by the ``"ba3c"`` torso).
+        activation, orthogonal_init: the MLP's nonlinearity and initializer (the ``"mlp"`` torso and its heads).
+        log_std_init: the initial state-independent log-std of a continuous policy.
 
     ``__call__(obs)`` returns ``(policy_out, value)``: ``value`` is float32 ``[B]``;
     ``policy_out`` is logits ``[B, A]`` (discrete) or ``(mean [B, A], log_std [B, A])``
@@ -213,14 +222,19 @@ class ActorCritic(nn.Module):
     continuous: bool
     hidden_sizes: tuple = (64, 64)
     hidden: int = BA3C_DEFAULT_HIDDEN
+    activation: str = "tanh"
+    orthogonal_init: bool = True
+    log_std_init: float = 0.0
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray):
         if self.torso == "mlp":
             # CleanRL: separate actor and critic MLPs, so the value loss does not shape the
             # policy's features.
-            actor_features = MLPTorso(self.hidden_sizes, name="actor_torso")(obs)
-            critic_features = MLPTorso(self.hidden_sizes, name="critic_torso")(obs)
+            mlp = dict(hidden_sizes=self.hidden_sizes, activation=self.activation,
+                       orthogonal_init=self.orthogonal_init)
+            actor_features = MLPTorso(**mlp, name="actor_torso")(obs)
+            critic_features = MLPTorso(**mlp, name="critic_torso")(obs)
         elif self.torso in ("nature_cnn", "gfootball_cnn"):
             # Shared CNN torso: conv features are expensive, so both heads read the same ones.
             torso_cls = NatureCNN if self.torso == "nature_cnn" else GFootballCNN
@@ -230,14 +244,16 @@ class ActorCritic(nn.Module):
         else:
             raise ValueError(f"Unknown torso {self.torso!r}; expected one of {TORSOS}.")
 
-        value = _dense(1, _VALUE_HEAD_GAIN)(critic_features)[:, 0].astype(jnp.float32)  # [B]
-        head = _dense(self.action_dim, _POLICY_HEAD_GAIN)(actor_features).astype(
+        orthogonal = self.orthogonal_init or self.torso != "mlp"
+        value = _dense(1, _VALUE_HEAD_GAIN, orthogonal)(critic_features)[:, 0].astype(jnp.float32)  # [B]
+        head = _dense(self.action_dim, _POLICY_HEAD_GAIN, orthogonal)(actor_features).astype(
             jnp.float32
         )  # [B, A]
         if not self.continuous:
             return head, value
         # State-independent log-std (CleanRL continuous PPO), broadcast to every row.
-        log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,), jnp.float32)
+        log_std_init = nn.initializers.constant(self.log_std_init)
+        log_std = self.param("log_std", log_std_init, (self.action_dim,), jnp.float32)
         return (head, jnp.broadcast_to(log_std, head.shape)), value
 
 
@@ -264,12 +280,17 @@ def make_network(
     *,
     torso: str | None = None,
     hidden: int = BA3C_DEFAULT_HIDDEN,
+    hidden_sizes: tuple = (64, 64),
+    activation: str = "tanh",
+    orthogonal_init: bool = True,
+    log_std_init: float = 0.0,
 ) -> ActorCritic:
     """Builds the actor-critic, picking the torso from the (unbatched) observation shape unless given.
 
     ``torso=None``: ``(4, 84, 84)`` -> Nature CNN (Atari), ``(72, 96, 4)`` -> GFootball CNN (SMM), rank 1 -> MLP.
     ``torso="ba3c"``: the Distributed BA3C network (seed paper 001) with ``hidden`` units, Atari shape only.
-    Any explicit torso must fit the observation shape.
+    Any explicit torso must fit the observation shape. ``hidden_sizes``, ``activation`` and ``orthogonal_init``
+    shape the MLP (vector observations); ``log_std_init`` any continuous policy.
     """
     obs_shape = tuple(int(d) for d in obs_shape)
     if torso is None:
@@ -295,6 +316,12 @@ def make_network(
         raise ValueError(f"action_dim must be >= 1, got {action_dim}.")
     if hidden < 1:
         raise ValueError(f"hidden must be >= 1, got {hidden}.")
+    if not hidden_sizes or min(hidden_sizes) < 1:
+        raise ValueError(f"hidden_sizes must be positive widths, got {hidden_sizes}.")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}.")
     return ActorCritic(
-        torso=torso, action_dim=int(action_dim), continuous=bool(continuous), hidden=int(hidden)
+        torso=torso, action_dim=int(action_dim), continuous=bool(continuous), hidden=int(hidden),
+        hidden_sizes=tuple(int(h) for h in hidden_sizes), activation=activation,
+        orthogonal_init=bool(orthogonal_init), log_std_init=float(log_std_init),
     )

@@ -63,6 +63,13 @@ ZOO_FLAGS = {
                    "--gae_lambda=0.94", "--gamma=0.99", "--entropy_coef=0", "--learning_rate=0.0003",
                    "--noanneal_lr", "--clip_eps=0.2", "--value_coef=0.5", "--max_grad_norm=0.5",
                    "--noclip_value_loss", "--normalize_obs", "--normalize_reward"),
+    # rl-zoo3's tuned HalfCheetah-v4 (normalize: VecNormalize with the algorithm's gamma; 1 env, 512 steps, batch
+    # 64, 20 epochs; policy_kwargs ReLU 256x256, log_std_init -2, ortho_init False; constant learning rate).
+    "HalfCheetah-v4": ("--num_envs=1", "--sync_interval=512", "--num_minibatches=8", "--num_epochs=20",
+                       "--gae_lambda=0.92", "--gamma=0.98", "--entropy_coef=0.000401762", "--learning_rate=2.0633e-05",
+                       "--noanneal_lr", "--clip_eps=0.1", "--value_coef=0.58096", "--max_grad_norm=0.8",
+                       "--noclip_value_loss", "--normalize_obs", "--normalize_reward", "--hidden_sizes=256,256",
+                       "--activation=relu", "--noorthogonal_init", "--log_std_init=-2", "--opt_eps=1e-5"),
 }
 
 
@@ -84,7 +91,8 @@ NOTES = {
     ),
     "HalfCheetah-v4": (
         "HTS-PPO with our preset (CleanRL's MuJoCo settings) stays below 0 for 250-300k steps in seeds 1 and 2 "
-        "(seed 0 is at 1,325 by 250k), is at about 1,500 from 450k steps and creeps to 1,650-1,860 by 1M; the peer with rl-zoo3's HalfCheetah-tuned settings (ReLU 256x256, initial log-std -2, 20 epochs of "
+        "(seed 0 is at 1,325 by 250k), is at about 1,500 from 450k steps and creeps to 1,650-1,860 by 1M; the "
+        "peer with rl-zoo3's HalfCheetah-tuned settings (ReLU 256x256, initial log-std -2, 20 epochs of "
         "64-sample minibatches over 512 steps) was at 2,600 at its first evaluation (50k steps), 5,700 at 250k and "
         "6,200-7,000 from 550k on. Our networks cannot take the peer's "
         "settings yet, so the preset cannot be told from the implementation here. Every run of this task shared "

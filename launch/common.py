@@ -73,6 +73,16 @@ _REWARD_CLIP = flags.DEFINE_float("reward_clip", None, "Clip scaled rewards to [
 _CLIP_ACTIONS = flags.DEFINE_boolean(
     "clip_actions", None, "Clip continuous actions to the action bounds before the env steps (default: on)."
 )
+HIDDEN_SIZES = flags.DEFINE_list(
+    "hidden_sizes", None,
+    "MLP hidden sizes of vector-observation tasks, e.g. 256,256 (default: preset; launch.hts/sync 64,64).",
+)
+_ACTIVATION = flags.DEFINE_enum("activation", None, ["tanh", "relu"], "On-policy MLP nonlinearity (default tanh).")
+_ORTHO_INIT = flags.DEFINE_boolean(
+    "orthogonal_init", None,
+    "On-policy MLP: orthogonal init (CleanRL; default) or PyTorch's default (SB3 ortho_init=False).",
+)
+_LOG_STD_INIT = flags.DEFINE_float("log_std_init", None, "Initial log-std of a continuous policy (default 0).")
 _LOGDIR = flags.DEFINE_string("logdir", "", "Run directory (default: runs/<system>-<env>-s<seed>-<time>).")
 _RESUME = flags.DEFINE_boolean("resume", False, "Continue from the newest checkpoint in --logdir.")
 _EVAL_EVERY = flags.DEFINE_integer("eval_every", None, "Env steps between evaluations (0: only at the end).")
@@ -93,6 +103,7 @@ _PRESET_FLAGS = {
     "entropy_coef": _ENTROPY_COEF, "clip_eps": _CLIP, "num_epochs": _EPOCHS, "num_minibatches": _MINIBATCHES,
     "clip_value_loss": _CLIP_VLOSS, "normalize_obs": _NORM_OBS, "obs_clip": _OBS_CLIP,
     "normalize_reward": _NORM_REWARD, "reward_clip": _REWARD_CLIP, "clip_actions": _CLIP_ACTIONS,
+    "activation": _ACTIVATION, "orthogonal_init": _ORTHO_INIT, "log_std_init": _LOG_STD_INIT,
 }
 # Flags of the normalizing PPO / A2C of launch.hts and launch.sync that the lock-step data-parallel systems refuse.
 NORMALIZATION_FLAGS = ("normalize_obs", "normalize_reward", "obs_clip", "reward_clip")
@@ -128,6 +139,10 @@ def config_from_flags(
     for name, holder in _PRESET_FLAGS.items():
         if holder.value is not None:
             values[name] = holder.value
+    if HIDDEN_SIZES.value is not None:
+        from launch import cli  # noqa: PLC0415 - launch.cli imports nothing of ours
+
+        values["hidden_sizes"] = cli.int_list("hidden_sizes", HIDDEN_SIZES.value)
     total_steps = values.get("total_steps", config_lib.TrainConfig.total_steps)
     if _EVAL_EVERY.value is not None:
         values["eval_every"] = _EVAL_EVERY.value

@@ -33,7 +33,6 @@ _LEARNING_STARTS = flags.DEFINE_integer("learning_starts", None, "Env steps coll
 _PER_ALPHA = flags.DEFINE_float("per_alpha", 0.6, "PER priority exponent alpha.")
 _PER_BETA = flags.DEFINE_float("per_beta", 0.4, "PER importance exponent beta at the start (annealed to 1).")
 _TREE_K = flags.DEFINE_integer("tree_k", 16, "Fan-out K of the sum tree (seed 003 section IV-C).")
-_HIDDEN = flags.DEFINE_list("hidden_sizes", None, "MLP hidden sizes, e.g. 256,256.")
 _CRITIC_LR = flags.DEFINE_float("critic_learning_rate", None, "Critic learning rate (0: --learning_rate).")
 _TARGET_PERIOD = flags.DEFINE_integer("target_update_period", None, "DQN: updates between target copies.")
 _TAU = flags.DEFINE_float("tau", None, "Polyak rate of the target networks (DQN: 1 = hard copies).")
@@ -129,11 +128,8 @@ def make_config() -> system.PALConfig:
             values[name] = holder.value
     if _BATCH.value is not None:
         values["batch_size"] = parse_count(_BATCH.value, "batch_size", auto=False)
-    if _HIDDEN.value is not None:
-        try:
-            values["hidden_sizes"] = cli.int_list("hidden_sizes", _HIDDEN.value)
-        except ValueError:
-            raise ValueError(f"--hidden_sizes must be integers, got {','.join(_HIDDEN.value)}") from None
+    if common.HIDDEN_SIZES.value is not None:
+        values["hidden_sizes"] = cli.int_list("hidden_sizes", common.HIDDEN_SIZES.value)
     if values.get("critic_learning_rate") is None:
         values["critic_learning_rate"] = 0.0
     total_steps = values["total_steps"]

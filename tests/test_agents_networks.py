@@ -175,3 +175,32 @@ def test_make_network_torso_choice():
         agents.make_network((4, 84, 84), 6, False, torso="resnet")
     with pytest.raises(ValueError, match="hidden"):
         agents.make_network((4, 84, 84), 6, False, torso="ba3c", hidden=0)
+
+
+def test_mlp_options_match_sb3_ortho_init_false_relu_and_log_std_init():
+    """rl-zoo3's tuned MuJoCo PPO: ReLU 256x256, PyTorch's default init (U(+-1/sqrt(fan_in))), log-std -2."""
+    import jax
+    import jax.numpy as jnp
+
+    from agents.networks import make_network
+
+    network = make_network((17,), 6, True, hidden_sizes=(256, 128), activation="relu", orthogonal_init=False,
+                           log_std_init=-2.0)
+    params = network.init(jax.random.PRNGKey(0), jnp.zeros((1, 17)))["params"]
+    first = params["actor_torso"]["Dense_0"]["kernel"]
+    assert first.shape == (17, 256) and params["critic_torso"]["Dense_1"]["kernel"].shape == (256, 128)
+    assert float(jnp.abs(first).max()) <= 1 / np.sqrt(17) and float(jnp.abs(first).max()) > 0.9 / np.sqrt(17)
+    np.testing.assert_array_equal(params["log_std"], np.full(6, -2.0, np.float32))
+    (mean, log_std), value = network.apply({"params": params}, -jnp.ones((3, 17)) * 100)
+    assert mean.shape == (3, 6) and value.shape == (3,) and np.all(np.asarray(log_std) == -2.0)
+    # ReLU, not tanh: features are >= 0 and grow with the input instead of saturating at 1
+    from agents.networks import MLPTorso
+
+    for activation, low, high in (("relu", 0.0, np.inf), ("tanh", -1.0, 1.0)):
+        torso = MLPTorso((32,), activation=activation, orthogonal_init=False)
+        x = jax.random.normal(jax.random.PRNGKey(1), (64, 17)) * 100
+        out = np.asarray(torso.apply(torso.init(jax.random.PRNGKey(0), x), x))
+        assert out.min() >= low and out.max() <= high
+        assert (out.max() > 1.5) == (activation == "relu")
+    with pytest.raises(ValueError, match="activation"):
+        make_network((17,), 6, True, activation="gelu")

@@ -49,6 +49,11 @@ class TrainConfig:
     normalize_reward: bool = False  # divide rewards by the running std of the discounted return
     reward_clip: float = 10.0  # clip scaled rewards to [-reward_clip, reward_clip] (0: no clip)
     clip_actions: bool = True  # continuous actions clipped to the action bounds before the env sees them
+    # The MLP of vector observations (agents/networks.py); defaults: CleanRL's.
+    hidden_sizes: tuple = (64, 64)  # actor and critic widths
+    activation: str = "tanh"  # tanh | relu
+    orthogonal_init: bool = True  # False: PyTorch's default init (SB3 ortho_init=False)
+    log_std_init: float = 0.0  # initial log-std of a continuous policy
     # Runs.
     logdir: str = ""  # run directory (created); "" means runs/<system>-<env>-s<seed>-<time>
     resume: bool = False  # continue from the newest checkpoint in logdir
@@ -146,6 +151,10 @@ def validate(config: TrainConfig) -> None:
         )
     if config.time_limit < 0:
         raise ConfigError(f"--time_limit must be non-negative, got {config.time_limit}")
+    if not config.hidden_sizes or min(config.hidden_sizes) < 1:
+        raise ConfigError(f"--hidden_sizes must be positive widths, got {','.join(map(str, config.hidden_sizes))}")
+    if config.activation not in ("tanh", "relu"):
+        raise ConfigError(f"--activation must be tanh or relu, got '{config.activation}'")
     for name in ("obs_clip", "reward_clip"):
         if not getattr(config, name) >= 0:
             raise ConfigError(f"--{name} must be non-negative (0: no clipping), got {getattr(config, name)}")

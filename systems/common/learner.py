@@ -66,7 +66,10 @@ def build(
     round with its behaviour statistics and merges the round into the learner's, in round order.
     """
     if network is None:
-        network = make_network(spec.obs_shape, spec.action_dim, spec.continuous)
+        network = make_network(
+            spec.obs_shape, spec.action_dim, spec.continuous, hidden_sizes=config.hidden_sizes,
+            activation=config.activation, orthogonal_init=config.orthogonal_init, log_std_init=config.log_std_init,
+        )
     norm = normalization_config(config, spec)
     learner_apply = network.apply  # the raw network: the normalized update feeds it normalized observations
     if norm.enabled:

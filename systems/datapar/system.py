@@ -157,7 +157,8 @@ def make_agent(config: DataParallelConfig):
     spec = make_spec(config.env_id)
     network = make_network(
         spec.obs_shape, spec.action_dim, spec.continuous, torso="ba3c" if spec.family == "atari" else None,
-        hidden=config.hidden,
+        hidden=config.hidden, hidden_sizes=config.hidden_sizes, activation=config.activation,
+        orthogonal_init=config.orthogonal_init, log_std_init=config.log_std_init,
     )
     optimizer = make_optimizer(
         name=config.optimizer, learning_rate=config.learning_rate,
