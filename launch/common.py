@@ -229,14 +229,17 @@ def run_main(
         if compiles_in_progress():
             print("waiting for the update's compile to finish before exiting (XLA cannot stop one midway)",
                   file=sys.stderr)
-        _exit_without_finalizing(EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED)
+        status = EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
+        if checkpoint:  # the run stopped cleanly: a normal exit runs multiprocessing's finalizers (Spreeze)
+            sys.exit(status)
+        _exit_without_finalizing(status)
 
 
 def _exit_without_finalizing(status: int) -> None:
     """Exits once every background compile is done, skipping the interpreter's finalization: after a Ctrl-C that
     interrupted a compile in the main thread (the network's initializer, seconds into start-up), XLA segfaulted
-    while Python tore it down (exit -11 instead of 130). The run has already saved what it had (checkpoint,
-    summary, files closed) and stopped its threads and children."""
+    while Python tore it down (exit -11 instead of 130). Used only for a stop before the run could save anything:
+    nothing is lost, and no thread or child has been started yet."""
     from systems.common.learner import wait_for_compiles  # noqa: PLC0415 - JAX starts after the XLA flags
 
     wait_for_compiles()
