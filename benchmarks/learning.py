@@ -94,8 +94,9 @@ NOTES = {
         "(seed 0 is at 1,325 by 250k), is at about 1,500 from 450k steps and creeps to 1,650-1,860 by 1M; the "
         "peer with rl-zoo3's HalfCheetah-tuned settings (ReLU 256x256, initial log-std -2, 20 epochs of "
         "64-sample minibatches over 512 steps): seed 0 was at 2,600 at its first evaluation (50k steps), 5,700 at "
-        "250k and 6,200-7,000 from 550k on; seed 1 was lower, still climbing from 4,490 to 5,220 over its last ten evaluations. Without "
-        "the row of HTS-PPO with the peer's settings (not run yet) the preset cannot be told from the "
+        "250k and 6,200-7,000 from 550k on; seed 1 was lower, still climbing from 4,490 to 5,220 over its last "
+        "ten evaluations. Without the row of HTS-PPO with the peer's settings (not run yet) the preset cannot be "
+        "told from the "
         "implementation here. Every run of this task shared the cores with test runs (load 2.5-3.9 for ours, "
         "3.2-3.6 for the peer's): wall times are high on both sides."
     ),
