@@ -238,8 +238,8 @@ def run_main(
 def _exit_without_finalizing(status: int) -> None:
     """Exits once every background compile is done, skipping the interpreter's finalization: after a Ctrl-C that
     interrupted a compile in the main thread (the network's initializer, seconds into start-up), XLA segfaulted
-    while Python tore it down (exit -11 instead of 130). Used only for a stop before the run could save anything:
-    nothing is lost, and no thread or child has been started yet."""
+    while Python tore it down (exit -11 instead of 130). Used only for a stop before the run could save anything,
+    so nothing is lost; EnvPool's own threads, if any, end with the process."""
     from systems.common.learner import wait_for_compiles  # noqa: PLC0415 - JAX starts after the XLA flags
 
     wait_for_compiles()
