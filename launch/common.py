@@ -14,6 +14,7 @@ from collections.abc import Callable
 from absl import flags, logging
 
 from envs.factory import family_of, resolve_env_id
+from launch import cli
 from systems.common import config as config_lib
 from systems.common.xla_flags import prefer_memory_saving_cpu_schedule
 
@@ -181,8 +182,9 @@ def _raise_terminated(signum, frame):  # noqa: ARG001 - a signal handler's signa
     raise Terminated
 
 
-# Exit statuses of every launcher (README, "Stopping a run").
-EXIT_BAD_INPUT, EXIT_NON_FINITE, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 3, 130, 143
+# Exit statuses of every launcher (README, "Stopping a run"); the others live in launch.cli.
+EXIT_NON_FINITE = 3
+EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED = cli.EXIT_BAD_INPUT, cli.EXIT_INTERRUPTED, cli.EXIT_TERMINATED
 
 
 def run_main(

@@ -143,9 +143,12 @@ class Monitor:
 
     @property
     def env_steps(self) -> int:
+        return self._steps_of(self.state)
+
+    def _steps_of(self, state: Any) -> int:
         if self._env_steps_of is not None:
-            return int(self._env_steps_of(self.state))
-        return int(self.state.update_step) * self.steps_per_round
+            return int(self._env_steps_of(state))
+        return int(state.update_step) * self.steps_per_round
 
     def wall_time(self) -> float:
         return self.wall_offset + time.perf_counter() - self._t0
@@ -225,8 +228,9 @@ class Monitor:
         })
 
     def _nonfinite(self, state: Any, problem: str) -> NonFiniteError:
-        steps = self._env_steps_of(state) if self._env_steps_of else int(state.update_step) * self.steps_per_round
-        return NonFiniteError(nonfinite_message(self.system, int(state.update_step), int(steps), problem, self.run_dir))
+        return NonFiniteError(
+            nonfinite_message(self.system, int(state.update_step), self._steps_of(state), problem, self.run_dir)
+        )
 
     def checkpoint(self) -> str:
         """Writes the current state; raises NonFiniteError instead when a parameter is not finite."""
