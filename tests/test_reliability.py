@@ -351,3 +351,66 @@ def test_learning_starts_at_or_beyond_the_budget_is_refused(module, config_name,
     config = getattr(system, config_name)(**extra, learning_starts=5_000, total_steps=5_000)
     with pytest.raises(config_lib.ConfigError, match="--learning_starts=5,000 leaves no updates"):
         system.validate(config)
+
+
+# ------------------------------------------------------------------------------------ processes and shared memory
+
+
+def _shm_names() -> set[str]:
+    """What a Spreeze run could leave in /dev/shm: its replay segment (named `spreeze-*` before issue 13) and
+    multiprocessing's named semaphores (`sem.mp-*`: Events, Queues and Locks under spawn and forkserver)."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith(("sem.mp-", "spreeze-"))}
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm (Linux)")
+@pytest.mark.parametrize("moment, victim", [
+    ("start-up", "group"),  # the first weights file exists, samplers and the test process are starting
+    ("training", "group"),  # the learner has made 200 updates
+    ("training", "learner"),  # the learner alone: its children used to run on for 30-75 s
+])
+def test_spreeze_sigkill_leaves_dev_shm_as_it_found_it_and_no_process(tmp_path, moment, victim):
+    """kill -9 of a Spreeze run left its replay segment and 19 `sem.mp-*` semaphores in /dev/shm (its resource
+    tracker, which would have removed them, died with the group), and killing only the learner left its samplers
+    and test process writing for up to 75 s."""
+    from systems.spreeze import weights as weights_lib
+
+    before = _shm_names()
+    run_dir = str(tmp_path / "run")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.spreeze", "--env=Pendulum-v1", "--num_samplers=2", "--hidden_sizes=16",
+         "--total_steps=100000000", "--learning_starts=200", "--eval_episodes=2", "--eval_every=500",
+         "--publish_every=10", f"--logdir={run_dir}", "--quiet"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        target = 0 if moment == "start-up" else 200
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            versions = weights_lib.list_versions(os.path.join(run_dir, "checkpoints"))
+            if versions and versions[-1][0] >= target:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        if moment == "training":
+            assert len(_shm_names() - before) == 0  # nothing named even while the run is alive
+        if victim == "group":
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _group_alive(proc.pid), "a child of the killed run is still running"
+        assert _shm_names() - before == set()
+    finally:
+        if _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -18,8 +18,9 @@
   pendulum itself for Pendulum-v1, bar charts otherwise; EnvPool has no renderer).
 * Automatic tuning (3.4, `systems.spreeze.tuning`): `batch_size=0` (auto) and `num_samplers=0` (auto).
 
-Any child that dies stops the run with its error; Ctrl-C stops every process and frees the shared memory; stale
-segments of the same run directory left by a crash are removed at the next start.
+Any child that dies stops the run with its error; Ctrl-C and SIGTERM stop every process; a child exits when the
+learner dies. The replay segment and the processes' flags and pipes have no name in /dev/shm: the kernel frees them
+with their last process, even after a SIGKILL of the whole group (`systems.spreeze.ipc`, issue 13).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import dataclasses
 import hashlib
 import multiprocessing
 import os
-import queue
 import time
 
 import jax
@@ -42,6 +42,7 @@ from systems.common.learner import compile_in_background
 from systems.common.monitor import LearnerReport, Monitor
 from systems.pal.agent import CONTINUOUS_ALGOS, PALState, build_agent
 from systems.pal.system import PALConfig, reached_target
+from systems.spreeze import ipc
 from systems.spreeze import render as render_lib
 from systems.spreeze import tuning as tuning_lib
 from systems.spreeze import weights as weights_lib
@@ -98,15 +99,16 @@ def validate(config: SpreezeConfig) -> None:
 
 
 def run_id(run_dir: str) -> str:
-    """Shared-memory segments are named after the run directory, so a restart finds the ones a crash left."""
+    """The replay segment is named after the run directory (seen in /proc/<pid>/fd, never a file to clean up)."""
     return hashlib.sha1(os.path.abspath(run_dir).encode()).hexdigest()[:12]
 
 
 # What every child imports before its first line of work (JAX, Flax, EnvPool, the agents): a forkserver imports
 # them once per process and forks each child from that image, where "spawn" paid the imports (several seconds of CPU)
 # once per child, all at the same moment the learner compiles.
-CHILD_PRELOAD = ["systems.spreeze.workers", "systems.spreeze.render", "systems.pal.agent", "systems.spreeze.weights",
-                 "systems.spreeze.shared_replay", "systems.common.evaluation", "envs.factory", "envs.episodes"]
+CHILD_PRELOAD = ["systems.spreeze.workers", "systems.spreeze.ipc", "systems.spreeze.render", "systems.pal.agent",
+                 "systems.spreeze.weights", "systems.spreeze.shared_replay", "systems.common.evaluation",
+                 "envs.factory", "envs.episodes"]
 
 
 def child_context():
@@ -122,17 +124,25 @@ def child_context():
 
 
 class Children:
-    """The run's child processes: start, watch (a dead child stops the run with its error), stop and join."""
+    """The run's child processes: start, watch (a dead child stops the run with its error), stop and join.
 
-    def __init__(self, ctx):
+    Nothing they share has a name in /dev/shm (`systems.spreeze.ipc`): `stop` and the samplers' own stops are flags
+    in unlinked shared memory, each child sends its messages on a pipe of its own (`channel.writer()`), and a child
+    exits when the learner dies."""
+
+    def __init__(self, ctx, num_sampler_stops: int):
         self.ctx = ctx
-        self.stop = ctx.Event()
-        self.events = ctx.Queue()
+        flags = ipc.Flags(ctx, num_sampler_stops + 1)
+        self.stop = flags[0]
+        self.sampler_stops = [flags[i + 1] for i in range(num_sampler_stops)]
+        self.channel = ipc.EventChannel(ctx)
         self.processes: dict[str, multiprocessing.Process] = {}
         self.errors: list[str] = []
 
-    def start(self, name: str, target, *args) -> None:
-        process = self.ctx.Process(target=target, args=args, name=name, daemon=True)
+    def start(self, name: str, target, *args, **kwargs) -> None:
+        """Starts `target(*args, **kwargs, events=...)`, `events` being the child's end of its own message pipe."""
+        process = self.ctx.Process(target=target, args=args, kwargs={**kwargs, "events": self.channel.writer()},
+                                   name=name, daemon=True)
         process.start()
         self.processes[name] = process
 
@@ -152,7 +162,6 @@ class Children:
             if process.is_alive():
                 process.terminate()
                 process.join(timeout=2.0)
-        self.events.cancel_join_thread()
 
 
 def run(config: SpreezeConfig) -> dict:
@@ -180,23 +189,20 @@ def run(config: SpreezeConfig) -> dict:
 
     ctx = child_context()
     rid = run_id(monitor.run_dir)
-    removed = SharedReplay.cleanup_stale(rid)
-    if removed:
-        monitor.outputs.print(f"[spreeze] removed {len(removed)} stale shared-memory segment(s) of this run")
     fields = {name: (np.asarray(v).shape, np.float32 if name != "action" else np.asarray(v).dtype)
               for name, v in agent.example.items()}
-    children = Children(ctx)
+    max_samplers = config.num_samplers or max(1, (os.cpu_count() or 2) - 1)
+    children = Children(ctx, max_samplers)
     if config.transfer == "shm":
         replay = SharedReplay.create(config.buffer_size, fields, run_id=rid, ctx=ctx)
     else:
         replay = QueueTransfer.create(config.buffer_size, fields, run_id=rid, ctx=ctx)
-    max_samplers = config.num_samplers or max(1, (os.cpu_count() or 2) - 1)
     steps = ctx.Array("q", max_samplers, lock=False)
-    sampler_stops = [ctx.Event() for _ in range(max_samplers)]
+    sampler_stops = children.sampler_stops
 
     def start_sampler(i: int) -> None:
         children.start(f"sampler-{i}", workers.sampler_main, i, config, replay.handle(), weights_dir,
-                       children.stop, sampler_stops[i], steps, children.events)
+                       children.stop, sampler_stops[i], steps)
 
     episodes: list[tuple[int, float, int]] = []
     monitor.state = state
@@ -228,11 +234,11 @@ def run(config: SpreezeConfig) -> dict:
             tuning_lib.save_tuning(monitor.run_dir, tuning)
             monitor.outputs.print(tuning_lib.format_table(tuning))
         if config.eval_episodes > 0:
-            children.start("evaluator", workers.evaluator_main, config, weights_dir, children.stop, children.events)
+            children.start("evaluator", workers.evaluator_main, config, weights_dir, children.stop)
         if config.render:
             children.start("render", render_lib.render_main, config, weights_dir,
-                           os.path.join(monitor.run_dir, "renders"), children.stop, children.events,
-                           config.render_every, config.render_steps)
+                           os.path.join(monitor.run_dir, "renders"), children.stop,
+                           every_seconds=config.render_every, max_steps=config.render_steps)
         metrics = None
         while True:
             children.check()
@@ -272,6 +278,7 @@ def run(config: SpreezeConfig) -> dict:
     finally:
         elapsed = time.perf_counter() - start
         children.shutdown()
+        children.channel.close()
         replay.close()
         replay.unlink()
     if interrupted is None:
@@ -373,11 +380,7 @@ def _load_latest(directory: str, template):
 
 
 def _drain_events(children: Children, monitor: Monitor, episodes: list) -> None:
-    while True:
-        try:
-            event = children.events.get_nowait()
-        except queue.Empty:
-            return
+    for event in children.channel.get_all():
         kind = event[0]
         if kind == "error":
             children.errors.append(f"{event[1]} failed:\n{event[2]}")

@@ -5,8 +5,9 @@ evaluation records and finished episodes (rare messages, never transitions).
 
 Every worker is a top-level function taking picklable arguments, forked from the run's forkserver
 (`system.child_context`, which has imported the workers' modules once). A worker that fails puts `("error", name,
-traceback)` on the `events` queue and exits non-zero; the learner stops the run with that error. `stop` (an Event)
-ends every loop; Ctrl-C in a worker exits it quietly (the learner handles the run).
+traceback)` on its `events` pipe and exits non-zero; the learner stops the run with that error. `stop` (a shared
+flag, `systems.spreeze.ipc.Flag`) ends every loop; Ctrl-C in a worker exits it quietly (the learner handles the run);
+a worker whose learner died exits at once (`ipc.exit_with_parent`).
 """
 
 from __future__ import annotations
@@ -29,12 +30,18 @@ def _cpu_only() -> None:
 
 
 def _guard(name: str, events, body) -> None:
+    from systems.spreeze.ipc import exit_with_parent
+
+    exit_with_parent()
     try:
         body()
     except KeyboardInterrupt:
         pass
     except BaseException:  # noqa: BLE001 - reported to the learner, which stops the run with it
-        events.put(("error", name, traceback.format_exc()))
+        try:
+            events.put(("error", name, traceback.format_exc()))
+        except OSError:  # the learner is gone
+            pass
         raise SystemExit(1) from None
 
 
