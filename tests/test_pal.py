@@ -202,6 +202,21 @@ def test_pal_resume_restores_the_replay_buffer(tmp_path):
     assert second["optimizer_steps"] == first["optimizer_steps"] + (1_000 - first["env_steps"]) // 2
 
 
+def test_pal_resume_falls_back_to_the_older_buffer_when_the_newest_is_corrupt(tmp_path, capsys):
+    """A corrupt `buffer_*.npz` was a traceback with no fallback."""
+    run_dir = str(tmp_path / "run")
+    system.run(_config(run_dir, total_steps=1_000, checkpoint_buffer=True))
+    directory = os.path.join(run_dir, "checkpoints")
+    older, newest = sorted(f for f in os.listdir(directory) if f.startswith("buffer_"))
+    with open(os.path.join(directory, newest), "r+b") as f:
+        f.truncate(300)
+    capsys.readouterr()
+    second = system.run(_config(run_dir, total_steps=1_400, checkpoint_buffer=True, resume=True))
+    err = capsys.readouterr().err
+    assert f"warning: cannot load replay buffer from '{os.path.join(directory, newest)}': corrupt" in err
+    assert second["buffer_restored"] and second["env_steps"] >= 1_400
+
+
 def test_pal_resume_without_buffer_warms_up_again(tmp_path):
     run_dir = str(tmp_path / "run")
     first = system.run(_config(run_dir, total_steps=600))

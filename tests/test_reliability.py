@@ -321,6 +321,62 @@ def test_a_run_directory_in_use_is_refused_and_freed_when_its_holder_is_killed(t
         holder.kill()
 
 
+# ------------------------------------------------------------------------------------- corrupt newest checkpoint
+# PAL's replay buffer file: tests/test_pal.py; Spreeze's weight files: tests/test_spreeze_system.py.
+
+
+def _truncate(path: str, size: int = 100) -> None:
+    """What a disk error or a copy cut short leaves: the file's first bytes."""
+    with open(path, "r+b") as f:
+        f.truncate(size)
+
+
+def test_resume_sets_a_corrupt_newest_checkpoint_aside_with_a_warning_and_continues(tmp_path, capsys):
+    """A corrupt newest checkpoint was skipped with no message, and stayed the newest by name: the resumed run's
+    own checkpoints were then pruned in its favour."""
+    config = _config(tmp_path, eval_episodes=0)
+    sync.run(config)
+    older, newest = list_checkpoints(config.logdir)[-2:]
+    _truncate(newest)
+    capsys.readouterr()
+    summary = sync.run(dataclasses.replace(config, resume=True, total_steps=8 * 64))
+    err = capsys.readouterr().err
+    assert f"warning: checkpoint {newest} is unreadable (" in err
+    assert f"set aside as {newest}.unreadable, resuming from an older one" in err
+    assert summary["resumed_from_env_steps"] == int(os.path.basename(older)[5:17])
+    assert os.path.exists(newest + ".unreadable")
+    assert [os.path.basename(p) for p in list_checkpoints(config.logdir)] == [
+        "ckpt_000000000448.msgpack", "ckpt_000000000512.msgpack"]
+    summary = sync.run(dataclasses.replace(config, resume=True, total_steps=10 * 64))
+    assert "warning" not in capsys.readouterr().err and summary["resumed_from_env_steps"] == 512
+
+
+def test_resume_with_no_readable_checkpoint_names_each_and_renames_none(tmp_path):
+    config = _config(tmp_path, eval_episodes=0)
+    sync.run(config)
+    paths = list_checkpoints(config.logdir)
+    for path in paths:
+        _truncate(path)
+    with pytest.raises(config_lib.ConfigError, match=r"no readable checkpoint .*\(ckpt_000000000384.msgpack: .*; "
+                                                    r"ckpt_000000000320.msgpack: .*\); remove the directory"):
+        sync.run(dataclasses.replace(config, resume=True, total_steps=8 * 64))
+    assert list_checkpoints(config.logdir) == paths
+
+
+def test_evaluate_warns_of_a_corrupt_newest_checkpoint_and_restores_the_older(tmp_path, capsys):
+    from systems.common.restore import restore_run
+
+    config = _config(tmp_path, eval_episodes=0)
+    sync.run(config)
+    older, newest = list_checkpoints(config.logdir)[-2:]
+    _truncate(newest)
+    capsys.readouterr()
+    restored = restore_run(config.logdir)
+    assert restored.checkpoint_path == older
+    assert f"warning: checkpoint {newest} is unreadable (" in capsys.readouterr().err
+    assert os.path.exists(newest)  # evaluation only reads: nothing is renamed
+
+
 # ------------------------------------------------------------------------------------------------ per system
 
 

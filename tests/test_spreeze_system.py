@@ -58,6 +58,20 @@ def test_spreeze_resume_continues_from_the_newest_weight_file(tmp_path):
     assert second["optimizer_steps"] >= first["optimizer_steps"] and second["env_steps"] >= 1_600
 
 
+def test_spreeze_resume_sets_a_corrupt_newest_weight_file_aside(tmp_path, capsys):
+    """A corrupt newest weight file made the run impossible to resume until deleted by hand (publishing an older
+    version next to it was refused)."""
+    run_dir = str(tmp_path / "run")
+    system.run(_config(run_dir, total_steps=800))
+    newest = weights_lib.list_versions(os.path.join(run_dir, "checkpoints"))[-1][1]
+    with open(newest, "r+b") as f:
+        f.truncate(100)
+    capsys.readouterr()
+    second = system.run(_config(run_dir, total_steps=1_200, resume=True))
+    assert f"warning: checkpoint {newest} is unreadable (" in capsys.readouterr().err
+    assert os.path.exists(newest + ".unreadable") and second["env_steps"] >= 1_200
+
+
 def test_a_dead_sampler_stops_the_run_with_its_error(tmp_path):
     run_dir = str(tmp_path / "run")
     killed = []

@@ -1,5 +1,10 @@
 """Atomic checkpoints (flax msgpack serialization): write to a temporary file, fsync, then `os.replace`, so a crash
-or Ctrl-C at any moment leaves the previous checkpoint intact and readable. The newest `keep` are kept."""
+or Ctrl-C at any moment leaves the previous checkpoint intact and readable. The newest `keep` are kept.
+
+An unreadable checkpoint (a disk error, a file truncated or edited by hand) is skipped in favour of an older one,
+never silently: the loader reports each skipped file to `on_skip(path, reason)`, and `--resume` sets such files
+aside (`set_aside`: renamed `<name>.unreadable`, kept for inspection, out of every listing) so the resumed run's
+newer checkpoints are not pruned in favour of a broken one and later resumes do not trip on it again."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import glob
 import json
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 from flax import serialization
@@ -45,17 +51,41 @@ def list_checkpoints(run_dir: str) -> list[str]:
     return sorted(paths, key=lambda p: int(_NAME.search(p).group(1)))
 
 
-def load_latest_checkpoint(run_dir: str, target: Any) -> tuple[Any, dict] | None:
-    """Restores the newest readable checkpoint into the structure of `target`; None if there is none."""
+def load_latest_checkpoint(run_dir: str, target: Any, on_skip: OnSkip | None = None) -> tuple[Any, dict] | None:
+    """Restores the newest readable checkpoint into the structure of `target`; None if there is none. Each newer
+    file that cannot be read or does not fit `target` is passed to `on_skip(path, reason)` before an older one is
+    tried."""
     for path in reversed(list_checkpoints(run_dir)):
         try:
             with open(path, "rb") as f:
                 raw = serialization.msgpack_restore(f.read())
             state = serialization.from_state_dict(target, raw["state"])
             return state, json.loads(raw["meta"])
-        except Exception:  # noqa: BLE001 - an unreadable file is skipped in favour of an older one
-            continue
+        except Exception as error:  # noqa: BLE001 - msgpack, flax, json and the OS raise assorted types
+            if on_skip is not None:
+                on_skip(path, describe_error(error))
     return None
+
+
+OnSkip = Callable[[str, str], None]
+UNREADABLE_SUFFIX = ".unreadable"
+
+
+def describe_error(error: BaseException, limit: int = 160) -> str:
+    """One short line for a warning: the exception's type and the start of its message."""
+    text = " ".join(f"{type(error).__name__}: {error}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def set_aside(path: str) -> str:
+    """Renames an unreadable checkpoint to `<path>.unreadable` (out of every listing, kept for inspection); returns
+    the new name, or the old one if the rename failed (the file is then only skipped)."""
+    aside = path + UNREADABLE_SUFFIX
+    try:
+        os.replace(path, aside)
+    except OSError:
+        return path
+    return aside
 
 
 def _fsync_dir(directory: str) -> None:

@@ -7,6 +7,7 @@ import collections
 import dataclasses
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,7 @@ from agents import TrainState
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
 from systems.common import rundir
-from systems.common.checkpoint import load_latest_checkpoint, save_checkpoint
+from systems.common.checkpoint import OnSkip, load_latest_checkpoint, save_checkpoint, set_aside
 from systems.common.evaluation import EvaluationRecord, Evaluator, final_metric, required_time
 from systems.common.finite import NonFiniteError, first_nonfinite, nonfinite_message, params_are_finite
 from systems.common.learner import LearnerSetup, parameter_count
@@ -39,6 +40,25 @@ def default_run_dir(system: str, config: config_lib.TrainConfig) -> str:
     return os.path.join("runs", f"{system}-{name}-s{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
+def _restore_newest_readable(run_dir: str, state: Any, load_fn: Callable) -> tuple[Any, dict]:
+    """`--resume`'s restore: the newest readable checkpoint. Unreadable newer files are set aside (renamed
+    `*.unreadable`) with one warning each, once an older one restored; if none restores, nothing is renamed and the
+    error names what was skipped."""
+    skipped: list[tuple[str, str]] = []
+    restored = load_fn(run_dir, state, lambda path, reason: skipped.append((path, reason)))
+    if restored is None:
+        detail = "; ".join(f"{os.path.basename(p)}: {r}" for p, r in skipped)
+        raise config_lib.ConfigError(
+            f"--resume: no readable checkpoint in {run_dir}/checkpoints "
+            + (f"({detail})" if skipped else "(the run stopped before its first one)")
+            + "; remove the directory to start the run again"
+        )
+    for path, reason in skipped:
+        print(f"warning: checkpoint {path} is unreadable ({reason}); set aside as {set_aside(path)}, resuming from "
+              "an older one", file=sys.stderr)
+    return restored
+
+
 class Monitor:
     def __init__(
         self,
@@ -57,7 +77,7 @@ class Monitor:
         checkpoint_extra: Callable[[int], dict] | None = None,
         sizes: str | None = None,
         save_fn: Callable[[str, int, Any, dict], str] | None = None,
-        load_fn: Callable[[str, Any], tuple[Any, dict] | None] | None = None,
+        load_fn: Callable[[str, Any, OnSkip], tuple[Any, dict] | None] | None = None,
         may_change_on_resume: frozenset = frozenset(),
     ):
         """`state` is the learner state (any pytree with `params` and a scalar `update_step`). Systems whose
@@ -70,9 +90,10 @@ class Monitor:
         the lag has no bound to check (it is still logged), and `checkpoint_extra(env_steps) -> meta entries`,
         called before each checkpoint is written (PAL saves its replay buffer there). `sizes` replaces the
         "envs N  alpha A" part of the first line. `save_fn(run_dir, env_steps, state, meta) -> path` and
-        `load_fn(run_dir, state) -> (state, meta) | None` replace the checkpoint files (Spreeze: its weight files
-        are its checkpoints). The run directory is claimed first (`systems.common.rundir`: locked, no second run
-        without --resume, the run's defining flags unchanged on resume but for `may_change_on_resume`)."""
+        `load_fn(run_dir, state, on_skip) -> (state, meta) | None` replace the checkpoint files (Spreeze: its weight
+        files are its checkpoints; `on_skip(path, reason)` for each unreadable newer file it passes over). The run
+        directory is claimed first (`systems.common.rundir`: locked, no second run without --resume, the run's
+        defining flags unchanged on resume but for `may_change_on_resume`)."""
         self.system = system
         self.policy_params = policy_params or (lambda s: s.params)
         self.config = config
@@ -92,13 +113,7 @@ class Monitor:
         self._checkpoint_extra = checkpoint_extra
         self._save_fn = save_fn or save_checkpoint
         if config.resume:
-            restored = (load_fn or load_latest_checkpoint)(self.run_dir, state)
-            if restored is None:
-                raise config_lib.ConfigError(
-                    f"--resume: no readable checkpoint in {self.run_dir}/checkpoints (the run stopped before its "
-                    "first one); remove the directory to start the run again"
-                )
-            self.state, meta = restored
+            self.state, meta = _restore_newest_readable(self.run_dir, state, load_fn or load_latest_checkpoint)
             self.wall_offset = float(meta["wall_time"])
             self.evaluations = [EvaluationRecord(**r) for r in meta["evaluations"]]
             self.resumed_from = int(meta["env_steps"])

@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -179,15 +180,19 @@ def _spec(config) -> EnvSpec:
         raise ConfigError(str(error)) from None
 
 
+def _warn_skipped(path: str, reason: str) -> None:
+    print(f"warning: checkpoint {path} is unreadable ({reason}); trying an older one", file=sys.stderr)
+
+
 def _restore(run_dir: str, system: str, target: Any, load: Callable | None = None) -> tuple[Any, dict, str]:
     """(state, meta, path) of the newest checkpoint restorable into `target`; leaf shapes and dtypes checked."""
     if load is None:
-        restored = checkpoint_lib.load_latest_checkpoint(run_dir, target)
+        restored = checkpoint_lib.load_latest_checkpoint(run_dir, target, _warn_skipped)
         if restored is not None:
             state, meta = restored
             path = os.path.join(checkpoint_lib.checkpoint_dir(run_dir), f"ckpt_{int(meta['env_steps']):012d}.msgpack")
     else:
-        restored = load(run_dir, target)
+        restored = load(run_dir, target, _warn_skipped)
         if restored is not None:
             state, meta, path = restored
     if restored is None:
@@ -339,8 +344,8 @@ def _restore_off_policy(run_dir: str, raw: dict, system: str) -> RestoredRun:
         from systems.spreeze import weights as weights_lib
         from systems.spreeze.system import SpreezeConfig as config_cls
 
-        def load(directory, target):
-            loaded = weights_lib.load_latest(checkpoint_lib.checkpoint_dir(directory), target)
+        def load(directory, target, on_skip):
+            loaded = weights_lib.load_latest(checkpoint_lib.checkpoint_dir(directory), target, on_skip)
             if loaded is None:
                 return None
             version, payload, meta = loaded

@@ -32,6 +32,7 @@ import glob
 import math
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -603,6 +604,23 @@ def measure_learners(config: PALConfig, agent: OffPolicyAgent, buffer, seconds: 
         group.stop()
 
 
+def _restore_buffer(buffer, directory: str, name: str) -> str | None:
+    """Loads the replay buffer saved with the restored checkpoint (`name`); if that file is gone or unreadable,
+    the newest older readable `buffer_*.npz` (the previous checkpoint's: transitions up to one checkpoint interval
+    older, which off-policy learning can use), with one warning per file passed over. Returns the file of the
+    non-empty buffer restored, or None: the buffer stays empty and the run refills it before learning."""
+    older = sorted((p for p in glob.glob(os.path.join(directory, "buffer_*.npz")) if os.path.basename(p) < name),
+                   reverse=True)
+    for path in [os.path.join(directory, name), *older]:
+        try:
+            buffer.load(path)
+        except ValueError as error:
+            print(f"warning: {error}", file=sys.stderr)
+            continue
+        return os.path.basename(path) if len(buffer) > 0 else None
+    return None
+
+
 def run(config: PALConfig) -> dict:
     """Trains with PAL; returns the summary (also written to `<run dir>/summary.json`)."""
     validate(config)
@@ -643,17 +661,14 @@ def run(config: PALConfig) -> dict:
     state: PALState = monitor.state
     collected0, updates0 = int(state.env_steps), int(state.update_step)
     warmup = config.learning_starts
-    buffer_restored = False
-    if config.resume and monitor.resumed_meta.get("buffer_file"):
-        path = os.path.join(checkpoint_dir(monitor.run_dir), monitor.resumed_meta["buffer_file"])
-        if config.checkpoint_buffer and os.path.exists(path):
-            buffer.load(path)
-            buffer_restored = len(buffer) > 0
-            warmup = 0 if buffer_restored else warmup
+    buffer_restored = None
+    if config.resume and config.checkpoint_buffer and monitor.resumed_meta.get("buffer_file"):
+        buffer_restored = _restore_buffer(buffer, checkpoint_dir(monitor.run_dir), monitor.resumed_meta["buffer_file"])
+        warmup = 0 if buffer_restored else warmup
     if config.resume:
         monitor.outputs.print(
             f"[pal] resumed at {collected0:,} env steps, {updates0:,} updates; replay buffer "
-            + (f"restored ({len(buffer):,} transitions)" if buffer_restored
+            + (f"restored ({len(buffer):,} transitions from {buffer_restored})" if buffer_restored
                else f"empty: refilling {warmup:,} env steps before learning")
         )
 
@@ -732,7 +747,7 @@ def run(config: PALConfig) -> dict:
         "priorities_updated": server.priorities_updated,
         "sample_seconds_per_learner": [float(s) for s in server.sample_seconds],
         "update_seconds": server.update_seconds,
-        "buffer_restored": buffer_restored,
+        "buffer_restored": buffer_restored is not None,
     }
     if profile is not None:
         actor_curve, learner_curve, choice = profile

@@ -180,7 +180,7 @@ def run(config: SpreezeConfig) -> dict:
               f"batch {config.batch_size or 'auto'}  transfer {config.transfer}",
         save_fn=lambda run_dir, steps, state, meta: weights_lib.publish(
             checkpoint_dir(run_dir), int(state.update_step), state, meta),
-        load_fn=lambda run_dir, state: _load_latest(checkpoint_dir(run_dir), state),
+        load_fn=lambda run_dir, state, on_skip: _load_latest(checkpoint_dir(run_dir), state, on_skip),
     )
     state: PALState = monitor.state
     weights_dir = checkpoint_dir(monitor.run_dir)
@@ -371,8 +371,8 @@ class _Learner:
         return self._state
 
 
-def _load_latest(directory: str, template):
-    loaded = weights_lib.load_latest(directory, template)
+def _load_latest(directory: str, template, on_skip):
+    loaded = weights_lib.load_latest(directory, template, on_skip)
     if loaded is None:
         return None
     _, payload, meta = loaded

@@ -23,10 +23,13 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
 from flax import serialization
+
+from systems.common.checkpoint import describe_error
 
 __all__ = ["WeightsWatcher", "latest", "list_versions", "load", "load_latest", "publish", "weights_path"]
 
@@ -119,13 +122,18 @@ def load(path: str, template: Any) -> tuple[Any, dict]:
     return payload, meta
 
 
-def load_latest(directory: str, template: Any) -> tuple[int, Any, dict] | None:
-    """For `--resume`: the newest readable version as (version, payload, meta), skipping unreadable files (and files
-    deleted while we look); None if there is none."""
+def load_latest(directory: str, template: Any, on_skip: Callable[[str, str], None] | None = None,
+                ) -> tuple[int, Any, dict] | None:
+    """For `--resume`: the newest readable version as (version, payload, meta), skipping unreadable files (each
+    passed to `on_skip(path, reason)`) and files deleted while we look; None if there is none."""
     for version, path in reversed(list_versions(directory)):
         try:
             payload, meta = load(path, template)
-        except (OSError, ValueError):
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as error:
+            if on_skip is not None:
+                on_skip(path, describe_error(error.__cause__ or error))
             continue
         return version, payload, meta
     return None
