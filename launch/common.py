@@ -184,6 +184,7 @@ def _raise_terminated(signum, frame):  # noqa: ARG001 - a signal handler's signa
 
 # Exit statuses of every launcher (README, "Stopping a run"); the others live in launch.cli.
 EXIT_NON_FINITE = 3
+EXIT_IO_ERROR = 74  # sysexits.h EX_IOERR: a write failed (full disk, read-only file system, file-size limit)
 EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED = cli.EXIT_BAD_INPUT, cli.EXIT_INTERRUPTED, cli.EXIT_TERMINATED
 
 
@@ -192,7 +193,8 @@ def run_main(
     make_config: Callable[[], config_lib.TrainConfig] = config_from_flags,
 ) -> dict:
     """Builds the config (bad values: one line on stderr, exit 2) and runs. Ctrl-C exits 130 and SIGTERM 143, each
-    after a checkpoint of the newest parameters; a non-finite loss or parameter exits 3 with one line."""
+    after a checkpoint of the newest parameters; a non-finite loss or parameter exits 3 with one line; a failed
+    write (full disk, read-only file system) exits 74 with one line."""
     # Start-up noise a user cannot act on: JAX's INFO line about a missing TPU runtime and gymnasium's warning
     # about casting float64 space bounds of classic-control tasks to float32.
     logging.set_verbosity(logging.WARNING)
@@ -216,6 +218,11 @@ def run_main(
     except NonFiniteError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(EXIT_NON_FINITE)
+    except OSError as error:  # the run's directory became unwritable: earlier checkpoints are whole (atomic writes)
+        what = f"cannot write {error.filename}: " if error.filename else ""
+        print(f"error: {what}{error.strerror or error}; the run stopped (any checkpoint it wrote before is whole)",
+              file=sys.stderr)
+        sys.exit(EXIT_IO_ERROR)
     except KeyboardInterrupt as stop:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the exit below must not be interrupted in turn
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -9,6 +9,7 @@ never writes a non-finite checkpoint and leaves the last finite one newest; SIGT
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import math
 import os
@@ -21,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import serialization
 
 from envs.factory import make_spec
 from systems.common import config as config_lib
@@ -375,6 +377,74 @@ def test_evaluate_warns_of_a_corrupt_newest_checkpoint_and_restores_the_older(tm
     assert restored.checkpoint_path == older
     assert f"warning: checkpoint {newest} is unreadable (" in capsys.readouterr().err
     assert os.path.exists(newest)  # evaluation only reads: nothing is renamed
+
+
+# ----------------------------------------------------------------------------------------- file-system errors
+
+
+def _our_lines(stderr: str) -> list[str]:
+    """stderr without absl / XLA log lines (W1125 ..., I1125 ...)."""
+    return [line for line in stderr.strip().splitlines() if line and not line.startswith(("W1", "I1", "E1"))]
+
+
+@pytest.mark.parametrize("where, message", [
+    ("a file", "a file is in the way (it must be a directory)"),
+    ("below a file", "a file is in the way (it must be a directory)"),
+    ("sysfs", "cannot write there"),  # read-only to root as well, unlike a chmod-ed directory
+])
+def test_an_unusable_logdir_is_one_line_and_exit_2(tmp_path, where, message):
+    (tmp_path / "file").write_text("x")
+    logdir = {"a file": tmp_path / "file", "below a file": tmp_path / "file" / "run", "sysfs": "/sys/run"}[where]
+    proc = subprocess.run([sys.executable, "-m", "launch.sync", "--env=CartPole-v1", f"--logdir={logdir}", "--quiet"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert _our_lines(proc.stderr) == [f"error: --logdir {logdir}: {message}"] or (
+        where == "sysfs" and _our_lines(proc.stderr)[0].startswith(f"error: --logdir {logdir}: {message}"))
+
+
+def _limit_file_size(limit: int):
+    """For preexec_fn: every file the run writes may grow to `limit` bytes; a write past it fails with EFBIG (File
+    too large), as on a full disk (SIGXFSZ ignored, as a shell's `ulimit -f` cannot)."""
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+@pytest.mark.parametrize("module, flags, limit", [
+    # checkpoints of about 110 kB fit; progress.csv or the TensorBoard file reaches the limit first
+    ("launch.hts", ("--env=CartPole-v1", "--num_envs=4", "--sync_interval=16", "--checkpoint_every=640"), 150_000),
+    # weight files of about 5 kB and the 18 kB replay (a memfd: the limit holds for it too) fit
+    ("launch.spreeze", ("--env=Pendulum-v1", "--num_samplers=1", "--hidden_sizes=16", "--buffer_size=500",
+                        "--learning_starts=200", "--publish_every=20"), 22_000),
+])
+def test_a_full_disk_stops_the_run_with_one_line_and_leaves_whole_files(tmp_path, module, flags, limit):
+    """A full disk gave 50 lines of chained tracebacks and left a `.tmp-PID` checkpoint; TensorBoard's writer
+    thread then died and the run hung on its queue."""
+    run_dir = str(tmp_path / "run")
+    proc = _launch(module, *flags, "--total_steps=1000000", "--eval_episodes=0", f"--logdir={run_dir}", "--quiet",
+                   preexec_fn=_limit_file_size(limit), start_new_session=True,
+                   env=dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false"))  # its writes would fail too
+    try:
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 74, err[-3000:]
+    lines = _our_lines(err)
+    assert len(lines) == 1 and lines[0].startswith("error: cannot write ") and "File too large" in lines[0], lines
+    left = [os.path.join(root, name) for root, _, names in os.walk(run_dir) for name in names if ".tmp" in name]
+    assert left == []
+    deadline = time.monotonic() + 30  # Spreeze's children exit with the learner
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _group_alive(proc.pid), "a child of the stopped run is still running"
+    checkpoints = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "*.msgpack")))
+    assert checkpoints
+    with open(checkpoints[-1], "rb") as f:
+        serialization.msgpack_restore(f.read())  # whole: written atomically before the limit was reached
 
 
 # ------------------------------------------------------------------------------------------------ per system

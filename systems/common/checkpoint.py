@@ -17,6 +17,8 @@ from typing import Any
 
 from flax import serialization
 
+from systems.common.atomic import write_atomic
+
 _NAME = re.compile(r"ckpt_(\d+)\.msgpack$")
 
 
@@ -32,13 +34,7 @@ def save_checkpoint(run_dir: str, step: int, state: Any, meta: dict, keep: int =
         {"state": serialization.to_state_dict(state), "meta": json.dumps(meta)}
     )
     path = os.path.join(directory, f"ckpt_{step:012d}.msgpack")
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(payload)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(directory)
+    write_atomic(path, payload)
     for old in list_checkpoints(run_dir)[:-keep]:
         os.remove(old)
     for partial in glob.glob(os.path.join(directory, "ckpt_*.msgpack.tmp-*")):  # left by a killed writer
@@ -87,13 +83,3 @@ def set_aside(path: str) -> str:
         return path
     return aside
 
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -15,6 +15,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from systems.common.atomic import naming_the_file, write_atomic
+
 PROGRESS_FIELDS = (
     "env_steps",
     "wall_time",
@@ -71,12 +73,7 @@ def params_fingerprint(params: Any) -> str:
 
 
 def write_json_atomic(path: str, payload: Any) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, sort_keys=True, default=json_default)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(payload, indent=2, sort_keys=True, default=json_default))
 
 
 def json_default(value):
@@ -101,13 +98,7 @@ class RunOutputs:
         write_json_atomic(os.path.join(run_dir, "config.json"), dataclasses.asdict(config))
         self._progress = self._open_csv("progress.csv", PROGRESS_FIELDS, append)
         self._evals = self._open_csv("evaluations.csv", EVAL_FIELDS, append)
-        self._tb = None
-        try:
-            from tensorboardX import SummaryWriter
-
-            self._tb = SummaryWriter(os.path.join(run_dir, "tb"))
-        except ImportError:  # pragma: no cover - tensorboardX is a declared dependency
-            pass
+        self._tb = TensorBoardScalars(os.path.join(run_dir, "tb"))
         self._last_line = 0.0
 
     def _open_csv(self, name, fields, append):
@@ -121,21 +112,21 @@ class RunOutputs:
 
     def log_progress(self, row: dict) -> None:
         handle, writer = self._progress
-        writer.writerow({k: _fmt(row.get(k)) for k in PROGRESS_FIELDS})
-        handle.flush()
-        if self._tb is not None:
-            step = int(row["env_steps"])
-            for key, value in row.items():
-                numeric = isinstance(value, (int, float, np.floating, np.integer))
-                if key != "env_steps" and numeric and np.isfinite(value):
-                    self._tb.add_scalar(f"train/{key}", float(value), step)
+        with naming_the_file(handle.name):
+            writer.writerow({k: _fmt(row.get(k)) for k in PROGRESS_FIELDS})
+            handle.flush()
+        step = int(row["env_steps"])
+        for key, value in row.items():
+            numeric = isinstance(value, (int, float, np.floating, np.integer))
+            if key != "env_steps" and numeric and np.isfinite(value):
+                self._tb.add_scalar(f"train/{key}", float(value), step)
 
     def log_evaluation(self, row: dict) -> None:
         handle, writer = self._evals
-        writer.writerow({k: _fmt(row.get(k)) for k in EVAL_FIELDS})
-        handle.flush()
-        if self._tb is not None:
-            self._tb.add_scalar("eval/mean_return", float(row["mean_return"]), int(row["env_steps"]))
+        with naming_the_file(handle.name):
+            writer.writerow({k: _fmt(row.get(k)) for k in EVAL_FIELDS})
+            handle.flush()
+        self._tb.add_scalar("eval/mean_return", float(row["mean_return"]), int(row["env_steps"]))
         self.print(
             f"[eval] steps {int(row['env_steps']):,}  policy v{row['policy_version']}  "
             f"return {row['mean_return']:.2f} +- {row['std_return']:.2f} over {row['episodes']} episodes"
@@ -168,8 +159,41 @@ class RunOutputs:
     def close(self) -> None:
         for handle, _ in (self._progress, self._evals):
             handle.close()
-        if self._tb is not None:
-            self._tb.close()
+        self._tb.close()
+
+
+class TensorBoardScalars:
+    """TensorBoard scalars in `directory`, written in the caller's thread: tensorboardX's `EventsWriter` (its event
+    file format and fsynced flush) with `summary.scalar`, as its `SummaryWriter.add_scalar` writes them.
+
+    Why not `SummaryWriter`: it writes from a background thread that dies on a write error (a full disk), after
+    which `add_scalar` blocks forever on the thread's full queue, and so does the run (seen with a file-size
+    limit). Here a failed write raises in the run, which stops with one line. Flushed every `flush_every_s`
+    seconds and on `close`, as `SummaryWriter` flushes every 120 s."""
+
+    def __init__(self, directory: str, flush_every_s: float = 30.0):
+        from tensorboardX.event_file_writer import EventsWriter  # noqa: PLC0415 - only runs write TensorBoard files
+
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+        with naming_the_file(directory):
+            self._writer = EventsWriter(os.path.join(directory, "events"))
+        self._flush_every_s = flush_every_s
+        self._next_flush = time.monotonic() + flush_every_s
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        from tensorboardX.proto.event_pb2 import Event  # noqa: PLC0415
+        from tensorboardX.summary import scalar  # noqa: PLC0415
+
+        with naming_the_file(self.directory):
+            self._writer.write_event(Event(wall_time=time.time(), step=int(step), summary=scalar(tag, value)))
+            if time.monotonic() >= self._next_flush:
+                self._writer.flush()
+                self._next_flush = time.monotonic() + self._flush_every_s
+
+    def close(self) -> None:
+        with naming_the_file(self.directory):
+            self._writer.close()
 
 
 def _fmt(value):

@@ -20,6 +20,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from systems.common.atomic import write_atomic
+
 __all__ = ["TuningResult", "format_table", "save_tuning", "to_json", "tune_batch_size", "tune_num_samplers"]
 
 # row["status"]: the first value measured / a step taken / the step that showed no marked gain or broke the CPU cap /
@@ -201,12 +203,7 @@ def save_tuning(run_dir: str, results: Mapping[str, TuningResult], name: str = "
     paths = []
     for ext, text in (("json", to_json(results) + "\n"), ("md", format_table(results))):
         path = os.path.join(run_dir, f"{name}.{ext}")
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, text)
         paths.append(path)
     return paths[0], paths[1]
 

@@ -29,6 +29,7 @@ from typing import Any
 import jax
 from flax import serialization
 
+from systems.common.atomic import fsync_dir
 from systems.common.checkpoint import describe_error
 
 __all__ = ["WeightsWatcher", "latest", "list_versions", "load", "load_latest", "publish", "weights_path"]
@@ -82,7 +83,7 @@ def publish(directory: str, version: int, payload: Any, meta: dict | None = None
         except OSError:
             pass
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
     _cleanup(directory, keep)
     return path
 
@@ -246,16 +247,3 @@ def _check_shapes(path: str, template: Any, payload: Any) -> None:
         w_shape, g_shape = getattr(w, "shape", None), getattr(g, "shape", None)
         if w_shape is not None and tuple(w_shape) != tuple(g_shape if g_shape is not None else ()):
             raise ValueError(f"weights file {path}: leaf {i} has shape {g_shape}, the template {tuple(w_shape)}")
-
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
