@@ -365,18 +365,45 @@ def test_resume_with_no_readable_checkpoint_names_each_and_renames_none(tmp_path
     assert list_checkpoints(config.logdir) == paths
 
 
-def test_evaluate_warns_of_a_corrupt_newest_checkpoint_and_restores_the_older(tmp_path, capsys):
+def _poison(path: str) -> None:
+    """Rewrites a checkpoint with NaN parameters, as runs from before the non-finite guard could save them."""
+    with open(path, "rb") as f:
+        raw = serialization.msgpack_restore(f.read())
+    raw["state"]["params"] = jax.tree_util.tree_map(lambda x: np.full_like(x, np.nan), raw["state"]["params"])
+    with open(path, "wb") as f:
+        f.write(serialization.msgpack_serialize(raw))
+
+
+@pytest.mark.parametrize("damage, reason", [(_truncate, "("), (_poison, "(it holds non-finite values)")])
+def test_evaluate_warns_of_a_bad_newest_checkpoint_and_restores_the_older(tmp_path, capsys, damage, reason):
+    """launch.evaluate restored a checkpoint of NaN parameters and reported its (NaN) returns as a result."""
     from systems.common.restore import restore_run
 
     config = _config(tmp_path, eval_episodes=0)
     sync.run(config)
     older, newest = list_checkpoints(config.logdir)[-2:]
-    _truncate(newest)
+    damage(newest)
     capsys.readouterr()
     restored = restore_run(config.logdir)
     assert restored.checkpoint_path == older
-    assert f"warning: checkpoint {newest} is unreadable (" in capsys.readouterr().err
+    assert f"warning: checkpoint {newest} is unreadable {reason}" in capsys.readouterr().err
     assert os.path.exists(newest)  # evaluation only reads: nothing is renamed
+
+
+def test_resume_cuts_a_row_torn_by_a_kill_so_the_report_reads_the_run(tmp_path):
+    """A run killed while writing a CSV row left a line without its newline; the resumed run glued its first row to
+    it, and the report refused (or, with the right width by chance, misread) the file."""
+    from systems.analysis import metrics
+
+    config = _config(tmp_path, eval_episodes=0)
+    sync.run(config)
+    for name in ("progress.csv", "evaluations.csv"):
+        with open(os.path.join(config.logdir, name), "a") as f:
+            f.write("448,1.5,")  # the start of a row, as SIGKILL mid-write leaves it
+    os.remove(os.path.join(config.logdir, "summary.json"))  # as the killed run had not written it
+    sync.run(dataclasses.replace(config, resume=True, total_steps=8 * 64))
+    run = metrics.load_run(config.logdir)
+    assert run.progress["env_steps"][-1] == 512 and metrics.steady_state_sps(run) > 0  # every row whole
 
 
 # ----------------------------------------------------------------------------------------- file-system errors

@@ -113,6 +113,13 @@ def test_resumed_run_drops_superseded_rows(tmp_path):
     np.testing.assert_array_equal(run.evaluations.mean_return, [1, 2, 3, 4])
 
 
+def test_progress_whose_wall_time_goes_backwards_is_refused(tmp_path):
+    """Rows of two runs interleaved in one progress.csv gave a 62x-wrong SPS (the run-directory lock now prevents
+    the interleaving; the report still refuses such a file rather than compute from it)."""
+    with pytest.raises(metrics.RunError, match=r"progress.csv: wall_time goes backwards after env step 1064"):
+        _run(tmp_path, progress=((64, 10.0), (1064, 12.0), (1128, 3.0)))
+
+
 def test_step_time_variance():
     assert metrics.step_time_variance("none") == 0.0
     assert metrics.step_time_variance("const:0.01") == 0.0

@@ -171,6 +171,10 @@ def load_run(run_dir: str) -> Run:
             raise RunError(f"{run_dir}: missing {name}")
     progress = _read_csv(os.path.join(run_dir, "progress.csv"), PROGRESS_COLUMNS)
     progress = _drop_superseded(progress)
+    backwards = np.flatnonzero(np.diff(progress["wall_time"]) < 0)
+    if backwards.size:  # two writers, or a hand-edited file: the SPS would be meaningless
+        raise RunError(f"{os.path.join(run_dir, 'progress.csv')}: wall_time goes backwards after env step "
+                       f"{int(progress['env_steps'][backwards[0]])}")
     evals = _drop_superseded(_read_csv(os.path.join(run_dir, "evaluations.csv"), EVAL_COLUMNS))
     episodes = evals["episodes"]
     if np.any(~np.isfinite(episodes)) or np.any(episodes < 1) or np.any(episodes != np.round(episodes)):

@@ -18,6 +18,7 @@ from typing import Any
 from flax import serialization
 
 from systems.common.atomic import write_atomic
+from systems.common.finite import restored_is_finite
 
 _NAME = re.compile(r"ckpt_(\d+)\.msgpack$")
 
@@ -49,21 +50,28 @@ def list_checkpoints(run_dir: str) -> list[str]:
 
 def load_latest_checkpoint(run_dir: str, target: Any, on_skip: OnSkip | None = None) -> tuple[Any, dict] | None:
     """Restores the newest readable checkpoint into the structure of `target`; None if there is none. Each newer
-    file that cannot be read or does not fit `target` is passed to `on_skip(path, reason)` before an older one is
-    tried."""
+    file that cannot be read, does not fit `target` or holds a non-finite value (possible only in a run from before
+    the non-finite guard) is passed to `on_skip(path, reason)` before an older one is tried."""
     for path in reversed(list_checkpoints(run_dir)):
         try:
             with open(path, "rb") as f:
                 raw = serialization.msgpack_restore(f.read())
             state = serialization.from_state_dict(target, raw["state"])
-            return state, json.loads(raw["meta"])
+            meta = json.loads(raw["meta"])
         except Exception as error:  # noqa: BLE001 - msgpack, flax, json and the OS raise assorted types
             if on_skip is not None:
                 on_skip(path, describe_error(error))
+            continue
+        if not restored_is_finite(state):  # written before the non-finite guard: nothing to resume or evaluate
+            if on_skip is not None:
+                on_skip(path, NONFINITE_REASON)
+            continue
+        return state, meta
     return None
 
 
 OnSkip = Callable[[str, str], None]
+NONFINITE_REASON = "it holds non-finite values"
 UNREADABLE_SUFFIX = ".unreadable"
 
 

@@ -35,6 +35,15 @@ def params_are_finite(params: Any) -> bool:
     return not leaves or bool(_all_finite(leaves))
 
 
+def restored_is_finite(tree: Any) -> bool:
+    """True when every floating-point leaf of a restored checkpoint (numpy arrays) is finite; no compile."""
+    for leaf in jax.tree_util.tree_leaves(tree):
+        array = np.asarray(leaf)
+        if np.issubdtype(array.dtype, np.inexact) and not np.isfinite(array).all():
+            return False
+    return True
+
+
 def first_nonfinite(metrics: dict, params: Any = None) -> str | None:
     """What is not finite ("the loss is nan", "a parameter is not finite"), the metrics first; None when all is."""
     for name, value in metrics.items():

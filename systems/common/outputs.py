@@ -104,6 +104,9 @@ class RunOutputs:
     def _open_csv(self, name, fields, append):
         path = os.path.join(self.run_dir, name)
         exists = append and os.path.exists(path)
+        if exists:
+            _drop_torn_last_line(path)
+            exists = os.path.getsize(path) > 0  # a torn header is rewritten
         handle = open(path, "a" if exists else "w", newline="")
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         if not exists:
@@ -160,6 +163,22 @@ class RunOutputs:
         for handle, _ in (self._progress, self._evals):
             handle.close()
         self._tb.close()
+
+
+def _drop_torn_last_line(path: str) -> None:
+    """A run killed while writing a CSV row leaves a line without its newline; the resumed run's first row would be
+    glued to it (one row of the wrong width, or worse, of the right width with wrong values). That row was logged
+    after the checkpoint the run resumes from, so it is superseded anyway: it is cut off before appending."""
+    with open(path, "r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        f.seek(max(0, size - 65536))
+        tail = f.read()
+        if tail.endswith(b"\n"):
+            return
+        cut = tail.rfind(b"\n")
+        f.truncate(size - len(tail) + cut + 1 if cut >= 0 else 0)
 
 
 class TensorBoardScalars:

@@ -30,7 +30,8 @@ import jax
 from flax import serialization
 
 from systems.common.atomic import fsync_dir
-from systems.common.checkpoint import describe_error
+from systems.common.checkpoint import NONFINITE_REASON, describe_error
+from systems.common.finite import restored_is_finite
 
 __all__ = ["WeightsWatcher", "latest", "list_versions", "load", "load_latest", "publish", "weights_path"]
 
@@ -125,8 +126,8 @@ def load(path: str, template: Any) -> tuple[Any, dict]:
 
 def load_latest(directory: str, template: Any, on_skip: Callable[[str, str], None] | None = None,
                 ) -> tuple[int, Any, dict] | None:
-    """For `--resume`: the newest readable version as (version, payload, meta), skipping unreadable files (each
-    passed to `on_skip(path, reason)`) and files deleted while we look; None if there is none."""
+    """For `--resume`: the newest readable version as (version, payload, meta), skipping unreadable or non-finite
+    files (each passed to `on_skip(path, reason)`) and files deleted while we look; None if there is none."""
     for version, path in reversed(list_versions(directory)):
         try:
             payload, meta = load(path, template)
@@ -135,6 +136,10 @@ def load_latest(directory: str, template: Any, on_skip: Callable[[str, str], Non
         except (OSError, ValueError) as error:
             if on_skip is not None:
                 on_skip(path, describe_error(error.__cause__ or error))
+            continue
+        if not restored_is_finite(payload):
+            if on_skip is not None:
+                on_skip(path, NONFINITE_REASON)
             continue
         return version, payload, meta
     return None
