@@ -92,11 +92,12 @@ def machine() -> str:
 
 
 def git_commit() -> str:
-    """Short HEAD commit, with '+ uncommitted changes' when tracked files differ from it (read-only git calls)."""
+    """Short HEAD commit, with '+ uncommitted changes' when tracked files differ from it (read-only git calls); the
+    benchmarks' own result files (`benchmarks/results/`, written by the runs themselves) do not count."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)benchmarks/results"], capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
