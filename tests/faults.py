@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,3 +22,18 @@ def start_run_dir_holder(run_dir: str) -> subprocess.Popen:
         holder.kill()
         raise AssertionError(f"the holder of {run_dir} did not start (exit {holder.wait()})")
     return holder
+
+
+def wait_for_checkpoints(run_dir: str, proc: subprocess.Popen | None = None, count: int = 1,
+                         timeout: float = 120) -> None:
+    """Returns once `run_dir` holds `count` checkpoints; fails if `proc` (the run, if given) exits first or none
+    appears within `timeout` s (with the run's stderr when it was piped)."""
+    from systems.common.checkpoint import list_checkpoints
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
+        if len(list_checkpoints(run_dir)) >= count:
+            return
+        time.sleep(0.1)
+    err = proc.stderr.read()[-2000:] if proc is not None and proc.stderr is not None else ""
+    raise AssertionError(f"no checkpoint appeared (exit {None if proc is None else proc.poll()}): {err}")

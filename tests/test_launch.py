@@ -16,6 +16,7 @@ from launch import sync as launch_sync
 from systems.common.checkpoint import list_checkpoints, load_latest_checkpoint
 from systems.common.config import TrainConfig
 from systems.common.learner import build
+from tests.faults import wait_for_checkpoints
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -122,20 +123,11 @@ def _communicate_or_dump(proc, timeout=60):
         raise AssertionError(f"the run did not exit within {timeout} s; its threads:\n{err[-8000:]}") from None
 
 
-def _wait_for_checkpoints(run_dir, count, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if len(list_checkpoints(run_dir)) >= count:
-            return
-        time.sleep(0.2)
-    raise AssertionError("no checkpoint appeared")
-
-
 def test_kill_then_resume(tmp_path):
     run_dir = str(tmp_path / "run")
     proc = _start(run_dir)
     try:
-        _wait_for_checkpoints(run_dir, 2)
+        wait_for_checkpoints(run_dir, count=2)
         time.sleep(0.3)
     finally:
         proc.kill()  # SIGKILL at an arbitrary moment, possibly mid-write
@@ -164,7 +156,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_a_checkpoint(tmp_path):
     run_dir = str(tmp_path / "run")
     proc = _start(run_dir)
     try:
-        _wait_for_checkpoints(run_dir, 1)
+        wait_for_checkpoints(run_dir)
         proc.send_signal(signal.SIGINT)
         _, err = _communicate_or_dump(proc)
     finally:

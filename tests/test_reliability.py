@@ -33,7 +33,7 @@ from systems.common.finite import NonFiniteError, first_nonfinite, params_are_fi
 from systems.common.learner import build
 from systems.hts import system as hts
 from systems.sync import system as sync
-from tests.faults import start_run_dir_holder
+from tests.faults import start_run_dir_holder, wait_for_checkpoints
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -147,15 +147,6 @@ def test_launcher_exits_3_with_one_line_on_a_nan_update(tmp_path):
 # ---------------------------------------------------------------------------------------------------- SIGTERM
 
 
-def _wait_for_checkpoint(run_dir: str, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        if list_checkpoints(run_dir):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"no checkpoint appeared (exit {proc.poll()}): {proc.stderr.read()[-2000:]}")
-
-
 _SMALL = ("--env=CartPole-v1", "--total_steps=100000000", "--checkpoint_every=640", "--eval_episodes=0", "--quiet")
 
 
@@ -170,7 +161,7 @@ def test_sigterm_saves_the_newest_parameters_writes_the_summary_and_exits_143(tm
     run_dir = str(tmp_path / "run")
     proc = _launch(module, *_SMALL, *flags, f"--logdir={run_dir}")
     try:
-        _wait_for_checkpoint(run_dir, proc)
+        wait_for_checkpoints(run_dir, proc)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     finally:
