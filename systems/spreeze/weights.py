@@ -23,14 +23,13 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable
 from typing import Any
 
 import jax
 from flax import serialization
 
 from systems.common.atomic import fsync_dir
-from systems.common.checkpoint import NONFINITE_REASON, describe_error
+from systems.common.checkpoint import NONFINITE_REASON, OnSkip, describe_error
 from systems.common.finite import restored_is_finite
 
 __all__ = ["WeightsWatcher", "latest", "list_versions", "load", "load_latest", "publish", "weights_path"]
@@ -124,8 +123,7 @@ def load(path: str, template: Any) -> tuple[Any, dict]:
     return payload, meta
 
 
-def load_latest(directory: str, template: Any, on_skip: Callable[[str, str], None] | None = None,
-                ) -> tuple[int, Any, dict] | None:
+def load_latest(directory: str, template: Any, on_skip: OnSkip | None = None) -> tuple[int, Any, dict] | None:
     """For `--resume`: the newest readable version as (version, payload, meta), skipping unreadable or non-finite
     files (each passed to `on_skip(path, reason)`) and files deleted while we look; None if there is none."""
     for version, path in reversed(list_versions(directory)):
