@@ -245,7 +245,37 @@ def _axis_consensus_distance(params) -> jax.Array:
 
 
 def _run_pmap(config: GossipConfig) -> dict:
-    n = config.num_learners
+    """GALA in lock-step (Algorithm 1 on the learner axis): one collector steps every local learner's envs, and
+    every completed round is one iteration of all learners (`_LockstepGossip.on_round_complete`)."""
+    devices = _pmap_local_devices(config.num_learners)
+    first = jax.process_index() * len(devices)  # this process's first learner
+    config = _per_process(config)
+    spec, setup, state = make_agent(config)
+    topology = make_topology(config.topology, config.num_learners, config.num_peers)
+    monitor = Monitor(
+        SYSTEM, config, spec, setup, _pmap_initial_state(state, len(devices), config.num_peers),
+        header=_header(config), policy_params=lambda s: replica(s.params),
+    )
+    start = int(monitor.state.update_step)
+    total = config_lib.total_rounds(config)
+    if start >= total:
+        return monitor.finish()
+    gossip = _LockstepGossip(config, spec, setup, topology, monitor, devices, first)
+    e = config.envs_per_learner
+    collector = RoundCollector(
+        gossip.executor, policy_fn=make_sharded_policy_fn(setup.network.apply, distributed.pmap_devices(devices), e,
+                                                          env_id_offset=first * e, num_shards=len(devices)),
+        run_key=setup.action_key, sync_interval=config.sync_interval, inference_batch=len(devices) * e,
+        first_round=start, total_rounds=total, params=gossip.states.params, version=start,
+        on_round_complete=gossip.on_round_complete, action_shape=setup.action_shape, action_dtype=setup.action_dtype,
+    )
+    cosine_log = gossip.cosine_log
+    return run_lockstep(SYSTEM, gossip.executor, collector, monitor,
+                        on_exit=cosine_log.close if cosine_log is not None else None)
+
+
+def _pmap_local_devices(n: int) -> list:
+    """This process's devices, one per learner of this process (the learners are split evenly over processes)."""
     local = jax.local_devices()
     num_local = n // jax.process_count()
     if num_local * jax.process_count() != n or num_local > len(local):
@@ -256,92 +286,100 @@ def _run_pmap(config: GossipConfig) -> dict:
         )
     if jax.process_count() > 1 and num_local != len(local):
         raise config_lib.ConfigError("with several processes every local device hosts one learner")
-    devices = local[:num_local]
-    process = jax.process_index()
-    if process > 0:
-        config = dataclasses.replace(
-            config, logdir=os.path.join(config.logdir or "runs", f"process-{process}"), eval_episodes=0, quiet=True
-        )
-    spec, setup, state = make_agent(config)
-    topology = make_topology(config.topology, n, config.num_peers)
-    e = config.envs_per_learner
+    return local[:num_local]
 
-    def stacked(tree):  # a leading axis over this process's learners (all start equal, as Prop. 1 assumes)
+
+def _per_process(config: GossipConfig) -> GossipConfig:
+    """Processes after the first write to their own run directory and neither evaluate nor print."""
+    process = jax.process_index()
+    if process == 0:
+        return config
+    return dataclasses.replace(
+        config, logdir=os.path.join(config.logdir or "runs", f"process-{process}"), eval_episodes=0, quiet=True
+    )
+
+
+def _pmap_initial_state(state: TrainState, num_local: int, num_peers: int) -> GossipState:
+    """This process's learners with a leading learner axis, all starting equal (as Proposition 1 assumes), and the
+    messages in transit starting as the same initial parameters."""
+
+    def stacked(tree):
         return stack_host(tree, num_local)
 
-    initial = GossipState(
+    return GossipState(
         params=stacked(state.params), opt_state=stacked(state.opt_state), key=stacked(state.key),
         update_step=np.zeros((), np.int32), learner_steps=np.zeros((num_local,), np.int32),
-        inbox=tuple(stacked(state.params) for _ in range(config.num_peers)),
+        inbox=tuple(stacked(state.params) for _ in range(num_peers)),
     )
-    monitor = Monitor(
-        SYSTEM, config, spec, setup, initial, header=_header(config),
-        policy_params=lambda s: replica(s.params),
-    )
-    start = int(monitor.state.update_step)
-    total = config_lib.total_rounds(config)
-    if start >= total:
-        return monitor.finish()
 
-    first = process * num_local
-    restored = monitor.state
 
-    # Host arrays with a leading learner axis: pmap puts learner i's row on device i at the first step.
-    learners = TrainState(params=restored.params, opt_state=restored.opt_state, key=restored.key,
-                          update_step=np.asarray(restored.learner_steps))
-    inbox = tuple(restored.inbox)
-    update_fn = setup.update_fn
+def _pmap_iterations(config: GossipConfig, update_fn, topology, devices: list) -> dict:
+    """The pmapped `_gossip_step` for each phase of the (possibly time-varying) topology."""
     if config.log_grad_cosine:
         update_fn = functools.partial(update_fn, return_grads=True)
-    steps = {
+    return {
         phase: jax.pmap(
-            functools.partial(_gossip_step, update_fn=update_fn, shifts=topology.shifts(phase), num_learners=n,
-                              with_cosine=config.log_grad_cosine),
+            functools.partial(_gossip_step, update_fn=update_fn, shifts=topology.shifts(phase),
+                              num_learners=config.num_learners, with_cosine=config.log_grad_cosine),
             axis_name=LEARNER_AXIS, devices=distributed.pmap_devices(devices),
         )
         for phase in range(topology.period)
     }
-    bound = ConsensusBound(topology, delay=1)
-    cosine_log = CosineLog(monitor.run_dir, n, config.resume) if config.log_grad_cosine else None
-    executor = Executor(
-        spec, num_envs=num_local * e, batch_size=num_local * e, seed=config.seed + first * e,
-        step_time=parse_step_time(config.step_time),
-    )
-    learners, inbox = place_on_axis((learners, inbox), distributed.pmap_devices(devices), LEARNER_AXIS)
-    holder = {"learners": learners, "inbox": inbox}
-    stop = [False]
 
-    def on_round_complete(storage: RoundStorage, last: bool):
-        iteration = int(monitor.state.update_step)
-        step = steps[iteration % topology.period]
-        new_learners, outbox, metrics, stats = step(holder["learners"], shard_rollout(storage, num_local),
-                                                     holder["inbox"])
-        holder["learners"], holder["inbox"] = new_learners, outbox
+
+class _LockstepGossip:
+    """The pmap mode between rounds: this process's learners and the messages in transit (on the learner axis),
+    the compiled iteration of each topology phase, the executor of every local learner's envs, and the logs."""
+
+    def __init__(self, config: GossipConfig, spec, setup, topology, monitor: Monitor, devices: list, first: int):
+        restored = monitor.state
+        # Host arrays with a leading learner axis: pmap puts learner i's row on device i at the first step.
+        states = TrainState(params=restored.params, opt_state=restored.opt_state, key=restored.key,
+                            update_step=np.asarray(restored.learner_steps))
+        inbox = tuple(restored.inbox)
+        self._config, self._monitor, self._period, self._num_local = config, monitor, topology.period, len(devices)
+        self._steps = _pmap_iterations(config, setup.update_fn, topology, devices)
+        self._bound = ConsensusBound(topology, delay=1)
+        self.cosine_log = (CosineLog(monitor.run_dir, config.num_learners, config.resume)
+                           if config.log_grad_cosine else None)
+        e = config.envs_per_learner
+        self.executor = Executor(
+            spec, num_envs=len(devices) * e, batch_size=len(devices) * e, seed=config.seed + first * e,
+            step_time=parse_step_time(config.step_time),
+        )
+        self.states, self.inbox = place_on_axis((states, inbox), distributed.pmap_devices(devices), LEARNER_AXIS)
+
+    def on_round_complete(self, storage: RoundStorage, last: bool):
+        """One GALA iteration of every learner on the round just collected (local A2C step, mixing with the
+        in-peers' messages of the previous iteration, broadcast), then its report to the monitor."""
+        iteration = int(self._monitor.state.update_step)
+        step = self._steps[iteration % self._period]
+        self.states, self.inbox, metrics, stats = step(self.states, shard_rollout(storage, self._num_local),
+                                                       self.inbox)
+        metrics = self._metrics(iteration, metrics, stats)
+        report = LearnerReport(self._snapshot(iteration + 1), metrics, iteration, iteration)
+        if self._monitor.on_report(report, self.executor.pop_episodes()):
+            return None
+        return iteration + 1, self.states.params
+
+    def _metrics(self, iteration: int, metrics: dict, stats: dict) -> dict:
+        """The learners' mean losses with the consensus distance, the Proposition 1 bound and the gradient
+        similarity of this iteration."""
         stats = replica(stats)
         metrics = {k: v for k, v in replica(metrics).items() if k != "grads"}
         metrics["consensus_distance"] = float(stats["consensus_distance"])
-        metrics["consensus_bound"] = bound.add(float(stats["update_norm_total"]))
-        snapshot = GossipState(
-            params=new_learners.params, opt_state=new_learners.opt_state, key=new_learners.key,
-            update_step=np.asarray(iteration + 1, np.int32),
-            learner_steps=np.full((num_local,), iteration + 1, np.int32), inbox=outbox,
-        )
-        if cosine_log is not None:
-            metrics["grad_cosine_mean"] = cosine_log.add((iteration + 1) * config.num_envs * config.sync_interval,
-                                                         np.asarray(stats["grad_cosine"]))
-        report = LearnerReport(snapshot, metrics, iteration, iteration)
-        stop[0] = monitor.on_report(report, executor.pop_episodes())
-        return None if stop[0] else (iteration + 1, new_learners.params)
+        metrics["consensus_bound"] = self._bound.add(float(stats["update_norm_total"]))
+        if self.cosine_log is not None:
+            env_steps = (iteration + 1) * self._config.num_envs * self._config.sync_interval
+            metrics["grad_cosine_mean"] = self.cosine_log.add(env_steps, np.asarray(stats["grad_cosine"]))
+        return metrics
 
-    collector = RoundCollector(
-        executor, policy_fn=make_sharded_policy_fn(setup.network.apply, distributed.pmap_devices(devices), e,
-                                         env_id_offset=first * e, num_shards=num_local),
-        run_key=setup.action_key, sync_interval=config.sync_interval, inference_batch=num_local * e,
-        first_round=start, total_rounds=total, params=learners.params, version=start,
-        on_round_complete=on_round_complete, action_shape=setup.action_shape, action_dtype=setup.action_dtype,
-    )
-    return run_lockstep(SYSTEM, executor, collector, monitor,
-                        on_exit=cosine_log.close if cosine_log is not None else None)
+    def _snapshot(self, iterations: int) -> GossipState:
+        return GossipState(
+            params=self.states.params, opt_state=self.states.opt_state, key=self.states.key,
+            update_step=np.asarray(iterations, np.int32),
+            learner_steps=np.full((self._num_local,), iterations, np.int32), inbox=self.inbox,
+        )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -360,162 +398,242 @@ class _LearnerSlot:
 
 
 def _run_async(config: GossipConfig) -> dict:
-    n, e = config.num_learners, config.envs_per_learner
+    """GALA as Algorithm 1 is written: one thread per learner runs its own local iterations
+    (`_AsyncLearners.on_round_complete`), and the main thread logs their reports with the gossip metrics."""
     spec, setup, state = make_agent(config)
-    topology = make_topology(config.topology, n, config.num_peers)
-    initial = GossipState(
-        params=tuple(state.params for _ in range(n)), opt_state=tuple(state.opt_state for _ in range(n)),
-        key=tuple(state.key for _ in range(n)), update_step=np.zeros((), np.int32),
-        learner_steps=np.zeros((n,), np.int32), inbox=(),
-    )
+    topology = make_topology(config.topology, config.num_learners, config.num_peers)
     monitor = Monitor(
-        SYSTEM, config, spec, setup, initial, header=_header(config), policy_params=lambda s: s.params[0],
-        steps_per_update=e * config.sync_interval,
+        SYSTEM, config, spec, setup, _async_initial_state(state, config.num_learners), header=_header(config),
+        policy_params=lambda s: s.params[0], steps_per_update=config.envs_per_learner * config.sync_interval,
     )
     total_iterations = monitor.total_updates
     start = int(monitor.state.update_step)
     if start >= total_iterations:
         return monitor.finish()
-    restored = monitor.state
-    devices = jax.local_devices()
-    slots = []
-    for i in range(n):
-        device = devices[i % len(devices)]
-        learner = TrainState(
-            params=restored.params[i], opt_state=restored.opt_state[i], key=restored.key[i],
-            update_step=np.asarray(restored.learner_steps[i], np.int32),
-        )
-        slots.append(_LearnerSlot(state=jax.device_put(learner, device), iterations=int(restored.learner_steps[i]),
-                                  first_iteration=int(restored.learner_steps[i])))
+    learners = _AsyncLearners(config, spec, setup, topology, monitor.state, start, total_iterations)
+    gossip_log = _AsyncGossipLog(config, topology, learners.slots, monitor)
+    interrupted = _train_async(learners, gossip_log, monitor, start, total_iterations)
+    return _finish_async(learners, monitor, interrupted)
 
-    group = ThreadGroup()
-    tau = None if config.max_staleness < 0 else config.max_staleness
-    network = GossipNetwork(n, [topology.in_peers(i, 0) for i in range(n)], tau, group.stopping)
-    update = jax.jit(functools.partial(setup.update_fn, return_grads=True) if config.log_grad_cosine
-                     else setup.update_fn)
-    mix_jit = jax.jit(mix)
-    example_rollout = rollout_shapes(config.sync_interval, e, spec.obs_shape, spec.obs_dtype, setup.action_shape,
-                                     setup.action_dtype)
-    wait_for_compile = compile_in_background(update, slots[0].state, slots[0].state.params, example_rollout)
-    policy = make_policy_fn(setup.network.apply)
-    reports: queue.Queue = queue.Queue()
-    budget = {"taken": start}
-    budget_lock = threading.Lock()
-    executors = [
-        Executor(spec, num_envs=e, batch_size=e, seed=config.seed + i * e, step_time=parse_step_time(config.step_time))
-        for i in range(n)
-    ]
 
-    def claim_iteration() -> bool:
+def _async_initial_state(state: TrainState, n: int) -> GossipState:
+    """`n` learners that start equal (as Proposition 1 assumes); no messages in flight."""
+    return GossipState(
+        params=tuple(state.params for _ in range(n)), opt_state=tuple(state.opt_state for _ in range(n)),
+        key=tuple(state.key for _ in range(n)), update_step=np.zeros((), np.int32),
+        learner_steps=np.zeros((n,), np.int32), inbox=(),
+    )
+
+
+def _restored_slot(restored: GossipState, i: int, device) -> _LearnerSlot:
+    """Learner i's slot from the (restored) run state, its state on `device`."""
+    learner = TrainState(
+        params=restored.params[i], opt_state=restored.opt_state[i], key=restored.key[i],
+        update_step=np.asarray(restored.learner_steps[i], np.int32),
+    )
+    return _LearnerSlot(state=jax.device_put(learner, device), iterations=int(restored.learner_steps[i]),
+                        first_iteration=int(restored.learner_steps[i]))
+
+
+def _offset_policy(policy, env_id_offset: int, params, obs, env_ids, env_steps, run_key):
+    """`policy` for one learner's envs, numbered after the envs of the learners before it."""
+    return policy(params, obs, env_ids + env_id_offset, env_steps, run_key)
+
+
+class _AsyncLearners:
+    """The async mode's learner threads and what they share: each learner's slot, device and executor, the gossip
+    network, the compiled update and mix, the reports to the main thread, and the run's iteration budget."""
+
+    def __init__(self, config: GossipConfig, spec, setup, topology, restored: GossipState, start: int,
+                 total_iterations: int):
+        n, e = config.num_learners, config.envs_per_learner
+        self._config, self._setup = config, setup
+        self._devices = jax.local_devices()
+        self.slots = [_restored_slot(restored, i, self._device(i)) for i in range(n)]
+        self.group = ThreadGroup()
+        tau = None if config.max_staleness < 0 else config.max_staleness
+        self.network = GossipNetwork(n, [topology.in_peers(i, 0) for i in range(n)], tau, self.group.stopping)
+        self._update = jax.jit(functools.partial(setup.update_fn, return_grads=True) if config.log_grad_cosine
+                               else setup.update_fn)
+        self._mix = jax.jit(mix)
+        example_rollout = rollout_shapes(config.sync_interval, e, spec.obs_shape, spec.obs_dtype, setup.action_shape,
+                                         setup.action_dtype)
+        first_state = self.slots[0].state
+        self._wait_for_compile = compile_in_background(self._update, first_state, first_state.params, example_rollout)
+        self._policy = make_policy_fn(setup.network.apply)
+        self.reports: queue.Queue = queue.Queue()
+        self._taken, self._total_iterations = start, total_iterations
+        self._budget_lock = threading.Lock()
+        self.executors = [
+            Executor(spec, num_envs=e, batch_size=e, seed=config.seed + i * e,
+                     step_time=parse_step_time(config.step_time))
+            for i in range(n)
+        ]
+
+    def _device(self, i: int):
+        return self._devices[i % len(self._devices)]
+
+    def start(self) -> None:
+        for i in range(self._config.num_learners):
+            self.group.spawn(f"learner-{i}", functools.partial(self._learner_loop, i))
+
+    def close(self) -> None:
+        self.group.stop()
+        self.network.close()
+        for executor in self.executors:
+            executor.close()
+
+    def claim_iteration(self) -> bool:
         """One more local iteration for some learner while the run's budget lasts (shared by all learners)."""
-        with budget_lock:
-            if budget["taken"] >= total_iterations:
+        with self._budget_lock:
+            if self._taken >= self._total_iterations:
                 return False
-            budget["taken"] += 1
+            self._taken += 1
             return True
 
-    def learner_loop(i: int):
-        slot, executor, device = slots[i], executors[i], devices[i % len(devices)]
-
-        def offset_policy(params, obs, env_ids, env_steps, run_key):
-            return policy(params, obs, env_ids + i * e, env_steps, run_key)
-
-        def on_round_complete(storage: RoundStorage, last: bool):
-            current = slot.state
-            wait_for_compile()
-            new_state, metrics = update(current, current.params, storage.to_rollout())
-            iteration = slot.iterations + 1
-            network.send(i, iteration, new_state.params)
-            messages = network.receive(i, iteration)
-            params = new_state.params
-            if messages:
-                params = mix_jit(params, [jax.device_put(m.params, device) for m in messages])
-            grads = metrics.pop("grads", None)
-            slot.state = new_state._replace(params=params)
-            slot.update_norms.append(float(metrics["update_norm"]))
-            slot.grads = grads
-            slot.iterations = iteration
-            # Learner 0 snapshots every learner's parameters now (references to immutable arrays), so the consensus
-            # distance is measured at this iteration, not whenever the main thread gets to the report.
-            snapshot = tuple(s.state.params for s in slots) if i == 0 else None
-            reports.put((i, jax.device_get(metrics), executor.pop_episodes(), snapshot))
-            if group.stopping.is_set() or not claim_iteration():
-                return None
-            return iteration, params
-
+    def _learner_loop(self, i: int) -> None:
+        """Learner i's thread: steps its own envs; every round they complete is one local iteration."""
+        slot, executor, e, setup = self.slots[i], self.executors[i], self._config.envs_per_learner, self._setup
         collector = RoundCollector(
-            executor, policy_fn=offset_policy, run_key=setup.action_key, sync_interval=config.sync_interval,
-            inference_batch=e, first_round=slot.iterations, total_rounds=2**62, params=slot.state.params,
-            version=slot.iterations, on_round_complete=on_round_complete, action_shape=setup.action_shape,
+            executor, policy_fn=functools.partial(_offset_policy, self._policy, i * e), run_key=setup.action_key,
+            sync_interval=self._config.sync_interval, inference_batch=e, first_round=slot.iterations,
+            total_rounds=2**62, params=slot.state.params, version=slot.iterations,
+            on_round_complete=functools.partial(self.on_round_complete, i), action_shape=setup.action_shape,
             action_dtype=setup.action_dtype,
         )
         try:
-            if not claim_iteration():
+            if not self.claim_iteration():
                 return
             executor.start()
             while not collector.finished.is_set():
-                if group.stopping.is_set():
+                if self.group.stopping.is_set():
                     raise StopRequested
                 results = executor.take(max_items=e, min_items=e, timeout=0.2)
                 if results is not None:
                     collector.process(results)
         finally:
-            network.retire(i)  # learners waiting on this one's messages (tau) must not wait for ever
+            self.network.retire(i)  # learners waiting on this one's messages (tau) must not wait for ever
 
-    stacked_consensus_distance = jax.jit(consensus_distance)  # one compile, not seconds of op-by-op dispatch
-    bound = ConsensusBound(topology, delay=1)
-    # The bound's model starts at the first round every learner has an update norm for: round 0, or after --resume
-    # the furthest learner's restored iteration (the model restarts there; its state is not checkpointed).
-    bound_rounds = [max(s.iterations for s in slots)]
-    gossip_metrics: dict = {}  # newest consensus distance, bound and gradient similarity, repeated on every row
-    cosine_log = CosineLog(monitor.run_dir, n, config.resume) if config.log_grad_cosine else None
-    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or launch.common.Terminated (SIGTERM)
-    done = 0
+    def on_round_complete(self, i: int, storage: RoundStorage, last: bool):
+        """One local iteration of learner i (Algorithm 1): local A2C step on the round just collected (lines 2-4),
+        non-blocking broadcast (line 5) and mixing with the in-peers' messages it holds (lines 6-7); then its report.
+        Returns the next round's version and policy parameters, or None when the run's budget is spent."""
+        slot = self.slots[i]
+        current = slot.state
+        self._wait_for_compile()
+        new_state, metrics = self._update(current, current.params, storage.to_rollout())
+        iteration = slot.iterations + 1
+        params = self._gossip(i, iteration, new_state.params)
+        self._publish(i, iteration, new_state._replace(params=params), metrics)
+        if self.group.stopping.is_set() or not self.claim_iteration():
+            return None
+        return iteration, params
+
+    def _gossip(self, i: int, iteration: int, params):
+        """Sends learner i's new parameters to its out-peers and mixes them with its in-peers' messages, if it
+        holds one from every in-peer (`GossipNetwork.receive`, which waits only when tau requires it)."""
+        self.network.send(i, iteration, params)
+        messages = self.network.receive(i, iteration)
+        if messages:
+            params = self._mix(params, [jax.device_put(m.params, self._device(i)) for m in messages])
+        return params
+
+    def _publish(self, i: int, iteration: int, state: TrainState, metrics: dict) -> None:
+        """Stores learner i's new state in its slot and queues its report for the main thread."""
+        slot = self.slots[i]
+        grads = metrics.pop("grads", None)
+        slot.state = state
+        slot.update_norms.append(float(metrics["update_norm"]))
+        slot.grads = grads
+        slot.iterations = iteration
+        # Learner 0 snapshots every learner's parameters now (references to immutable arrays), so the consensus
+        # distance is measured at this iteration, not whenever the main thread gets to the report.
+        snapshot = tuple(s.state.params for s in self.slots) if i == 0 else None
+        self.reports.put((i, jax.device_get(metrics), self.executors[i].pop_episodes(), snapshot))
+
+
+class _AsyncGossipLog:
+    """The async mode's gossip metrics, logged by the main thread and repeated on every row until renewed: the
+    Proposition 1 bound, the consensus distance and the learners' gradient similarity (`--log_grad_cosine`)."""
+
+    def __init__(self, config: GossipConfig, topology, slots: list[_LearnerSlot], monitor: Monitor):
+        self._slots, self._monitor = slots, monitor
+        self._consensus_distance = jax.jit(consensus_distance)  # one compile, not seconds of op-by-op dispatch
+        self._bound = ConsensusBound(topology, delay=1)
+        # The bound's model starts at the first round every learner has an update norm for: round 0, or after
+        # --resume the furthest learner's restored iteration (the model restarts there; its state is not checkpointed).
+        self._bound_round = max(s.iterations for s in slots)
+        self._metrics: dict = {}  # newest consensus distance, bound and gradient similarity
+        self._cosine_log = (CosineLog(monitor.run_dir, config.num_learners, config.resume)
+                            if config.log_grad_cosine else None)
+
+    def update(self, learner_params) -> dict:
+        """The metrics after one more report; `learner_params` is every learner's parameters when learner 0
+        finished an iteration (its reports), None otherwise."""
+        # Proposition 1 model, fed once per round completed by every learner.
+        while min(s.iterations for s in self._slots) > self._bound_round:
+            norms = [s.update_norms[self._bound_round - s.first_iteration] for s in self._slots]
+            self._metrics["consensus_bound"] = self._bound.add(float(np.sqrt(np.sum(np.square(norms)))))
+            self._bound_round += 1
+        if learner_params is not None:
+            self._metrics["consensus_distance"] = float(self._consensus_distance(_stack(learner_params)))
+            if self._cosine_log is not None and all(s.grads is not None for s in self._slots):
+                flat = np.stack([np.asarray(jax.flatten_util.ravel_pytree(s.grads)[0]) for s in self._slots])
+                self._metrics["grad_cosine_mean"] = self._cosine_log.add(
+                    self._monitor.env_steps, np.asarray(pairwise_cosine(jnp.asarray(flat)))
+                )
+        return self._metrics
+
+    def close(self) -> None:
+        if self._cosine_log is not None:
+            self._cosine_log.close()
+
+
+def _train_async(learners: _AsyncLearners, gossip_log: _AsyncGossipLog, monitor: Monitor, start: int,
+                 total_iterations: int) -> KeyboardInterrupt | None:
+    """Runs the learner threads and logs their reports until the budget is reported, the monitor stops the run or
+    the threads end; then stops the threads and closes what they used. Returns Ctrl-C (or launch.common.Terminated,
+    SIGTERM) when it came."""
     try:
-        for i in range(n):
-            group.spawn(f"learner-{i}", functools.partial(learner_loop, i))
-        while done < total_iterations - start:
-            group.check()
-            try:
-                learner, metrics, episodes, learner_params = reports.get(timeout=0.1)
-            except queue.Empty:
-                if not group.running():
-                    break
-                monitor.heartbeat(sum(x.env_steps_received for x in executors))
-                continue
-            done += 1
-            snapshot = _async_snapshot(slots, start + done)
-            metrics = {k: float(v) for k, v in metrics.items()}
-            # Proposition 1 model, fed once per round completed by every learner.
-            while min(s.iterations for s in slots) > bound_rounds[0]:
-                r = bound_rounds[0]
-                norms = [s.update_norms[r - s.first_iteration] for s in slots]
-                gossip_metrics["consensus_bound"] = bound.add(float(np.sqrt(np.sum(np.square(norms)))))
-                bound_rounds[0] += 1
-            if learner_params is not None:  # every learner's parameters when learner 0 finished an iteration
-                gossip_metrics["consensus_distance"] = float(stacked_consensus_distance(_stack(learner_params)))
-                if cosine_log is not None and all(s.grads is not None for s in slots):
-                    flat = np.stack([np.asarray(jax.flatten_util.ravel_pytree(s.grads)[0]) for s in slots])
-                    gossip_metrics["grad_cosine_mean"] = cosine_log.add(
-                        monitor.env_steps, np.asarray(pairwise_cosine(jnp.asarray(flat)))
-                    )
-            metrics.update(gossip_metrics)
-            report = LearnerReport(snapshot, metrics, int(snapshot.update_step), int(snapshot.update_step))
-            if monitor.on_report(report, episodes):
-                break
+        learners.start()
+        _log_reports(learners, gossip_log, monitor, start, total_iterations)
     except KeyboardInterrupt as stop:
-        interrupted = stop
         monitor.outputs.print(f"[{SYSTEM}] interrupted: saving a checkpoint of the newest parameters")
+        return stop
     finally:
-        group.stop()
-        network.close()
-        for executor in executors:
-            executor.close()
-        if cosine_log is not None:
-            cosine_log.close()
+        learners.close()
+        gossip_log.close()
+    return None
+
+
+def _log_reports(learners: _AsyncLearners, gossip_log: _AsyncGossipLog, monitor: Monitor, start: int,
+                 total_iterations: int) -> None:
+    """The main thread: one progress row per local iteration of any learner, with the run state at that moment."""
+    done = 0
+    while done < total_iterations - start:
+        learners.group.check()
+        try:
+            _learner, metrics, episodes, learner_params = learners.reports.get(timeout=0.1)
+        except queue.Empty:
+            if not learners.group.running():
+                break
+            monitor.heartbeat(sum(x.env_steps_received for x in learners.executors))
+            continue
+        done += 1
+        snapshot = _async_snapshot(learners.slots, start + done)
+        metrics = {k: float(v) for k, v in metrics.items()}
+        metrics.update(gossip_log.update(learner_params))
+        report = LearnerReport(snapshot, metrics, int(snapshot.update_step), int(snapshot.update_step))
+        if monitor.on_report(report, episodes):
+            break
+
+
+def _finish_async(learners: _AsyncLearners, monitor: Monitor, interrupted: KeyboardInterrupt | None) -> dict:
+    """Prints the gossip statistics, then the final evaluation, checkpoint and summary; re-raises Ctrl-C."""
     if interrupted is None:
-        group.check()
-    gossip_stats = [network.stats(i) for i in range(n)]
+        learners.group.check()
+    slots = learners.slots
+    gossip_stats = [learners.network.stats(i) for i in range(len(slots))]
     monitor.outputs.print(
         f"[{SYSTEM}] gossip: local iterations {[s.iterations for s in slots]}, mixes "
         f"{[g['mixes'] for g in gossip_stats]}, skipped {[g['skips'] for g in gossip_stats]}, waited "
