@@ -579,9 +579,23 @@ def _real_reading(real: list[dict]) -> list[str]:
 
 
 def markdown(*, command, started, minutes, settings, model, lag_model, real, lags, gala, run_rows, figures) -> str:
+    lines = [
+        *_header_lines(command, started, minutes, run_rows, figures),
+        *_claim1_model_lines(settings, model),
+        *_claim1_real_lines(real),
+        *_claim2_lines(settings, lag_model),
+        *_hts_lag_lines(settings, lags),
+        *_gala_lines(gala),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _header_lines(command, started, minutes, run_rows, figures) -> list[str]:
+    """Title, machine, command, machine load during the real runs, figures."""
     loads = [r["background_cores"] for r in run_rows if r["background_cores"] is not None]
     busy_runs = sum(load > BUSY_CORES for load in loads)
-    lines = [
+    return [
         "# Seed 000 section 4.2 (Claims 1 and 2, Fig. 3) and seed 004 Proposition 1 (Fig. 2a): theory vs "
         "simulation vs real runs (CPU)",
         "",
@@ -596,6 +610,12 @@ def markdown(*, command, started, minutes, settings, model, lag_model, real, lag
         "- Formulas and simulations: `systems/analysis/theory.py` (tests: `tests/test_theory.py`). Figures: "
         + ", ".join(f"`{p}`" for p in figures) + ".",
         "",
+    ]
+
+
+def _claim1_model_lines(settings: Settings, model: list[dict]) -> list[str]:
+    """Claim 1 section: Eq. (7) against its exact value and the simulation (unitless)."""
+    lines = [
         "## Claim 1 (Eq. 7): model vs exact vs simulation (Fig. 3(a, b), unitless)",
         "",
         f"n = {N_ENVS} envs, K = {K_STATES} states, Exp(beta) step times, c = 0. Eq. (7) = the paper's "
@@ -617,32 +637,42 @@ def markdown(*, command, started, minutes, settings, model, lag_model, real, lag
     worst = max(abs(r["eq7_over_sim"]) for r in model)
     lines += ["", f"Largest |Eq. (7) / simulation - 1|: {worst:.2%}. Fig. 3(a): runtime grows with the variance "
               "(linearly in 1/beta); Fig. 3(b): it falls with alpha toward the asynchronous time.", ""]
-    if real:
-        lines += [
-            "## Claim 1 against real runs (Fig. 3(a, b), seconds)",
-            "",
-            f"{ENV_ID}, {ALGO.upper()}, n = {N_ENVS} envs, HTS with {NUM_ACTORS} actor threads; `--step_time=exp:MEAN` "
-            "(beta = 1 / MEAN). measured = steady-state seconds per K env steps from `progress.csv`. model c=0 = "
-            "Eq. (7) with beta = 1/MEAN in 1/s. c = measured compute: the same configuration's time per K steps "
-            "with no step time (T_0 = K c / n; listed as c per env step); model + c = Eq. (7) + T_0. The sync "
-            f"baseline (`launch.sync`, rollout {SYNC_ROLLOUT}) waits for every env at every step: alpha = 1 in "
-            "Claim 1; its T_0 also holds its (not overlapped) learning time.",
-            "",
-            "| fig | system | alpha (Claim 1) | sync_interval | step mean (ms) | variance (ms^2) | measured s/K | "
-            "model c=0 | c = n T_0 / K (us) | model + c | measured / (model + c) | measured / model c=0 | background "
-            "(run / no-step-time run) | errors |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
-        ]
-        for r in real:
-            lines.append(
-                f"| {r['figure']} | {r['system']} | {r['claim1_alpha']} | {r['sync_interval']} | "
-                f"{r['step_mean_ms']:g} | {r['variance_ms2']:g} | {fmt(r['measured_s_per_k'], 2)} | "
-                f"{fmt(r['model_c0'], 2)} | {fmt(r['c_us_per_step'], 0)} | {fmt(r['model_with_c'], 2)} | "
-                f"{fmt(r['measured_over_model_c'], 2)} | {fmt(r['measured_over_model_c0'], 2)} | "
-                f"{fmt(r['background_cores'], 2)} / {fmt(r['compute_background_cores'], 2)} | {r['error']} |"
-            )
-        lines += ["", *_real_reading(real), ""]
-    lines += [
+    return lines
+
+
+def _claim1_real_lines(real: list[dict]) -> list[str]:
+    """Claim 1 against the real runs, in seconds (nothing without real runs)."""
+    if not real:
+        return []
+    lines = [
+        "## Claim 1 against real runs (Fig. 3(a, b), seconds)",
+        "",
+        f"{ENV_ID}, {ALGO.upper()}, n = {N_ENVS} envs, HTS with {NUM_ACTORS} actor threads; `--step_time=exp:MEAN` "
+        "(beta = 1 / MEAN). measured = steady-state seconds per K env steps from `progress.csv`. model c=0 = "
+        "Eq. (7) with beta = 1/MEAN in 1/s. c = measured compute: the same configuration's time per K steps "
+        "with no step time (T_0 = K c / n; listed as c per env step); model + c = Eq. (7) + T_0. The sync "
+        f"baseline (`launch.sync`, rollout {SYNC_ROLLOUT}) waits for every env at every step: alpha = 1 in "
+        "Claim 1; its T_0 also holds its (not overlapped) learning time.",
+        "",
+        "| fig | system | alpha (Claim 1) | sync_interval | step mean (ms) | variance (ms^2) | measured s/K | "
+        "model c=0 | c = n T_0 / K (us) | model + c | measured / (model + c) | measured / model c=0 | background "
+        "(run / no-step-time run) | errors |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in real:
+        lines.append(
+            f"| {r['figure']} | {r['system']} | {r['claim1_alpha']} | {r['sync_interval']} | "
+            f"{r['step_mean_ms']:g} | {r['variance_ms2']:g} | {fmt(r['measured_s_per_k'], 2)} | "
+            f"{fmt(r['model_c0'], 2)} | {fmt(r['c_us_per_step'], 0)} | {fmt(r['model_with_c'], 2)} | "
+            f"{fmt(r['measured_over_model_c'], 2)} | {fmt(r['measured_over_model_c0'], 2)} | "
+            f"{fmt(r['background_cores'], 2)} / {fmt(r['compute_background_cores'], 2)} | {r['error']} |"
+        )
+    return lines + ["", *_real_reading(real), ""]
+
+
+def _claim2_lines(settings: Settings, lag_model: list[dict]) -> list[str]:
+    """Claim 2 section: the expected policy lag formula against its event simulation."""
+    lines = [
         "## Claim 2: expected policy lag of an asynchronous system (Fig. 3(c))",
         "",
         f"lambda0 = {LAMBDA0:g} samples/s per actor, mu = {MU:g} samples/s for the learner. Simulation: n Poisson "
@@ -656,55 +686,66 @@ def markdown(*, command, started, minutes, settings, model, lag_model, real, lag
     for r in lag_model:
         lines.append(f"| {r['n']} | {r['load']:.3f} | {r['formula']:.4g} | {r['sim_mean']:.4g} +- "
                      f"{r['sim_stderr']:.2g} | {r['sim_over_formula']:+.2%} |")
-    if lags:
-        lines += [
-            "",
-            f"HTS-RL's logged policy lag (`launch.hts`, {ENV_ID}, {N_ENVS} envs, alpha {FIG3A_ALPHA}, "
-            f"exp:{settings.lag_mean_ms / 1000:g} step times) against its actor threads: the learner version minus "
-            "the version that collected the batch, for every update in `progress.csv`, and `summary.json` "
-            "max_policy_lag.",
-            "",
-            "| actors | updates | first lag | mean lag | mean lag after the first | max lag (progress) | "
-            "max_policy_lag (summary) | errors |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
-        ]
-        for r in lags:
-            lines.append(f"| {r['actors']} | {r['updates']} | {r['lag_first']} | {fmt(r['lag_mean'], 3)} | "
-                         f"{fmt(r['lag_mean_after_first'], 3)} | {r['lag_max']} | {r['summary_max_policy_lag']} | "
-                         f"{r['error']} |")
-    if gala:
-        lines += [
-            "",
-            "## Seed 004 Proposition 1: consensus distance vs bound (Fig. 2a)",
-            "",
-            f"`launch.gala`, {ENV_ID}, {GALA_LEARNERS} learners x {GALA_ENVS} envs, horizon {GALA_HORIZON}, 1-peer "
-            "ring, A2C (RMSProp, lr 7e-4 x sqrt(4)). Every progress row with both columns: consensus_distance = "
-            "||X - X_bar||_F over the learners' parameters, consensus_bound = `agents.gossip.ConsensusBound` from "
-            "the learners' update norms. pmap: lock-step learners on 4 forced CPU devices, the bound's model is "
-            "exact, so it must hold. async: the bound is fed once per round completed by every learner while the "
-            "distance is a snapshot at learner 0's iterations, so it is an estimate there (systems/gossip/system.py). "
-            "distinct distances = how many different consensus_distance values the rows hold: in async mode the "
-            "distance is measured once per learner-0 iteration (every learner's parameters snapshotted when learner "
-            "0 finishes one) and repeated on the other learners' rows, so about a quarter of the rows with 4 "
-            "learners.",
-            "",
-            "| mode | env steps | points | distinct distances | max distance | max bound | max distance/bound | "
-            "median distance/bound | measured <= bound at every point | violations | background | errors |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |",
-        ]
-        for r in gala:
-            lines.append(
-                f"| {r['mode']} | {fmt(r['env_steps'])} | {r['points']} | {r['distinct_distances']} | "
-                f"{fmt(r['max_distance'], 3)} | "
-                f"{fmt(r['max_bound'], 3)} | {fmt(r['max_ratio'], 3)} | {fmt(r['median_ratio'], 3)} | "
-                f"{_yes_no(r['within_bound'])} | {r['violations']} | {fmt(r['background_cores'], 2)} | {r['error']} |"
-            )
-        for r in gala:
-            if r["median_ratio"]:
-                lines.append(f"\n{r['mode']}: the bound is {1 / r['median_ratio']:.0f}x the measured distance at the "
-                             f"median point and {1 / r['max_ratio']:.1f}x at the closest one.")
-    lines.append("")
-    return "\n".join(lines)
+    return lines
+
+
+def _hts_lag_lines(settings: Settings, lags: list[dict]) -> list[str]:
+    """HTS-RL's logged policy lag by actor threads, closing the Claim 2 section (nothing without real runs)."""
+    if not lags:
+        return []
+    lines = [
+        "",
+        f"HTS-RL's logged policy lag (`launch.hts`, {ENV_ID}, {N_ENVS} envs, alpha {FIG3A_ALPHA}, "
+        f"exp:{settings.lag_mean_ms / 1000:g} step times) against its actor threads: the learner version minus "
+        "the version that collected the batch, for every update in `progress.csv`, and `summary.json` "
+        "max_policy_lag.",
+        "",
+        "| actors | updates | first lag | mean lag | mean lag after the first | max lag (progress) | "
+        "max_policy_lag (summary) | errors |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in lags:
+        lines.append(f"| {r['actors']} | {r['updates']} | {r['lag_first']} | {fmt(r['lag_mean'], 3)} | "
+                     f"{fmt(r['lag_mean_after_first'], 3)} | {r['lag_max']} | {r['summary_max_policy_lag']} | "
+                     f"{r['error']} |")
+    return lines
+
+
+def _gala_lines(gala: list[dict]) -> list[str]:
+    """Seed 004 Proposition 1 section: GALA's consensus distance against its bound (nothing without GALA runs)."""
+    if not gala:
+        return []
+    lines = [
+        "",
+        "## Seed 004 Proposition 1: consensus distance vs bound (Fig. 2a)",
+        "",
+        f"`launch.gala`, {ENV_ID}, {GALA_LEARNERS} learners x {GALA_ENVS} envs, horizon {GALA_HORIZON}, 1-peer "
+        "ring, A2C (RMSProp, lr 7e-4 x sqrt(4)). Every progress row with both columns: consensus_distance = "
+        "||X - X_bar||_F over the learners' parameters, consensus_bound = `agents.gossip.ConsensusBound` from "
+        "the learners' update norms. pmap: lock-step learners on 4 forced CPU devices, the bound's model is "
+        "exact, so it must hold. async: the bound is fed once per round completed by every learner while the "
+        "distance is a snapshot at learner 0's iterations, so it is an estimate there (systems/gossip/system.py). "
+        "distinct distances = how many different consensus_distance values the rows hold: in async mode the "
+        "distance is measured once per learner-0 iteration (every learner's parameters snapshotted when learner "
+        "0 finishes one) and repeated on the other learners' rows, so about a quarter of the rows with 4 "
+        "learners.",
+        "",
+        "| mode | env steps | points | distinct distances | max distance | max bound | max distance/bound | "
+        "median distance/bound | measured <= bound at every point | violations | background | errors |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |",
+    ]
+    for r in gala:
+        lines.append(
+            f"| {r['mode']} | {fmt(r['env_steps'])} | {r['points']} | {r['distinct_distances']} | "
+            f"{fmt(r['max_distance'], 3)} | "
+            f"{fmt(r['max_bound'], 3)} | {fmt(r['max_ratio'], 3)} | {fmt(r['median_ratio'], 3)} | "
+            f"{_yes_no(r['within_bound'])} | {r['violations']} | {fmt(r['background_cores'], 2)} | {r['error']} |"
+        )
+    for r in gala:
+        if r["median_ratio"]:
+            lines.append(f"\n{r['mode']}: the bound is {1 / r['median_ratio']:.0f}x the measured distance at the "
+                         f"median point and {1 / r['max_ratio']:.1f}x at the closest one.")
+    return lines
 
 
 def main(argv):

@@ -96,9 +96,8 @@ def _time_calls(fn, args_list, warmup):
 # Each returns {op: (fn, make_args(i))}; the prefill happens inside.
 
 
-def _ours(capacity, k, single_lock, rng):
-    import numpy as np
-
+def _prefilled(capacity, k, single_lock, rng):
+    """Our PrioritizedBuffer of the benchmark transitions (seed 0), filled to capacity 100k rows at a time."""
     from systems.replay.buffers import PrioritizedBuffer
 
     example = {name: value[0] for name, value in _transitions(rng, 1).items()}
@@ -106,6 +105,13 @@ def _ours(capacity, k, single_lock, rng):
     chunk = min(capacity, 100_000)
     for start in range(0, capacity, chunk):
         buf.insert(_transitions(rng, min(chunk, capacity - start)))
+    return buf
+
+
+def _ours(capacity, k, single_lock, rng):
+    import numpy as np
+
+    buf = _prefilled(capacity, k, single_lock, rng)
     sample_rng = np.random.default_rng(1)
 
     def sample():
@@ -250,21 +256,26 @@ def _threads_worker(job):
     `seconds`; also the CPU cores the process used meanwhile (above 1: work outside the GIL ran in parallel)."""
     import numpy as np
 
-    from systems.replay.buffers import PrioritizedBuffer
-
     capacity, n_threads = job["capacity"], job["threads"]
     rng = np.random.default_rng(job.get("seed", 0))
-    example = {name: value[0] for name, value in _transitions(rng, 1).items()}
-    buf = PrioritizedBuffer(capacity, example, k=16, seed=0, single_lock=job["lock"] == "single_lock")
-    chunk = min(capacity, 100_000)
-    for start in range(0, capacity, chunk):
-        buf.insert(_transitions(rng, min(chunk, capacity - start)))
+    buf = _prefilled(capacity, 16, job["lock"] == "single_lock", rng)
     pool = 64  # arguments made beforehand, cycled, so the loops time the buffer only
     inserts = [_transitions(rng, INSERT_BATCH) for _ in range(pool)]
     priorities = [rng.random(BATCH) * 2.0 for _ in range(pool)]
     stop = threading.Event()
     counts = [[0, 0] for _ in range(n_threads)]  # per thread: transitions inserted, sampled
     errors = []
+    targets = _thread_targets(buf, n_threads, inserts, priorities, stop, counts, errors)
+    return _run_threads(targets, counts, stop, errors, job["warmup"], job["seconds"])
+
+
+def _thread_targets(buf, n_threads, inserts, priorities, stop, counts, errors):
+    """The `_threads_worker` thread bodies, free-running until `stop` is set: one alternating thread for
+    n_threads = 1, else n_threads // 2 actors then n_threads // 2 learners. Thread `slot` keeps its running totals
+    in counts[slot]; a failing thread appends its error to `errors` and sets `stop`."""
+    import numpy as np
+
+    pool = len(inserts)
 
     def actor(slot):
         i = 0
@@ -302,17 +313,22 @@ def _threads_worker(job):
         return body
 
     if n_threads == 1:
-        targets = [guarded(both, 0, np.random.default_rng(100))]
-    else:
-        actors = n_threads // 2
-        targets = [guarded(actor, i) for i in range(actors)]
-        targets += [guarded(learner, i, np.random.default_rng(100 + i)) for i in range(actors, n_threads)]
+        return [guarded(both, 0, np.random.default_rng(100))]
+    actors = n_threads // 2
+    targets = [guarded(actor, i) for i in range(actors)]
+    targets += [guarded(learner, i, np.random.default_rng(100 + i)) for i in range(actors, n_threads)]
+    return targets
+
+
+def _run_threads(targets, counts, stop, errors, warmup, seconds):
+    """Runs `targets` in daemon threads; after `warmup` seconds, the transitions inserted and sampled per second
+    over `seconds` and the CPU cores the process used meanwhile. Raises the first thread error."""
     threads = [threading.Thread(target=target, daemon=True) for target in targets]
     for thread in threads:
         thread.start()
-    time.sleep(job["warmup"])
+    time.sleep(warmup)
     before, cpu0, t0 = [list(c) for c in counts], time.process_time(), time.perf_counter()
-    time.sleep(job["seconds"])
+    time.sleep(seconds)
     after, cpu1, t1 = [list(c) for c in counts], time.process_time(), time.perf_counter()
     stop.set()
     for thread in threads:
@@ -363,6 +379,25 @@ def _thread_sweep(quick, env):
 
 def _write_threads(rows, settings, name, command, wall):
     os.makedirs(_OUT_DIR.value, exist_ok=True)
+    _write_threads_csv(rows, os.path.join(_OUT_DIR.value, name + ".csv"))
+    lines = _threads_header_lines(settings, name, command, wall)
+    for capacity in settings["capacities"]:
+        lines += [
+            f"## Capacity {capacity:,}",
+            "",
+            "| T (actors + learners) | two_lock insert/s | two_lock sample/s | single_lock insert/s | "
+            "single_lock sample/s | two/single insert | two/single sample | two/single total | cores two / single | "
+            "background |",
+            "| --- |" + " ---: |" * 9,
+        ]
+        lines += [_threads_table_row(rows, capacity, n_threads) for n_threads in settings["counts"]]
+        lines.append("")
+    with open(os.path.join(_OUT_DIR.value, name + ".md"), "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+
+
+def _write_threads_csv(rows, path):
     fields = [
         "capacity",
         "threads",
@@ -375,7 +410,7 @@ def _write_threads(rows, settings, name, command, wall):
         "background_cores",
         "error",
     ]
-    with open(os.path.join(_OUT_DIR.value, name + ".csv"), "w", newline="") as f:
+    with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         for r in rows:
@@ -396,17 +431,12 @@ def _write_threads(rows, settings, name, command, wall):
                 }
             )
 
-    def med(capacity, n_threads, lock, key):
-        return median(
-            [r.get(key) for r in rows if (r["capacity"], r["threads"], r["lock"]) == (capacity, n_threads, lock)]
-        )
 
-    def ratio(a, b):
-        return "n/a" if not a or not b else f"x{a / b:.2f}"
-
+def _threads_header_lines(settings, name, command, wall):
+    """Title and the thread sweep's machine, versions, workload and method."""
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     versions = ", ".join(f"{p} {_version(p)}" for p in ("numpy", "numba"))
-    lines = [
+    return [
         f"# Replay buffer thread scaling: lazy writing (two locks) vs one global lock ({name})",
         "",
         f"- Machine: {machine()}. **Only {os.cpu_count()} cores**: threads beyond that time-share them, so this "
@@ -431,44 +461,40 @@ def _write_threads(rows, settings, name, command, wall):
         f"- Wall time: {wall:.0f} s.",
         "",
     ]
-    for capacity in settings["capacities"]:
-        lines += [
-            f"## Capacity {capacity:,}",
-            "",
-            "| T (actors + learners) | two_lock insert/s | two_lock sample/s | single_lock insert/s | "
-            "single_lock sample/s | two/single insert | two/single sample | two/single total | cores two / single | "
-            "background |",
-            "| --- |" + " ---: |" * 9,
-        ]
-        for n_threads in settings["counts"]:
-            cells = {
-                (lock, key): med(capacity, n_threads, lock, key)
-                for lock in LOCKS
-                for key in ("inserted_per_s", "sampled_per_s", "cpu_cores")
-            }
-            totals = {
-                lock: None
-                if cells[(lock, "inserted_per_s")] is None or cells[(lock, "sampled_per_s")] is None
-                else cells[(lock, "inserted_per_s")] + cells[(lock, "sampled_per_s")]
-                for lock in LOCKS
-            }
-            point = [r for r in rows if r["capacity"] == capacity and r["threads"] == n_threads]
-            background = median([r.get("background_cores") for r in point])
-            who = "1 (alternating)" if n_threads == 1 else f"{n_threads} ({n_threads // 2} + {n_threads // 2})"
-            errors = sorted({r["error"] for r in point if r.get("error")})
-            lines.append(
-                f"| {who} | {fmt(cells[('two_lock', 'inserted_per_s')])} | {fmt(cells[('two_lock', 'sampled_per_s')])}"
-                f" | {fmt(cells[('single_lock', 'inserted_per_s')])} | {fmt(cells[('single_lock', 'sampled_per_s')])}"
-                f" | {ratio(cells[('two_lock', 'inserted_per_s')], cells[('single_lock', 'inserted_per_s')])}"
-                f" | {ratio(cells[('two_lock', 'sampled_per_s')], cells[('single_lock', 'sampled_per_s')])}"
-                f" | {ratio(totals['two_lock'], totals['single_lock'])}"
-                f" | {fmt(cells[('two_lock', 'cpu_cores')], 2)} / {fmt(cells[('single_lock', 'cpu_cores')], 2)}"
-                f" | {fmt(background, 2)} |" + (f" {'; '.join(errors)}" if errors else "")
-            )
-        lines.append("")
-    with open(os.path.join(_OUT_DIR.value, name + ".md"), "w") as f:
-        f.write("\n".join(lines))
-    print("\n".join(lines))
+
+
+def _threads_table_row(rows, capacity, n_threads):
+    """One table row: the medians over the point's runs of both lock modes, their ratios, load and errors."""
+
+    def med(lock, key):
+        return median(
+            [r.get(key) for r in rows if (r["capacity"], r["threads"], r["lock"]) == (capacity, n_threads, lock)]
+        )
+
+    cells = {(lock, key): med(lock, key) for lock in LOCKS for key in ("inserted_per_s", "sampled_per_s", "cpu_cores")}
+    totals = {
+        lock: None
+        if cells[(lock, "inserted_per_s")] is None or cells[(lock, "sampled_per_s")] is None
+        else cells[(lock, "inserted_per_s")] + cells[(lock, "sampled_per_s")]
+        for lock in LOCKS
+    }
+    point = [r for r in rows if r["capacity"] == capacity and r["threads"] == n_threads]
+    background = median([r.get("background_cores") for r in point])
+    who = "1 (alternating)" if n_threads == 1 else f"{n_threads} ({n_threads // 2} + {n_threads // 2})"
+    errors = sorted({r["error"] for r in point if r.get("error")})
+    return (
+        f"| {who} | {fmt(cells[('two_lock', 'inserted_per_s')])} | {fmt(cells[('two_lock', 'sampled_per_s')])}"
+        f" | {fmt(cells[('single_lock', 'inserted_per_s')])} | {fmt(cells[('single_lock', 'sampled_per_s')])}"
+        f" | {_ratio(cells[('two_lock', 'inserted_per_s')], cells[('single_lock', 'inserted_per_s')])}"
+        f" | {_ratio(cells[('two_lock', 'sampled_per_s')], cells[('single_lock', 'sampled_per_s')])}"
+        f" | {_ratio(totals['two_lock'], totals['single_lock'])}"
+        f" | {fmt(cells[('two_lock', 'cpu_cores')], 2)} / {fmt(cells[('single_lock', 'cpu_cores')], 2)}"
+        f" | {fmt(background, 2)} |" + (f" {'; '.join(errors)}" if errors else "")
+    )
+
+
+def _ratio(a, b):
+    return "n/a" if not a or not b else f"x{a / b:.2f}"
 
 
 # ----------------------------------------------------------------------------------------------- driver
@@ -572,6 +598,25 @@ def _us(seconds):
 
 def _write(rows, name, command, capacities, calls, warmup, peers_wall, sweep_wall):
     os.makedirs(_OUT_DIR.value, exist_ok=True)
+    _write_peers_csv(rows, os.path.join(_OUT_DIR.value, name + ".csv"))
+    lines = _peers_header_lines(name, command, calls, warmup, peers_wall, sweep_wall)
+    for capacity in capacities:
+        lines += [
+            f"## Capacity {capacity:,}",
+            "",
+            "| buffer | " + " | ".join(f"{op} (us)" for op in OPS) + " |",
+            "| --- |" + " ---: |" * len(OPS),
+        ]
+        lines += _peers_table_rows([r for r in rows if r["table"] == "peers" and r["capacity"] == capacity])
+        lines.append("")
+    lines += _k_sweep_lines(rows)
+    lines.append("")
+    with open(os.path.join(_OUT_DIR.value, name + ".md"), "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+
+
+def _write_peers_csv(rows, path):
     fields = [
         "table",
         "impl",
@@ -583,7 +628,7 @@ def _write(rows, name, command, capacities, calls, warmup, peers_wall, sweep_wal
         "background_cores",
         "error",
     ]
-    with open(os.path.join(_OUT_DIR.value, name + ".csv"), "w", newline="") as f:
+    with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         for r in rows:
@@ -600,9 +645,13 @@ def _write(rows, name, command, capacities, calls, warmup, peers_wall, sweep_wal
                     "error": r.get("error", ""),
                 }
             )
+
+
+def _peers_header_lines(name, command, calls, warmup, peers_wall, sweep_wall):
+    """Title, machine, versions and method of the peers table and the K sweep."""
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     versions = ", ".join(f"{p} {_version(p)}" for p in ("cpprb", "flashbax", "jax", "tianshou", "numpy"))
-    lines = [
+    return [
         f"# Replay buffers: ours vs peers ({name})",
         "",
         f"- Machine: {machine()}",
@@ -616,29 +665,31 @@ def _write(rows, name, command, capacities, calls, warmup, peers_wall, sweep_wal
         f"- Wall time: peers table {peers_wall:.0f} s, K sweep {sweep_wall:.0f} s.",
         "",
     ]
-    for capacity in capacities:
-        lines += [
-            f"## Capacity {capacity:,}",
-            "",
-            "| buffer | " + " | ".join(f"{op} (us)" for op in OPS) + " |",
-            "| --- |" + " ---: |" * len(OPS),
-        ]
-        by_impl = {r["impl"]: r for r in rows if r["table"] == "peers" and r["capacity"] == capacity}
-        for impl in IMPLS:
-            r = by_impl.get(impl, {})
-            if r.get("error"):
-                lines.append(f"| {LABELS[impl]} | " + " | ".join([r["error"]] * len(OPS)) + " |")
-            else:
-                lines.append(f"| {LABELS[impl]} | " + " | ".join(fmt(_us(r.get(op)), 1) for op in OPS) + " |")
-        for impl in ("ours", "ours_single_lock"):
-            cells = []
-            for op in OPS:
-                peer_times = [by_impl[p][op] for p in PEERS if p in by_impl and by_impl[p].get(op)]
-                ours = by_impl.get(impl, {}).get(op)
-                cells.append("n/a" if not peer_times or not ours else f"x{min(peer_times) / ours:.2f}")
-            lines.append(f"| {LABELS[impl]}: xN vs best peer | " + " | ".join(cells) + " |")
-        lines.append("")
-    lines += [
+
+
+def _peers_table_rows(peer_rows):
+    """One capacity's rows: every buffer's time per op, then ours against the fastest installed peer."""
+    lines = []
+    by_impl = {r["impl"]: r for r in peer_rows}
+    for impl in IMPLS:
+        r = by_impl.get(impl, {})
+        if r.get("error"):
+            lines.append(f"| {LABELS[impl]} | " + " | ".join([r["error"]] * len(OPS)) + " |")
+        else:
+            lines.append(f"| {LABELS[impl]} | " + " | ".join(fmt(_us(r.get(op)), 1) for op in OPS) + " |")
+    for impl in ("ours", "ours_single_lock"):
+        cells = []
+        for op in OPS:
+            peer_times = [by_impl[p][op] for p in PEERS if p in by_impl and by_impl[p].get(op)]
+            ours = by_impl.get(impl, {}).get(op)
+            cells.append("n/a" if not peer_times or not ours else f"x{min(peer_times) / ours:.2f}")
+        lines.append(f"| {LABELS[impl]}: xN vs best peer | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _k_sweep_lines(rows):
+    """The K sweep table of ours (two locks)."""
+    lines = [
         "## K sweep (ours, two locks): sample 256 / update 256, microseconds per call",
         "",
         "| capacity | K | sample_256 (us) | update_256 (us) |",
@@ -650,10 +701,7 @@ def _write(rows, name, command, capacities, calls, warmup, peers_wall, sweep_wal
                 f"| {r['capacity']:,} | {r['k']} | {fmt(_us(r.get('sample_256')), 1)} | "
                 f"{fmt(_us(r.get('update_256')), 1)} |" + (f" {r['error']}" if r.get("error") else "")
             )
-    lines.append("")
-    with open(os.path.join(_OUT_DIR.value, name + ".md"), "w") as f:
-        f.write("\n".join(lines))
-    print("\n".join(lines))
+    return lines
 
 
 if __name__ == "__main__":

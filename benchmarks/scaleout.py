@@ -299,51 +299,73 @@ def main(argv):
     done: dict[str, dict] = {}  # job key -> result: an identical job in two groups is measured once
     raw_rows, table = [], []
     for row in rows:
-        if quick:
-            repeats = 1
-        elif row.group == "hidden":
-            repeats = _HIDDEN_REPEATS.value
-        else:
-            repeats = _HEAVY_REPEATS.value if row.heavy else _REPEATS.value
+        repeats = _repeats(row, quick)
         results = []
         for r in range(repeats):
-            job = dict(system=row.system, mode=row.mode, env_id=row.env_id, devices=row.devices,
-                       total_steps=row.total_steps, step_time=row.step_time, local_batch=row.local_batch,
-                       sync_interval=row.sync_interval, hidden=row.hidden, eval_every=row.eval_every,
-                       eval_episodes=row.eval_episodes, repeat=r)
-            key = json.dumps(job, sort_keys=True)
-            reused = key in done
-            if not reused:
-                done[key] = run_job("benchmarks.scaleout", job, row.timeout_s, env=device_env(row.devices))
-            result = done[key]
+            result, raw_row = _run_repeat(row, r, done)
             results.append(result)
-            raw_rows.append({
-                "group": row.group, "system": row.system, "mode": row.mode, "env_id": row.env_id,
-                "devices": row.devices, "effective_batch": effective_batch(row), "hidden": row.hidden,
-                "step_time": row.step_time, "total_steps": row.total_steps, "repeat": r, "seed": SEED + r,
-                "reused": reused, **{k: result.get(k) for k in RUN_FIELDS if k in result},
-            })
-            print(f"{row.label:<75} rep {r}: SPS {fmt(result.get('sps'))}  final return "
-                  f"{fmt(result.get('final_return'))}  target at {fmt(result.get('time_to_target'), 1)} s  "
-                  f"({result['wall_s']:.1f} s{', reused' if reused else ''}, background "
-                  f"{fmt(result.get('background_cores'), 2)} cores)"
-                  + (f"  ERROR {result['error']}" if result.get("error") else ""), flush=True)
-        reached = [x["time_to_target"] for x in results if x.get("time_to_target") is not None]
-        table.append(dict(
-            group=row.group, system=row.system, mode=row.mode, env_id=row.env_id, devices=row.devices,
-            effective_batch=effective_batch(row), hidden=row.hidden, step_time=row.step_time,
-            total_steps=row.total_steps, eval_every=row.eval_every, repeats=repeats,
-            sps=median(x.get("sps") for x in results),
-            param_count=median(x.get("param_count") for x in results),
-            learning_rate=median(x.get("learning_rate") for x in results),
-            time_to_target=median(reached), reached=len(reached),
-            final_return=median(x.get("final_return") for x in results),
-            zero_compute_sps=zero_compute_sps(row),
-            background_cores=median(x.get("background_cores") for x in results),
-            errors="; ".join(sorted({x["error"] for x in results if x.get("error")})),
-        ))
+            raw_rows.append(raw_row)
+        table.append(_table_row(row, repeats, results))
     _add_ratios(table)
     sweep_s = time.perf_counter() - t_start
+    md_path, csv_path, raw_path = _write_outputs(name, raw_rows, table, command, started, sweep_s)
+    print(f"sweep {sweep_s / 60:.1f} min; wrote {md_path}, {csv_path}, {raw_path}")
+
+
+def _repeats(row: Row, quick: bool) -> int:
+    if quick:
+        return 1
+    if row.group == "hidden":
+        return _HIDDEN_REPEATS.value
+    return _HEAVY_REPEATS.value if row.heavy else _REPEATS.value
+
+
+def _run_repeat(row: Row, r: int, done: dict[str, dict]) -> tuple[dict, dict]:
+    """Repeat r of `row`, measured in a subprocess or reused from `done`; prints a line and returns the result and
+    its runs-CSV row."""
+    job = dict(system=row.system, mode=row.mode, env_id=row.env_id, devices=row.devices,
+               total_steps=row.total_steps, step_time=row.step_time, local_batch=row.local_batch,
+               sync_interval=row.sync_interval, hidden=row.hidden, eval_every=row.eval_every,
+               eval_episodes=row.eval_episodes, repeat=r)
+    key = json.dumps(job, sort_keys=True)
+    reused = key in done
+    if not reused:
+        done[key] = run_job("benchmarks.scaleout", job, row.timeout_s, env=device_env(row.devices))
+    result = done[key]
+    raw_row = {
+        "group": row.group, "system": row.system, "mode": row.mode, "env_id": row.env_id,
+        "devices": row.devices, "effective_batch": effective_batch(row), "hidden": row.hidden,
+        "step_time": row.step_time, "total_steps": row.total_steps, "repeat": r, "seed": SEED + r,
+        "reused": reused, **{k: result.get(k) for k in RUN_FIELDS if k in result},
+    }
+    print(f"{row.label:<75} rep {r}: SPS {fmt(result.get('sps'))}  final return "
+          f"{fmt(result.get('final_return'))}  target at {fmt(result.get('time_to_target'), 1)} s  "
+          f"({result['wall_s']:.1f} s{', reused' if reused else ''}, background "
+          f"{fmt(result.get('background_cores'), 2)} cores)"
+          + (f"  ERROR {result['error']}" if result.get("error") else ""), flush=True)
+    return result, raw_row
+
+
+def _table_row(row: Row, repeats: int, results: list[dict]) -> dict:
+    """The table entry of `row`: medians over its repeats (relative_sps is added by `_add_ratios`)."""
+    reached = [x["time_to_target"] for x in results if x.get("time_to_target") is not None]
+    return dict(
+        group=row.group, system=row.system, mode=row.mode, env_id=row.env_id, devices=row.devices,
+        effective_batch=effective_batch(row), hidden=row.hidden, step_time=row.step_time,
+        total_steps=row.total_steps, eval_every=row.eval_every, repeats=repeats,
+        sps=median(x.get("sps") for x in results),
+        param_count=median(x.get("param_count") for x in results),
+        learning_rate=median(x.get("learning_rate") for x in results),
+        time_to_target=median(reached), reached=len(reached),
+        final_return=median(x.get("final_return") for x in results),
+        zero_compute_sps=zero_compute_sps(row),
+        background_cores=median(x.get("background_cores") for x in results),
+        errors="; ".join(sorted({x["error"] for x in results if x.get("error")})),
+    )
+
+
+def _write_outputs(name, raw_rows, table, command, started, sweep_s) -> tuple[str, str, str]:
+    """Writes the runs CSV, the table CSV and the Markdown table; returns their paths (Markdown first)."""
     raw_path = os.path.join(_OUT_DIR.value, f"{name}_runs.csv")
     with open(raw_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=RUN_FIELDS, extrasaction="ignore")
@@ -357,7 +379,7 @@ def main(argv):
     md_path = os.path.join(_OUT_DIR.value, f"{name}.md")
     with open(md_path, "w") as f:
         f.write(_markdown(table, command, started, sweep_s))
-    print(f"sweep {sweep_s / 60:.1f} min; wrote {md_path}, {csv_path}, {raw_path}")
+    return md_path, csv_path, raw_path
 
 
 def _add_ratios(table: list[dict]) -> None:
@@ -377,6 +399,17 @@ def _add_ratios(table: list[dict]) -> None:
 
 def _markdown(table, command, started, sweep_s) -> str:
     lines = [
+        *_header_lines(command, started, sweep_s),
+        *_devices_lines([t for t in table if t["group"] == "devices"]),
+        *_hidden_lines([t for t in table if t["group"] == "hidden"]),
+        *_gala_lines([t for t in table if t["group"] == "gala"]),
+    ]
+    return "\n".join(lines)
+
+
+def _header_lines(command, started, sweep_s) -> list[str]:
+    """Machine, command and how SPS, the agents and the background load are measured."""
+    return [
         "# Scale-out: data-parallel A2C (BA3C) and GALA on forced CPU devices",
         "",
         f"- Machine: {machine()} (no GPU). Date: {started:%Y-%m-%d %H:%M} UTC. Sweep wall time: "
@@ -399,91 +432,105 @@ def _markdown(table, command, started, sweep_s) -> str:
         "times is the devices group's 4-device CartPole runs.",
         "",
     ]
-    devices = [t for t in table if t["group"] == "devices"]
-    if devices:
-        lines += [
-            "## Data-parallel scaling (seed 001, Fig. 8 shape)",
-            "",
-            "Weak scaling: the local batch is fixed (CartPole 16 envs x 5 steps = 80, Breakout 8 envs x 4 = 32 per "
-            "device), so the effective batch grows with the devices; gradients are averaged by an all-reduce "
-            "(`pmean`). CartPole: an evaluation with 10 deterministic episodes every `eval every` env steps; "
-            f"time to target = wall time (from the start of the run, JIT included) at the end of the first "
-            f"evaluation with mean return >= {TARGET_RETURN:.0f}, median over the runs that reached it; final "
-            "eval return = the last evaluation (at the end of the run). Breakout: SPS only, no evaluation. "
-            "relative SPS = SPS / the 1-device SPS of the same env.",
-            "",
-            "| env | devices | effective batch | total steps | eval every | repeats | SPS | relative SPS | "
-            "time to target (s) | reached | final eval return | background | errors |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
-        ]
-        for t in devices:
-            cartpole = t["env_id"] == CARTPOLE
-            reached = f"{t['reached']}/{t['repeats']}"
-            lines.append(
-                f"| {t['env_id']} | {t['devices']} | {t['effective_batch']} | {t['total_steps']:,} | "
-                f"{fmt(t['eval_every']) if cartpole else '-'} | {t['repeats']} | {fmt(t['sps'])} | "
-                f"{fmt(t['relative_sps'], 2)} | "
-                f"{fmt(t['time_to_target'], 1) if cartpole else '-'} | "
-                f"{reached if cartpole else '-'} | "
-                f"{fmt(t['final_return'], 1) if cartpole else '-'} | {fmt(t['background_cores'], 2)} | "
-                f"{t['errors']} |"
-            )
-        lines.append("")
-    hidden = [t for t in table if t["group"] == "hidden"]
-    if hidden:
-        lines += [
-            "## Throughput against the FC width (seed 001, Fig. 6 shape)",
-            "",
-            "Breakout-v5, BA3C network, 1 device, local batch 32 (8 envs x 4 steps), no evaluation. On one machine "
-            "no gradients cross a network, so only the compute cost of the wider FC layer shows (in the paper the "
-            "FC layer's size also sets the communication volume). relative SPS = SPS / the hidden-256 SPS.",
-            "",
-            "| hidden | parameters | total steps | repeats | SPS | relative SPS | background | errors |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
-        ]
-        for t in hidden:
-            lines.append(
-                f"| {t['hidden']} | {fmt(t['param_count'])} | {t['total_steps']:,} | {t['repeats']} | "
-                f"{fmt(t['sps'])} | {fmt(t['relative_sps'], 2)} | {fmt(t['background_cores'], 2)} | {t['errors']} |"
-            )
-        lines.append("")
-    gala = [t for t in table if t["group"] == "gala"]
-    if gala:
-        model = harmonic(NUM_LEARNERS * ENVS_PER_LEARNER) / harmonic(ENVS_PER_LEARNER)
-        async_exp = [t for t in gala if t["mode"] == "async" and t["step_time"] != "none"]
-        ratio = async_exp[0]["relative_sps"] if async_exp else None
-        verdict = "n/a" if ratio is None else ("met" if ratio >= 1.3 else "not met")
-        lines += [
-            "## GALA vs all-reduce A2C (seed 004)",
-            "",
-            f"CartPole-v1, {NUM_LEARNERS} learners x {ENVS_PER_LEARNER} envs, sync_interval 5 (80 data points per "
-            "learner per update). All-reduce A2C = `systems.datapar` on 4 devices, local batch 80, RMSProp lr 7e-4 "
-            "(not scaled: the GALA paper's A2C baseline uses the same base rate); GALA = `systems.gossip`, 1-peer "
-            "ring, lr 7e-4 x sqrt(4) = 1.4e-3, `async` (a thread per learner, 1 device) or `pmap` (lock-step, one "
-            "learner per forced device). `exp:0.005` = every env step takes an exponential time of mean 5 ms: the "
-            "lock-step systems wait for the slowest of all 64 envs at each step, an async GALA learner only for the "
-            "slowest of its own 16. Budgets: total steps as listed; with both groups in the sweep the all-reduce "
-            "row without step times is the devices group's 4-device runs (the same job, measured once: its "
-            "periodic evaluations are excluded from SPS); final eval return = 10 deterministic episodes at the end. "
-            "ratio = SPS / all-reduce A2C SPS with the same step time. zero-compute SPS = 64 envs / "
-            "(5 ms x E[max of the envs waited for]) = 64 / (5 ms x H_n), n = 64 lock-step or 16 async.",
-            "",
-            f"Target: async GALA >= 1.3x all-reduce A2C SPS with step times: ratio {fmt(ratio, 2)}, **{verdict}**. "
-            f"Zero-compute model: H_64 / H_16 = {harmonic(64):.3f} / {harmonic(16):.3f} = {model:.3f}.",
-            "",
-            "| system | mode | devices | step_time | total steps | repeats | SPS | ratio to A2C | zero-compute SPS | "
-            "final eval return | background | errors |",
-            "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
-        ]
-        for t in gala:
-            system = "all-reduce A2C" if t["system"] == "datapar" else "GALA"
-            lines.append(
-                f"| {system} | {t['mode']} | {t['devices']} | {t['step_time']} | {t['total_steps']:,} | "
-                f"{t['repeats']} | {fmt(t['sps'])} | {fmt(t['relative_sps'], 2)} | {fmt(t['zero_compute_sps'])} | "
-                f"{fmt(t['final_return'], 1)} | {fmt(t['background_cores'], 2)} | {t['errors']} |"
-            )
-        lines.append("")
-    return "\n".join(lines)
+
+
+def _devices_lines(devices: list[dict]) -> list[str]:
+    """Data-parallel scaling section (nothing without `devices` rows)."""
+    if not devices:
+        return []
+    lines = [
+        "## Data-parallel scaling (seed 001, Fig. 8 shape)",
+        "",
+        "Weak scaling: the local batch is fixed (CartPole 16 envs x 5 steps = 80, Breakout 8 envs x 4 = 32 per "
+        "device), so the effective batch grows with the devices; gradients are averaged by an all-reduce "
+        "(`pmean`). CartPole: an evaluation with 10 deterministic episodes every `eval every` env steps; "
+        f"time to target = wall time (from the start of the run, JIT included) at the end of the first "
+        f"evaluation with mean return >= {TARGET_RETURN:.0f}, median over the runs that reached it; final "
+        "eval return = the last evaluation (at the end of the run). Breakout: SPS only, no evaluation. "
+        "relative SPS = SPS / the 1-device SPS of the same env.",
+        "",
+        "| env | devices | effective batch | total steps | eval every | repeats | SPS | relative SPS | "
+        "time to target (s) | reached | final eval return | background | errors |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for t in devices:
+        cartpole = t["env_id"] == CARTPOLE
+        reached = f"{t['reached']}/{t['repeats']}"
+        lines.append(
+            f"| {t['env_id']} | {t['devices']} | {t['effective_batch']} | {t['total_steps']:,} | "
+            f"{fmt(t['eval_every']) if cartpole else '-'} | {t['repeats']} | {fmt(t['sps'])} | "
+            f"{fmt(t['relative_sps'], 2)} | "
+            f"{fmt(t['time_to_target'], 1) if cartpole else '-'} | "
+            f"{reached if cartpole else '-'} | "
+            f"{fmt(t['final_return'], 1) if cartpole else '-'} | {fmt(t['background_cores'], 2)} | "
+            f"{t['errors']} |"
+        )
+    lines.append("")
+    return lines
+
+
+def _hidden_lines(hidden: list[dict]) -> list[str]:
+    """Throughput against the FC width section (nothing without `hidden` rows)."""
+    if not hidden:
+        return []
+    lines = [
+        "## Throughput against the FC width (seed 001, Fig. 6 shape)",
+        "",
+        "Breakout-v5, BA3C network, 1 device, local batch 32 (8 envs x 4 steps), no evaluation. On one machine "
+        "no gradients cross a network, so only the compute cost of the wider FC layer shows (in the paper the "
+        "FC layer's size also sets the communication volume). relative SPS = SPS / the hidden-256 SPS.",
+        "",
+        "| hidden | parameters | total steps | repeats | SPS | relative SPS | background | errors |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for t in hidden:
+        lines.append(
+            f"| {t['hidden']} | {fmt(t['param_count'])} | {t['total_steps']:,} | {t['repeats']} | "
+            f"{fmt(t['sps'])} | {fmt(t['relative_sps'], 2)} | {fmt(t['background_cores'], 2)} | {t['errors']} |"
+        )
+    lines.append("")
+    return lines
+
+
+def _gala_lines(gala: list[dict]) -> list[str]:
+    """GALA against all-reduce A2C section (nothing without `gala` rows)."""
+    if not gala:
+        return []
+    model = harmonic(NUM_LEARNERS * ENVS_PER_LEARNER) / harmonic(ENVS_PER_LEARNER)
+    async_exp = [t for t in gala if t["mode"] == "async" and t["step_time"] != "none"]
+    ratio = async_exp[0]["relative_sps"] if async_exp else None
+    verdict = "n/a" if ratio is None else ("met" if ratio >= 1.3 else "not met")
+    lines = [
+        "## GALA vs all-reduce A2C (seed 004)",
+        "",
+        f"CartPole-v1, {NUM_LEARNERS} learners x {ENVS_PER_LEARNER} envs, sync_interval 5 (80 data points per "
+        "learner per update). All-reduce A2C = `systems.datapar` on 4 devices, local batch 80, RMSProp lr 7e-4 "
+        "(not scaled: the GALA paper's A2C baseline uses the same base rate); GALA = `systems.gossip`, 1-peer "
+        "ring, lr 7e-4 x sqrt(4) = 1.4e-3, `async` (a thread per learner, 1 device) or `pmap` (lock-step, one "
+        "learner per forced device). `exp:0.005` = every env step takes an exponential time of mean 5 ms: the "
+        "lock-step systems wait for the slowest of all 64 envs at each step, an async GALA learner only for the "
+        "slowest of its own 16. Budgets: total steps as listed; with both groups in the sweep the all-reduce "
+        "row without step times is the devices group's 4-device runs (the same job, measured once: its "
+        "periodic evaluations are excluded from SPS); final eval return = 10 deterministic episodes at the end. "
+        "ratio = SPS / all-reduce A2C SPS with the same step time. zero-compute SPS = 64 envs / "
+        "(5 ms x E[max of the envs waited for]) = 64 / (5 ms x H_n), n = 64 lock-step or 16 async.",
+        "",
+        f"Target: async GALA >= 1.3x all-reduce A2C SPS with step times: ratio {fmt(ratio, 2)}, **{verdict}**. "
+        f"Zero-compute model: H_64 / H_16 = {harmonic(64):.3f} / {harmonic(16):.3f} = {model:.3f}.",
+        "",
+        "| system | mode | devices | step_time | total steps | repeats | SPS | ratio to A2C | zero-compute SPS | "
+        "final eval return | background | errors |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for t in gala:
+        system = "all-reduce A2C" if t["system"] == "datapar" else "GALA"
+        lines.append(
+            f"| {system} | {t['mode']} | {t['devices']} | {t['step_time']} | {t['total_steps']:,} | "
+            f"{t['repeats']} | {fmt(t['sps'])} | {fmt(t['relative_sps'], 2)} | {fmt(t['zero_compute_sps'])} | "
+            f"{fmt(t['final_return'], 1)} | {fmt(t['background_cores'], 2)} | {t['errors']} |"
+        )
+    lines.append("")
+    return lines
 
 
 if __name__ == "__main__":

@@ -83,32 +83,50 @@ def main(argv):
         return
     command = "PYTHONPATH=. python -m benchmarks.spreeze " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     name = _NAME.value or f"spreeze_{_MODE.value}_cpu"
-    rows = []
-    if _MODE.value == "solve":
-        for task in _TASKS.value:
-            if task not in TARGETS:
-                raise SystemExit(f"error: no Table 1 target for {task}; known: {', '.join(TARGETS)}")
-            target, _ = TARGETS[task]
-            for seed in _SEEDS.value:
-                args = [f"--env={task}", f"--seed={seed}", f"--target_return={target}", "--stop_at_target",
-                        "--total_steps=100000000", f"--time_limit={_TIME_LIMIT.value}", *shlex.split(_EXTRA.value)]
-                result = run_job("benchmarks.spreeze", {"args": args}, _TIME_LIMIT.value + 300)
-                rows.append({"task": task, "seed": seed, "args": " ".join(args), **result})
-                print(json.dumps(rows[-1]), flush=True)
-    else:
-        for label, config_args in THROUGHPUT_CONFIGS.items():
-            args = [f"--env={_ENV.value}", "--total_steps=100000000", f"--time_limit={_SECONDS.value}",
-                    "--eval_episodes=0", *config_args, *shlex.split(_EXTRA.value)]
-            result = run_job("benchmarks.spreeze", {"args": args}, _SECONDS.value + 600)
-            rows.append({"config": label, "args": " ".join(args), **result})
-            print(json.dumps(rows[-1]), flush=True)
+    solve = _MODE.value == "solve"
+    rows = _solve_runs() if solve else _throughput_runs()
     os.makedirs(_OUT_DIR.value, exist_ok=True)
     fields = sorted({k for row in rows for k in row})
     with open(os.path.join(_OUT_DIR.value, f"{name}.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
-    header = [
+    lines = _header_lines(name, command) + (_solve_lines(rows) if solve else _throughput_lines(rows))
+    with open(os.path.join(_OUT_DIR.value, f"{name}.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def _solve_runs() -> list[dict]:
+    """One `--stop_at_target` run per task and seed, each in its own process."""
+    rows = []
+    for task in _TASKS.value:
+        if task not in TARGETS:
+            raise SystemExit(f"error: no Table 1 target for {task}; known: {', '.join(TARGETS)}")
+        target, _ = TARGETS[task]
+        for seed in _SEEDS.value:
+            args = [f"--env={task}", f"--seed={seed}", f"--target_return={target}", "--stop_at_target",
+                    "--total_steps=100000000", f"--time_limit={_TIME_LIMIT.value}", *shlex.split(_EXTRA.value)]
+            result = run_job("benchmarks.spreeze", {"args": args}, _TIME_LIMIT.value + 300)
+            rows.append({"task": task, "seed": seed, "args": " ".join(args), **result})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def _throughput_runs() -> list[dict]:
+    """One fixed-time run per THROUGHPUT_CONFIGS entry, each in its own process."""
+    rows = []
+    for label, config_args in THROUGHPUT_CONFIGS.items():
+        args = [f"--env={_ENV.value}", "--total_steps=100000000", f"--time_limit={_SECONDS.value}",
+                "--eval_episodes=0", *config_args, *shlex.split(_EXTRA.value)]
+        result = run_job("benchmarks.spreeze", {"args": args}, _SECONDS.value + 600)
+        rows.append({"config": label, "args": " ".join(args), **result})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def _header_lines(name: str, command: str) -> list[str]:
+    return [
         f"# Spreeze: {'time to solve (Table 1)' if _MODE.value == 'solve' else 'throughput (Table 3 form)'} ({name})",
         "",
         f"- Machine: {machine()}",
@@ -116,53 +134,58 @@ def main(argv):
         f"- Command: `{command}`",
         f"- Flags of every run besides the mode's own: `{_EXTRA.value or '(launch.spreeze defaults)'}`",
     ]
-    if _MODE.value == "solve":
-        lines = header + [
-            "- Time to solve: training wall time (from the run's start: spawning samplers and compiling included, "
-            "Python start-up not) of the first test return (5-10 greedy episodes) at or above the Table 1 target.",
-            "",
-            "| task | target | seed | time to target (s) | env steps | samplers | batch | background cores |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        ]
-        for row in rows:
-            target, _ = TARGETS[row["task"]]
-            if row.get("error"):
-                lines.append(f"| {row['task']} | {target:g} | {row['seed']} | {row['error']} |  |  |  |  |")
-                continue
-            lines.append(
-                f"| {row['task']} | {target:g} | {row['seed']} | {fmt(row['time_to_target'], 1)} | "
-                f"{fmt(row['steps_to_target'])} | {row['num_samplers']} | {row['batch_size']} | "
-                f"{fmt(row.get('background_cores'), 2)} |"
-            )
-        lines += ["", "| task | median time to target (s) | solved runs | Spreeze (Table 1, s) | "
-                  "ratio (Spreeze / ours) |", "| --- | ---: | ---: | ---: | ---: |"]
-        for task in _TASKS.value:
-            times = [r.get("time_to_target") for r in rows if r["task"] == task]
-            solved = [t for t in times if t is not None]
-            theirs = TARGETS[task][1]
-            ours = median(solved) if len(solved) == len(times) else None
-            lines.append(f"| {task} | {fmt(ours, 1)} | {len(solved)} of {len(times)} | {theirs:g} | "
-                         f"{fmt(theirs / ours if ours else None, 2)} |")
-    else:
-        lines = header + [
-            f"- Task {_ENV.value}; each configuration trains for {_SECONDS.value:g} s (`--time_limit`), no test "
-            "process. Sampling frame rate = env steps / s; update frame rate = batch x updates / s; CPU use = the "
-            "machine's busy fraction during the whole run (2 cores); GPU use n/a (no GPU).",
-            "",
-            "| configuration | samplers | batch | sampling fps | update fps | update Hz | CPU use |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-        ]
-        for row in rows:
-            if row.get("error"):
-                lines.append(f"| {row['config']} | {row['error']} |  |  |  |  |  |")
-                continue
-            lines.append(
-                f"| {row['config']} | {row['num_samplers']} | {row['batch_size']} | {fmt(row['sampling_fps'])} | "
-                f"{fmt(row['update_fps'])} | {fmt(row['update_frequency_hz'], 1)} | {fmt(100 * row['cpu_use'])}% |"
-            )
-    with open(os.path.join(_OUT_DIR.value, f"{name}.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+
+
+def _solve_lines(rows: list[dict]) -> list[str]:
+    """The per-run table and the per-task summary against Spreeze's Table 1."""
+    lines = [
+        "- Time to solve: training wall time (from the run's start: spawning samplers and compiling included, "
+        "Python start-up not) of the first test return (5-10 greedy episodes) at or above the Table 1 target.",
+        "",
+        "| task | target | seed | time to target (s) | env steps | samplers | batch | background cores |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        target, _ = TARGETS[row["task"]]
+        if row.get("error"):
+            lines.append(f"| {row['task']} | {target:g} | {row['seed']} | {row['error']} |  |  |  |  |")
+            continue
+        lines.append(
+            f"| {row['task']} | {target:g} | {row['seed']} | {fmt(row['time_to_target'], 1)} | "
+            f"{fmt(row['steps_to_target'])} | {row['num_samplers']} | {row['batch_size']} | "
+            f"{fmt(row.get('background_cores'), 2)} |"
+        )
+    lines += ["", "| task | median time to target (s) | solved runs | Spreeze (Table 1, s) | "
+              "ratio (Spreeze / ours) |", "| --- | ---: | ---: | ---: | ---: |"]
+    for task in _TASKS.value:
+        times = [r.get("time_to_target") for r in rows if r["task"] == task]
+        solved = [t for t in times if t is not None]
+        theirs = TARGETS[task][1]
+        ours = median(solved) if len(solved) == len(times) else None
+        lines.append(f"| {task} | {fmt(ours, 1)} | {len(solved)} of {len(times)} | {theirs:g} | "
+                     f"{fmt(theirs / ours if ours else None, 2)} |")
+    return lines
+
+
+def _throughput_lines(rows: list[dict]) -> list[str]:
+    """The per-configuration throughput table (Table 3 form)."""
+    lines = [
+        f"- Task {_ENV.value}; each configuration trains for {_SECONDS.value:g} s (`--time_limit`), no test "
+        "process. Sampling frame rate = env steps / s; update frame rate = batch x updates / s; CPU use = the "
+        "machine's busy fraction during the whole run (2 cores); GPU use n/a (no GPU).",
+        "",
+        "| configuration | samplers | batch | sampling fps | update fps | update Hz | CPU use |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        if row.get("error"):
+            lines.append(f"| {row['config']} | {row['error']} |  |  |  |  |  |")
+            continue
+        lines.append(
+            f"| {row['config']} | {row['num_samplers']} | {row['batch_size']} | {fmt(row['sampling_fps'])} | "
+            f"{fmt(row['update_fps'])} | {fmt(row['update_frequency_hz'], 1)} | {fmt(100 * row['cpu_use'])}% |"
+        )
+    return lines
 
 
 if __name__ == "__main__":

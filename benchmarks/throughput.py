@@ -232,54 +232,73 @@ def main(argv):
     os.makedirs(_OUT_DIR.value, exist_ok=True)
     command = "PYTHONPATH=. python -m benchmarks.throughput " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     started = datetime.datetime.now().astimezone()
-    raw_path = os.path.join(_OUT_DIR.value, f"{name}_runs.csv")
-    raw_fields = ["group", "env_id", "num_envs", "step_time", "alpha", "total_steps", "system", "repeat",
-                  "sps", "summary_sps", "first_update_s", "wall_s", "max_policy_lag", "started",
-                  "background_cores", "error"]
     raw_rows = []
     table = []
     for row in rows:
         repeats = 1 if quick else (_HEAVY_REPEATS.value if row.heavy else _REPEATS.value)
-        base = dict(env_id=row.env_id, num_envs=row.num_envs, step_time=row.step_time,
-                    env_batch_size=row.env_batch_size, inference_batch=row.inference_batch, alpha=row.alpha)
         results = {s: [] for s in ("ceiling", *row.systems)}
-        jobs = []
-        jobs.append(("ceiling", 0))  # one ceiling run per row: it is the least noisy of the three
+        jobs = [("ceiling", 0)]  # one ceiling run per row: it is the least noisy of the three
         for r in range(repeats):
             jobs += [(s, r) for s in row.systems]
         for system, r in jobs:
-            job = dict(base, system=system, repeat=r, total_steps=row.total_steps, seconds=_CEILING_SECONDS.value)
-            timeout = 60 if system == "ceiling" else row.timeout_s
-            result = _run_job(job, timeout)
+            result, raw_row = _run_system(row, system, r)
             results[system].append(result)
-            raw_rows.append({
-                "group": row.group, "env_id": row.env_id, "num_envs": row.num_envs, "step_time": row.step_time,
-                "alpha": row.alpha, "total_steps": row.total_steps, "system": system, "repeat": r,
-                **{k: result.get(k) for k in ("sps", "summary_sps", "first_update_s", "wall_s", "max_policy_lag",
-                                              "started", "background_cores", "error")},
-            })
-            print(f"{row.env_id:>42} n={row.num_envs:<3} {row.step_time:<10} {system:<8} rep {r}: "
-                  f"SPS {_fmt(result.get('sps'))}  ({result['wall_s']:.1f} s, background "
-                  f"{_fmt(result.get('background_cores'), 2)} cores)"
-                  + (f"  ERROR {result['error']}" if result.get("error") else ""), flush=True)
-        ceiling = _median(x["sps"] for x in results["ceiling"])
-        sync = _median(x["sps"] for x in results.get("sync", []))
-        hts = _median(x["sps"] for x in results.get("hts", []))
-        errors = sorted({x["error"] for xs in results.values() for x in xs if x.get("error")})
-        table.append(dict(
-            group=row.group, env_id=row.env_id, num_envs=row.num_envs, step_time=row.step_time, alpha=row.alpha,
-            total_steps=row.total_steps, env_batch_size=row.env_batch_size or max(1, row.num_envs // 2),
-            inference_batch=row.inference_batch or max(1, row.num_envs // 2),
-            repeats=repeats, ceiling_sps=ceiling, sync_sps=sync, hts_sps=hts,
-            hts_over_sync=hts / sync if hts and sync else None,
-            hts_over_ceiling=hts / ceiling if hts and ceiling else None,
-            sync_over_ceiling=sync / ceiling if sync and ceiling else None,
-            model_hts_over_sync=claim1_model_ratio(row.step_time, row.num_envs, row.alpha),
-            background_cores=_median(x.get("background_cores") for xs in results.values() for x in xs),
-            errors="; ".join(errors),
-        ))
+            raw_rows.append(raw_row)
+        table.append(_table_row(row, repeats, results))
+    _write_outputs(name, raw_rows, table, command, started)
+
+
+RAW_FIELDS = ["group", "env_id", "num_envs", "step_time", "alpha", "total_steps", "system", "repeat",
+              "sps", "summary_sps", "first_update_s", "wall_s", "max_policy_lag", "started",
+              "background_cores", "error"]
+
+
+def _run_system(row: Row, system: str, r: int) -> tuple[dict, dict]:
+    """Repeat r of `system` ("ceiling", "hts" or "sync") on `row` in a fresh process; prints a line and returns the
+    result and its runs-CSV row."""
+    base = dict(env_id=row.env_id, num_envs=row.num_envs, step_time=row.step_time,
+                env_batch_size=row.env_batch_size, inference_batch=row.inference_batch, alpha=row.alpha)
+    job = dict(base, system=system, repeat=r, total_steps=row.total_steps, seconds=_CEILING_SECONDS.value)
+    timeout = 60 if system == "ceiling" else row.timeout_s
+    result = _run_job(job, timeout)
+    raw_row = {
+        "group": row.group, "env_id": row.env_id, "num_envs": row.num_envs, "step_time": row.step_time,
+        "alpha": row.alpha, "total_steps": row.total_steps, "system": system, "repeat": r,
+        **{k: result.get(k) for k in ("sps", "summary_sps", "first_update_s", "wall_s", "max_policy_lag",
+                                      "started", "background_cores", "error")},
+    }
+    print(f"{row.env_id:>42} n={row.num_envs:<3} {row.step_time:<10} {system:<8} rep {r}: "
+          f"SPS {_fmt(result.get('sps'))}  ({result['wall_s']:.1f} s, background "
+          f"{_fmt(result.get('background_cores'), 2)} cores)"
+          + (f"  ERROR {result['error']}" if result.get("error") else ""), flush=True)
+    return result, raw_row
+
+
+def _table_row(row: Row, repeats: int, results: dict[str, list[dict]]) -> dict:
+    """The table entry of `row`: median SPS per system over the repeats, their ratios and the Claim 1 model."""
+    ceiling = _median(x["sps"] for x in results["ceiling"])
+    sync = _median(x["sps"] for x in results.get("sync", []))
+    hts = _median(x["sps"] for x in results.get("hts", []))
+    errors = sorted({x["error"] for xs in results.values() for x in xs if x.get("error")})
+    return dict(
+        group=row.group, env_id=row.env_id, num_envs=row.num_envs, step_time=row.step_time, alpha=row.alpha,
+        total_steps=row.total_steps, env_batch_size=row.env_batch_size or max(1, row.num_envs // 2),
+        inference_batch=row.inference_batch or max(1, row.num_envs // 2),
+        repeats=repeats, ceiling_sps=ceiling, sync_sps=sync, hts_sps=hts,
+        hts_over_sync=hts / sync if hts and sync else None,
+        hts_over_ceiling=hts / ceiling if hts and ceiling else None,
+        sync_over_ceiling=sync / ceiling if sync and ceiling else None,
+        model_hts_over_sync=claim1_model_ratio(row.step_time, row.num_envs, row.alpha),
+        background_cores=_median(x.get("background_cores") for xs in results.values() for x in xs),
+        errors="; ".join(errors),
+    )
+
+
+def _write_outputs(name, raw_rows, table, command, started) -> None:
+    """Writes the runs CSV, the table CSV and the Markdown table."""
+    raw_path = os.path.join(_OUT_DIR.value, f"{name}_runs.csv")
     with open(raw_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=raw_fields)
+        writer = csv.DictWriter(f, fieldnames=RAW_FIELDS)
         writer.writeheader()
         writer.writerows(raw_rows)
     csv_path = os.path.join(_OUT_DIR.value, f"{name}.csv")

@@ -342,10 +342,17 @@ class ReplayBuffer:
             if dtype.hasobject:
                 raise ValueError(f"field {name!r} has dtype {dtype}: object fields cannot be saved")
         lock = self._global_lock if self._single_lock else self._tree_lock
+        leaves, generation, copies, meta = self._snapshot(lock)
+        _write_atomically(path, lambda f: self._write_archive(f, leaves, generation, copies, meta, lock))
+        return path
+
+    def _snapshot(self, lock):
+        """Under `lock`, the consistent part of `save`: copies of the leaves and the write generations, the storage
+        copied (or None when it is larger than `save_copy_limit_bytes`: it is streamed) and the meta dict."""
         with lock:
             leaves = self._tree.leaf_values()  # a copy; a slot mid-write reads 0
             generation = self._generation.copy()
-            copies = None  # storage copied under the lock, or None: stream it (see above)
+            copies = None  # storage copied under the lock, or None: stream it (see `save`)
             if sum(storage.nbytes for storage in self._storage.values()) <= self.save_copy_limit_bytes:
                 copies = {name: storage.copy() for name, storage in self._storage.items()}
             meta = {
@@ -363,40 +370,24 @@ class ReplayBuffer:
                 "rng_state": self._rng.bit_generator.state,
                 "storage_start": self._cursor,
             }
-        directory = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the permissions open() would
-        try:
-            with open(fd, "wb") as f:
-                with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
-                    moved = np.zeros(self._capacity, dtype=bool)
-                    for name in sorted(self._storage, key=lambda name: self._storage[name].nbytes):
-                        if copies is not None:  # consistent already: no generation checks
-                            self._stream_field(archive, name, copies.pop(name), meta["storage_start"])
-                        else:
-                            self._stream_field(
-                                archive, name, self._storage[name], meta["storage_start"], (generation, moved, lock)
-                            )
-                    leaves[moved] = 0.0
-                    meta["moved_during_save"] = int(np.count_nonzero(moved))
-                    _write_npy(archive, "leaves", leaves)
-                    _write_npy(archive, "meta", np.array(json.dumps(meta)))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        with contextlib.suppress(OSError):  # make the rename itself durable (POSIX; best effort elsewhere)
-            dir_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        return path
+        return leaves, generation, copies, meta
+
+    def _write_archive(self, f, leaves, generation, copies, meta, lock):
+        """Writes the `save` archive to the open file `f` with no lock held (except per streamed chunk): the storage
+        fields, smallest first, then the leaves with the slots moved during a streamed save set to 0, then the meta."""
+        with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+            moved = np.zeros(self._capacity, dtype=bool)
+            for name in sorted(self._storage, key=lambda name: self._storage[name].nbytes):
+                if copies is not None:  # consistent already: no generation checks
+                    self._stream_field(archive, name, copies.pop(name), meta["storage_start"])
+                else:
+                    self._stream_field(
+                        archive, name, self._storage[name], meta["storage_start"], (generation, moved, lock)
+                    )
+            leaves[moved] = 0.0
+            meta["moved_during_save"] = int(np.count_nonzero(moved))
+            _write_npy(archive, "leaves", leaves)
+            _write_npy(archive, "meta", np.array(json.dumps(meta)))
 
     def _stream_field(self, archive, name, source, start, check=None):
         """Writes storage field `name` from `source` ([capacity, ...]) as one .npy entry, rows in ring order from
@@ -630,6 +621,33 @@ def _kernel_args(tree: SumTree):
 
 class _BadCheckpoint(Exception):
     """A `save` file that does not match the buffer loading it (`load` turns it into a ValueError)."""
+
+
+def _write_atomically(path: str, write) -> None:
+    """Calls `write(f)` on a binary file that becomes `path` atomically: a temporary file in the same directory
+    (with the permissions open() would give), flushed, fsynced and `os.replace`d onto `path`, then the directory
+    fsynced. On any failure the temporary file is removed and a previous file at `path` is untouched."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the permissions open() would
+    try:
+        with open(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable (POSIX; best effort elsewhere)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 def _write_npy(archive: zipfile.ZipFile, name: str, array: np.ndarray) -> None:

@@ -88,6 +88,57 @@ def _is_int(value) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | np.integer)
 
 
+def _check_sizes(capacity, num_streams, frame_shape, stack) -> tuple[tuple[int, ...], int]:
+    """Validates the buffer's sizes; returns (frame_shape as a tuple, rows per stream segment)."""
+    if not _is_int(capacity) or capacity < 1:
+        raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
+    if not _is_int(num_streams) or num_streams < 1:
+        raise ValueError(f"num_streams must be an integer >= 1, got {num_streams!r}")
+    if not _is_int(stack) or stack < 1:
+        raise ValueError(f"stack must be an integer >= 1, got {stack!r}")
+    frame_shape = tuple(frame_shape) if isinstance(frame_shape, tuple | list) else (frame_shape,)
+    if not all(_is_int(d) and d >= 1 for d in frame_shape):
+        raise ValueError(f"frame_shape must be a tuple of integers >= 1, got {frame_shape!r}")
+    segment = int(capacity) // int(num_streams)
+    if segment < 2 * stack + 1:
+        raise ValueError(
+            f"capacity {capacity} gives {segment} rows per stream for {num_streams} streams; need >= 2 * stack + 1 "
+            f"= {2 * stack + 1} (capacity >= {num_streams * (2 * stack + 1)})"
+        )
+    return frame_shape, segment
+
+
+def _check_priority_params(prioritized: bool, alpha, beta, eps) -> tuple[float, float, float]:
+    """Validates (alpha, beta, eps) of a prioritized buffer; a uniform one gets (0, 0, 1), which make every
+    resident transition equally likely with weight 1."""
+    if not prioritized:
+        return 0.0, 0.0, 1.0
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+    if not (math.isfinite(eps) and eps > 0):
+        raise ValueError(f"eps must be finite and > 0 (it keeps every transition sampleable), got {eps!r}")
+    return alpha, beta, eps
+
+
+def _parse_extras(extras) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Validates the extras spec (name -> (shape, dtype)) into name -> (tuple of ints, np.dtype)."""
+    if not isinstance(extras, Mapping):
+        raise ValueError(f"extras must be a dict of name -> (shape, dtype), got {type(extras).__name__}")
+    spec: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    for name, value in extras.items():
+        if not isinstance(name, str) or name in _RESERVED_NAMES:
+            raise ValueError(f"extra names must be strings other than {sorted(_RESERVED_NAMES)}, got {name!r}")
+        try:
+            shape, dtype = value
+            shape = tuple(int(d) for d in shape)
+            dtype = np.dtype(dtype)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"extra {name!r} must be (shape, dtype), got {value!r}") from error
+        spec[name] = (shape, dtype)
+    return spec
+
+
 class FrameStackBuffer:
     """Thread-safe prioritized (or uniform) replay of frame-stacked observations, each frame stored once."""
 
@@ -125,44 +176,10 @@ class FrameStackBuffer:
           weights 1, `update_priorities` a checked no-op).
         check_continues: compare obs[s] with the stored stack of stream s when continues[s] is True.
         """
-        if not _is_int(capacity) or capacity < 1:
-            raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
-        if not _is_int(num_streams) or num_streams < 1:
-            raise ValueError(f"num_streams must be an integer >= 1, got {num_streams!r}")
-        if not _is_int(stack) or stack < 1:
-            raise ValueError(f"stack must be an integer >= 1, got {stack!r}")
-        frame_shape = tuple(frame_shape) if isinstance(frame_shape, tuple | list) else (frame_shape,)
-        if not all(_is_int(d) and d >= 1 for d in frame_shape):
-            raise ValueError(f"frame_shape must be a tuple of integers >= 1, got {frame_shape!r}")
-        segment = int(capacity) // int(num_streams)
-        if segment < 2 * stack + 1:
-            raise ValueError(
-                f"capacity {capacity} gives {segment} rows per stream for {num_streams} streams; need >= 2 * stack + 1 "
-                f"= {2 * stack + 1} (capacity >= {num_streams * (2 * stack + 1)})"
-            )
+        frame_shape, segment = _check_sizes(capacity, num_streams, frame_shape, stack)
         prioritized = bool(prioritized)
-        if prioritized:
-            for name, value in (("alpha", alpha), ("beta", beta)):
-                if not (math.isfinite(value) and value >= 0):
-                    raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
-            if not (math.isfinite(eps) and eps > 0):
-                raise ValueError(f"eps must be finite and > 0 (it keeps every transition sampleable), got {eps!r}")
-        else:
-            alpha, beta, eps = 0.0, 0.0, 1.0
-        extras = DEFAULT_EXTRAS if extras is None else extras
-        if not isinstance(extras, Mapping):
-            raise ValueError(f"extras must be a dict of name -> (shape, dtype), got {type(extras).__name__}")
-        self._extras_spec: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
-        for name, spec in extras.items():
-            if not isinstance(name, str) or name in _RESERVED_NAMES:
-                raise ValueError(f"extra names must be strings other than {sorted(_RESERVED_NAMES)}, got {name!r}")
-            try:
-                shape, dtype = spec
-                shape = tuple(int(d) for d in shape)
-                dtype = np.dtype(dtype)
-            except (TypeError, ValueError) as error:
-                raise ValueError(f"extra {name!r} must be (shape, dtype), got {spec!r}") from error
-            self._extras_spec[name] = (shape, dtype)
+        alpha, beta, eps = _check_priority_params(prioritized, alpha, beta, eps)
+        self._extras_spec = _parse_extras(DEFAULT_EXTRAS if extras is None else extras)
 
         self._num_streams = int(num_streams)
         self._segment = segment
@@ -176,6 +193,10 @@ class FrameStackBuffer:
         self.beta = float(beta)
         self.eps = float(eps)
 
+        self._allocate(k, seed)
+
+    def _allocate(self, k: int, seed: int | None) -> None:
+        """Preallocates the rows, sum tree, per-row and per-stream bookkeeping, generator and locks."""
         # Storage (np.zeros: pages are mapped lazily, on first write).
         self._frames = np.zeros((self._capacity, *self._frame_shape), dtype=self._frame_dtype)
         self._extras = {
