@@ -15,11 +15,12 @@ applies the same optimizer step, so replicas that start equal stay bit-identical
 """
 
 import dataclasses
+from typing import Any
 
 import jax
 import optax
 
-from agents.batching import prepare_batch
+from agents.batching import FlatBatch, prepare_batch
 from agents.losses import a2c_loss
 from agents.parallel import mean_over_axis
 from agents.types import Rollout, TrainState
@@ -40,6 +41,25 @@ class A2CConfig:
     gae_lambda: float = 1.0
     value_coef: float = 0.5
     entropy_coef: float = 0.01
+
+
+def _delayed_gradient(behaviour_params, batch: FlatBatch, *, apply_fn, config: A2CConfig) -> tuple[Any, dict]:
+    """grad_{theta_{j-1}} J(theta_{j-1}, D^{theta_{j-1}}) of Eq. (6), with ``a2c_loss``'s metrics.
+
+    The gradient is evaluated at the behaviour parameters, not at ``state.params``: this is the "one-step delay"
+    that keeps the estimator on-policy for the data it uses.
+    """
+    return jax.grad(a2c_loss, has_aux=True)(
+        behaviour_params,
+        apply_fn,
+        batch.obs,
+        batch.actions,
+        batch.advantages,
+        batch.returns,
+        batch.valid,
+        value_coef=config.value_coef,
+        entropy_coef=config.entropy_coef,
+    )
 
 
 def a2c_update(
@@ -84,19 +104,7 @@ def a2c_update(
         gamma=config.gamma,
         gae_lambda=config.gae_lambda,
     )
-    # The gradient is evaluated at the behaviour parameters, not at state.params: this is the
-    # "one-step delay" that keeps the estimator on-policy for the data it uses.
-    grads, metrics = jax.grad(a2c_loss, has_aux=True)(
-        behaviour_params,
-        apply_fn,
-        batch.obs,
-        batch.actions,
-        batch.advantages,
-        batch.returns,
-        batch.valid,
-        value_coef=config.value_coef,
-        entropy_coef=config.entropy_coef,
-    )
+    grads, metrics = _delayed_gradient(behaviour_params, batch, apply_fn=apply_fn, config=config)
     # The one cross-replica reduction: identical averaged gradients give identical updates everywhere.
     grads, metrics, advantage_mean = mean_over_axis((grads, metrics, advantage_mean), axis_name)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)

@@ -177,6 +177,127 @@ def deterministic_actor_loss(actor_params, critic_params, obs: jax.Array, *, act
     return -jnp.mean(q[0])
 
 
+def _critic_step(
+    state: DDPGState,
+    batch: dict,
+    weights: jax.Array,
+    noise_key: jax.Array,
+    action_low,
+    action_high,
+    *,
+    optimizer: optax.GradientTransformation,
+    config: DDPGConfig,
+    axis_name: str | None,
+    actor_apply,
+    critic_apply,
+) -> tuple[DDPGState, jax.Array, tuple[jax.Array, jax.Array], Any]:
+    """Critic regression onto the target networks' TD3 / DDPG target, then one averaged-gradient critic step.
+
+    Returns:
+      ``(state with new critic_params and critic_opt_state, loss, (q [K, B], td [K, B]), averaged gradient)``,
+      with ``q`` and ``td`` from the pre-update critics.
+    """
+    target = td3_target(
+        state.actor_target_params,
+        state.critic_target_params,
+        batch,
+        noise_key,
+        actor_apply=actor_apply,
+        critic_apply=critic_apply,
+        config=config,
+        action_low=action_low,
+        action_high=action_high,
+    )
+    grads, (q, td) = jax.grad(critic_loss, has_aux=True)(
+        state.critic_params, batch, target, weights, critic_apply=critic_apply, twin=config.twin
+    )
+    loss = jnp.sum(jnp.mean(weights[None] * jnp.square(td), axis=1))
+    # The parameter server's aggregation (PAL Sec. V-B): one averaged gradient, one update on every learner.
+    grads = mean_over_axis(grads, axis_name)
+    updates, opt_state = optimizer.update(grads, state.critic_opt_state, state.critic_params)
+    params = optax.apply_updates(state.critic_params, updates)
+    return state._replace(critic_params=params, critic_opt_state=opt_state), loss, (q, td), grads
+
+
+def _delayed_actor_step(
+    state: DDPGState,
+    obs: jax.Array,
+    *,
+    optimizer: optax.GradientTransformation,
+    config: DDPGConfig,
+    axis_name: str | None,
+    actor_apply,
+    critic_apply,
+):
+    """TD3's delayed policy update: one actor step up the critic in ``state``, then Polyak-average both targets.
+
+    Returns:
+      ``(actor_params, actor_opt_state, actor_target_params, critic_target_params, actor_loss)``, the loss at the
+      pre-step actor.
+    """
+    actor_loss, actor_grads = jax.value_and_grad(deterministic_actor_loss)(
+        state.actor_params,
+        state.critic_params,
+        obs,
+        actor_apply=actor_apply,
+        critic_apply=critic_apply,
+        twin=config.twin,
+    )
+    actor_grads = mean_over_axis(actor_grads, axis_name)
+    actor_updates, actor_opt_state = optimizer.update(actor_grads, state.actor_opt_state, state.actor_params)
+    actor_params = optax.apply_updates(state.actor_params, actor_updates)
+    actor_target = optax.incremental_update(actor_params, state.actor_target_params, config.tau)
+    critic_target = optax.incremental_update(state.critic_params, state.critic_target_params, config.tau)
+    return actor_params, actor_opt_state, actor_target, critic_target, actor_loss
+
+
+def _skipped_actor_step(state: DDPGState, obs: jax.Array, *, config: DDPGConfig, actor_apply, critic_apply):
+    """The other branch of ``_delayed_actor_step``: everything unchanged, the actor loss still reported."""
+    actor_loss = deterministic_actor_loss(
+        state.actor_params,
+        state.critic_params,
+        obs,
+        actor_apply=actor_apply,
+        critic_apply=critic_apply,
+        twin=config.twin,
+    )
+    return state.actor_params, state.actor_opt_state, state.actor_target_params, state.critic_target_params, actor_loss
+
+
+def _actor_and_target_step(
+    state: DDPGState,
+    obs: jax.Array,
+    actor_updated: jax.Array,
+    *,
+    optimizer: optax.GradientTransformation,
+    config: DDPGConfig,
+    axis_name: str | None,
+    actor_apply,
+    critic_apply,
+) -> tuple[DDPGState, jax.Array]:
+    """``_delayed_actor_step`` where ``actor_updated``, else ``_skipped_actor_step``, as one ``jax.lax.cond``.
+
+    The ``cond`` lets the function trace once; the skipped actor optimizer state does not advance.
+
+    Returns:
+      ``(state with new actor, actor optimizer state and targets, actor_loss)``.
+    """
+    networks = dict(config=config, actor_apply=actor_apply, critic_apply=critic_apply)
+    actor_params, actor_opt_state, actor_target, critic_target, actor_loss = jax.lax.cond(
+        actor_updated,
+        lambda _: _delayed_actor_step(state, obs, optimizer=optimizer, axis_name=axis_name, **networks),
+        lambda _: _skipped_actor_step(state, obs, **networks),
+        None,
+    )
+    state = state._replace(
+        actor_params=actor_params,
+        actor_opt_state=actor_opt_state,
+        actor_target_params=actor_target,
+        critic_target_params=critic_target,
+    )
+    return state, actor_loss
+
+
 def ddpg_update(
     state: DDPGState,
     batch: dict,
@@ -223,58 +344,15 @@ def ddpg_update(
     if axis_name is not None:
         # Distinct smoothing noise per learner; ``key`` (stored in the state) stays identical on every learner.
         noise_key = jax.random.fold_in(noise_key, jax.lax.axis_index(axis_name))
-    target = td3_target(
-        state.actor_target_params,
-        state.critic_target_params,
-        batch,
-        noise_key,
-        actor_apply=actor_apply,
-        critic_apply=critic_apply,
-        config=config,
-        action_low=action_low,
-        action_high=action_high,
+    common = dict(config=config, axis_name=axis_name, actor_apply=actor_apply, critic_apply=critic_apply)
+    new_state, critic_loss_value, (q, td), critic_grads = _critic_step(
+        state, batch, weights, noise_key, action_low, action_high, optimizer=critic_optimizer, **common
     )
-    critic_grads, (q, td) = jax.grad(critic_loss, has_aux=True)(
-        state.critic_params, batch, target, weights, critic_apply=critic_apply, twin=config.twin
-    )
-    critic_loss_value = jnp.sum(jnp.mean(weights[None] * jnp.square(td), axis=1))
-    # The parameter server's aggregation (PAL Sec. V-B): one averaged gradient, one update on every learner.
-    critic_grads = mean_over_axis(critic_grads, axis_name)
-    updates, critic_opt_state = critic_optimizer.update(critic_grads, state.critic_opt_state, state.critic_params)
-    critic_params = optax.apply_updates(state.critic_params, updates)
     step = state.step + 1
     actor_updated = step % config.policy_delay == 0
-
-    def actor_loss_fn(actor_params):
-        return deterministic_actor_loss(
-            actor_params,
-            critic_params,
-            batch["obs"],
-            actor_apply=actor_apply,
-            critic_apply=critic_apply,
-            twin=config.twin,
-        )
-
-    def delayed_update(_):
-        actor_loss, actor_grads = jax.value_and_grad(actor_loss_fn)(state.actor_params)
-        actor_grads = mean_over_axis(actor_grads, axis_name)
-        actor_updates, actor_opt_state = actor_optimizer.update(actor_grads, state.actor_opt_state, state.actor_params)
-        actor_params = optax.apply_updates(state.actor_params, actor_updates)
-        actor_target = optax.incremental_update(actor_params, state.actor_target_params, config.tau)
-        critic_target = optax.incremental_update(critic_params, state.critic_target_params, config.tau)
-        return actor_params, actor_opt_state, actor_target, critic_target, actor_loss
-
-    def skip(_):
-        return (
-            state.actor_params,
-            state.actor_opt_state,
-            state.actor_target_params,
-            state.critic_target_params,
-            actor_loss_fn(state.actor_params),
-        )
-
-    actor_params, actor_opt_state, actor_target, critic_target, actor_loss = jax.lax.cond(
-        actor_updated, delayed_update, skip, None
+    # The actor ascends the *updated* critic (TD3's reference code): ``new_state`` already holds it.
+    new_state, actor_loss = _actor_and_target_step(
+        new_state, batch["obs"], actor_updated, optimizer=actor_optimizer, **common
     )
     metrics = {
         "critic_loss": critic_loss_value,
@@ -287,16 +365,7 @@ def ddpg_update(
         critic_grad_norm=optax.tree.norm(critic_grads),
         actor_updated=actor_updated.astype(jnp.float32),
     )
-    new_state = DDPGState(
-        actor_params=actor_params,
-        critic_params=critic_params,
-        actor_target_params=actor_target,
-        critic_target_params=critic_target,
-        actor_opt_state=actor_opt_state,
-        critic_opt_state=critic_opt_state,
-        step=step,
-        key=key,
-    )
+    new_state = new_state._replace(step=step, key=key)
     return new_state, metrics, jnp.max(jnp.abs(jax.lax.stop_gradient(td)), axis=0)
 
 

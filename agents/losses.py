@@ -83,6 +83,64 @@ def a2c_loss(
     return total_loss, metrics
 
 
+def _normalized_advantages(advantages: jax.Array, valid: jax.Array) -> jax.Array:
+    """``(A - mean) / (std + 1e-8)`` with masked statistics, so invalid rows neither shift nor scale the valid ones."""
+    adv_mean = masked_mean(advantages, valid)
+    adv_std = jnp.sqrt(masked_mean(jnp.square(advantages - adv_mean), valid))
+    return (advantages - adv_mean) / (adv_std + 1e-8)
+
+
+def _clipped_surrogate_loss(
+    log_ratio: jax.Array, advantages: jax.Array, valid: jax.Array, *, clip_eps: float
+) -> tuple[jax.Array, jax.Array]:
+    """Negated L^CLIP (Schulman et al. 2017, Eq. 7): ``-mean(min(r A, clip(r, 1 - eps, 1 + eps) A))``.
+
+    Returns:
+      ``(policy_loss, ratio [N])`` with ``r = exp(log_ratio)``.
+    """
+    ratio = jnp.exp(log_ratio)
+    surrogate = ratio * advantages
+    clipped_surrogate = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
+    return masked_mean(-jnp.minimum(surrogate, clipped_surrogate), valid), ratio
+
+
+def _value_loss(
+    values: jax.Array,
+    returns: jax.Array,
+    valid: jax.Array,
+    *,
+    behaviour_values: jax.Array | None,
+    clip_value_loss: bool,
+    clip_eps: float,
+) -> jax.Array:
+    """PPO's value loss (unweighted), a masked mean over the ``[N]`` rows.
+
+    ``0.5 * (returns - V)^2``, or with ``clip_value_loss`` CleanRL's clipped form
+    ``0.5 * max((returns - V)^2, (returns - V_clip)^2)`` with ``V_clip = V_b + clip(V - V_b, -eps, eps)``
+    around the behaviour values ``V_b`` (the same ``clip_eps`` as the ratio, as CleanRL's ``clip_vloss``).
+    """
+    returns = jax.lax.stop_gradient(returns)
+    value_error = jnp.square(returns - values)
+    if clip_value_loss:
+        if behaviour_values is None:
+            raise ValueError("clip_value_loss needs behaviour_values")
+        chex.assert_equal_shape([behaviour_values, values])
+        behaviour_values = jax.lax.stop_gradient(behaviour_values)
+        clipped_values = behaviour_values + jnp.clip(values - behaviour_values, -clip_eps, clip_eps)
+        value_error = jnp.maximum(value_error, jnp.square(returns - clipped_values))
+    return masked_mean(0.5 * value_error, valid)
+
+
+def _ratio_statistics(log_ratio: jax.Array, ratio: jax.Array, valid: jax.Array, *, clip_eps: float) -> dict:
+    """Diagnostics, without gradient: ``approx_kl`` (the low-variance ``(r - 1) - log r``) and ``clip_fraction``."""
+    log_ratio = jax.lax.stop_gradient(log_ratio)
+    ratio = jax.lax.stop_gradient(ratio)
+    return {
+        "approx_kl": masked_mean((ratio - 1.0) - log_ratio, valid),
+        "clip_fraction": masked_mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32), valid),
+    }
+
+
 def ppo_loss(
     params,
     apply_fn,
@@ -102,9 +160,8 @@ def ppo_loss(
 ) -> tuple[jax.Array, dict]:
     """PPO clipped-surrogate loss on one minibatch.
 
-    The value loss is ``0.5 * (returns - V)^2``, or with ``clip_value_loss`` CleanRL's clipped form
-    ``0.5 * max((returns - V)^2, (returns - V_clip)^2)`` with ``V_clip = V_b + clip(V - V_b, -eps, eps)``
-    around the behaviour values ``V_b`` (the same ``clip_eps`` as the ratio, as CleanRL's ``clip_vloss``).
+    The value loss is ``0.5 * (returns - V)^2``, or with ``clip_value_loss`` CleanRL's clipped form around the
+    behaviour values (see ``_value_loss``).
 
     Args:
       params: network parameters being optimised.
@@ -134,38 +191,20 @@ def ppo_loss(
 
     advantages = jax.lax.stop_gradient(advantages)
     if normalize_advantages:
-        # Masked statistics so invalid rows neither shift nor scale the valid ones.
-        adv_mean = masked_mean(advantages, valid)
-        adv_std = jnp.sqrt(masked_mean(jnp.square(advantages - adv_mean), valid))
-        advantages = (advantages - adv_mean) / (adv_std + 1e-8)
-
+        advantages = _normalized_advantages(advantages, valid)
     log_probs = distributions.log_prob(policy_out, actions)  # [N]
     log_ratio = log_probs - behaviour_log_probs
-    ratio = jnp.exp(log_ratio)
-    surrogate = ratio * advantages
-    clipped_surrogate = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
-    policy_loss = masked_mean(-jnp.minimum(surrogate, clipped_surrogate), valid)
-    returns = jax.lax.stop_gradient(returns)
-    value_error = jnp.square(returns - values)
-    if clip_value_loss:
-        if behaviour_values is None:
-            raise ValueError("clip_value_loss needs behaviour_values")
-        chex.assert_equal_shape([behaviour_values, values])
-        behaviour_values = jax.lax.stop_gradient(behaviour_values)
-        clipped_values = behaviour_values + jnp.clip(values - behaviour_values, -clip_eps, clip_eps)
-        value_error = jnp.maximum(value_error, jnp.square(returns - clipped_values))
-    value_loss = masked_mean(0.5 * value_error, valid)
+    policy_loss, ratio = _clipped_surrogate_loss(log_ratio, advantages, valid, clip_eps=clip_eps)
+    value_loss = _value_loss(
+        values, returns, valid, behaviour_values=behaviour_values, clip_value_loss=clip_value_loss, clip_eps=clip_eps
+    )
     entropy = masked_mean(distributions.entropy(policy_out), valid)
     total_loss = policy_loss + value_coef * value_loss - entropy_coef * entropy
-
-    log_ratio = jax.lax.stop_gradient(log_ratio)
-    ratio = jax.lax.stop_gradient(ratio)
     metrics = {
         "policy_loss": policy_loss,
         "value_loss": value_loss,
         "entropy": entropy,
         "total_loss": total_loss,
-        "approx_kl": masked_mean((ratio - 1.0) - log_ratio, valid),
-        "clip_fraction": masked_mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32), valid),
+        **_ratio_statistics(log_ratio, ratio, valid, clip_eps=clip_eps),
     }
     return total_loss, metrics

@@ -11,6 +11,7 @@ minibatch gradient is averaged across replicas with ``mean_over_axis`` before it
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +60,75 @@ class PPOConfig:
     unroll_minibatches: bool | int = False
 
 
+def _minibatch_size(num_steps: int, num_envs: int, num_minibatches: int) -> int:
+    """Rows per minibatch, ``T * B / num_minibatches``; raises ValueError if that is not a whole number."""
+    num_rows = num_steps * num_envs
+    if num_minibatches < 1 or num_rows % num_minibatches:
+        raise ValueError(
+            f"T * B = {num_steps} * {num_envs} = {num_rows} rows is not divisible by "
+            f"num_minibatches = {num_minibatches}."
+        )
+    return num_rows // num_minibatches
+
+
+def _minibatch_step(
+    carry,
+    minibatch: FlatBatch,
+    *,
+    apply_fn,
+    optimizer: optax.GradientTransformation,
+    config: PPOConfig,
+    axis_name: str | None,
+):
+    """One clipped-surrogate optimizer step on ``minibatch``; gradient and metrics averaged over ``axis_name``."""
+    params, opt_state = carry
+    grads, metrics = jax.grad(ppo_loss, has_aux=True)(
+        params,
+        apply_fn,
+        minibatch.obs,
+        minibatch.actions,
+        minibatch.behaviour_log_probs,
+        minibatch.advantages,
+        minibatch.returns,
+        minibatch.valid,
+        clip_eps=config.clip_eps,
+        value_coef=config.value_coef,
+        entropy_coef=config.entropy_coef,
+        normalize_advantages=config.normalize_advantages,
+        behaviour_values=minibatch.behaviour_values,
+        clip_value_loss=config.clip_value_loss,
+    )
+    grads, metrics = mean_over_axis((grads, metrics), axis_name)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
+    return (params, opt_state), metrics
+
+
+def _epoch_step(
+    carry,
+    epoch_key: jax.Array,
+    *,
+    batch: FlatBatch,
+    minibatch_size: int,
+    apply_fn,
+    optimizer: optax.GradientTransformation,
+    config: PPOConfig,
+    axis_name: str | None,
+):
+    """One pass over ``batch``: a fresh row permutation from ``epoch_key``, then a scan of ``_minibatch_step``."""
+    num_rows = config.num_minibatches * minibatch_size
+    permutation = jax.random.permutation(epoch_key, num_rows)
+    minibatches = jax.tree.map(
+        lambda x: x[permutation].reshape((config.num_minibatches, minibatch_size, *x.shape[1:])),
+        batch,
+    )  # each leaf [M, N / M, ...]
+    minibatch_step = functools.partial(
+        _minibatch_step, apply_fn=apply_fn, optimizer=optimizer, config=config, axis_name=axis_name
+    )
+    return jax.lax.scan(minibatch_step, carry, minibatches, unroll=config.unroll_minibatches)
+
+
 def ppo_update(
     state: TrainState,
     behaviour_params,
@@ -94,14 +164,7 @@ def ppo_update(
       ValueError: if ``T * B`` is not divisible by ``num_minibatches``.
     """
     num_steps, num_envs = rollout.rewards.shape
-    num_rows = num_steps * num_envs
-    if config.num_minibatches < 1 or num_rows % config.num_minibatches:
-        raise ValueError(
-            f"T * B = {num_steps} * {num_envs} = {num_rows} rows is not divisible by "
-            f"num_minibatches = {config.num_minibatches}."
-        )
-    minibatch_size = num_rows // config.num_minibatches
-
+    minibatch_size = _minibatch_size(num_steps, num_envs, config.num_minibatches)
     batch, advantage_mean = prepare_batch(
         behaviour_params,
         rollout,
@@ -109,41 +172,15 @@ def ppo_update(
         gamma=config.gamma,
         gae_lambda=config.gae_lambda,
     )
-
-    def minibatch_step(carry, minibatch: FlatBatch):
-        params, opt_state = carry
-        grads, metrics = jax.grad(ppo_loss, has_aux=True)(
-            params,
-            apply_fn,
-            minibatch.obs,
-            minibatch.actions,
-            minibatch.behaviour_log_probs,
-            minibatch.advantages,
-            minibatch.returns,
-            minibatch.valid,
-            clip_eps=config.clip_eps,
-            value_coef=config.value_coef,
-            entropy_coef=config.entropy_coef,
-            normalize_advantages=config.normalize_advantages,
-            behaviour_values=minibatch.behaviour_values,
-            clip_value_loss=config.clip_value_loss,
-        )
-        grads, metrics = mean_over_axis((grads, metrics), axis_name)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
-        return (params, opt_state), metrics
-
-    def epoch_step(carry, epoch_key):
-        permutation = jax.random.permutation(epoch_key, num_rows)
-        minibatches = jax.tree.map(
-            lambda x: x[permutation].reshape(
-                (config.num_minibatches, minibatch_size, *x.shape[1:])
-            ),
-            batch,
-        )  # each leaf [M, N / M, ...]
-        return jax.lax.scan(minibatch_step, carry, minibatches, unroll=config.unroll_minibatches)
-
+    epoch_step = functools.partial(
+        _epoch_step,
+        batch=batch,
+        minibatch_size=minibatch_size,
+        config=config,
+        apply_fn=apply_fn,
+        optimizer=optimizer,
+        axis_name=axis_name,
+    )
     # Loop forms: see ``PPOConfig.unroll_epochs`` (convolutions want unrolled loops on XLA CPU, MLPs
     # with many minibatches must stay rolled or the program grows with every step).
     next_key, permutation_key = jax.random.split(state.key)

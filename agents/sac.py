@@ -142,6 +142,202 @@ def temperature_loss(log_alpha: jax.Array, log_prob: jax.Array, *, target_entrop
     return jnp.mean(jnp.exp(log_alpha) * jax.lax.stop_gradient(-log_prob - target_entropy))
 
 
+class _StepOutput(NamedTuple):
+    """What one gradient step reports: its loss, the loss's auxiliary output and the gradient it applied.
+
+    Attributes:
+      loss: the loss before the step.
+      aux: the loss's auxiliary output (``(q, td)`` for the critics, ``log_prob`` for the actor).
+      grads: the gradient averaged over ``axis_name`` (the one the optimizer applied).
+    """
+
+    loss: jax.Array
+    aux: Any
+    grads: Any
+
+
+def _learner_keys(key: jax.Array, axis_name: str | None) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(next_key, target_key, actor_key)`` split from the state's key.
+
+    Under ``axis_name`` the two sample keys are folded with the learner index; ``next_key`` is not.
+    """
+    key, target_key, actor_key = jax.random.split(key, 3)
+    if axis_name is not None:
+        # Distinct policy samples per learner; ``key`` (stored in the state) stays identical on every learner.
+        learner = jax.lax.axis_index(axis_name)
+        target_key = jax.random.fold_in(target_key, learner)
+        actor_key = jax.random.fold_in(actor_key, learner)
+    return key, target_key, actor_key
+
+
+def _apply_averaged_gradient(optimizer: optax.GradientTransformation, grads, opt_state, params, axis_name):
+    """Average ``grads`` over ``axis_name``, then one optimizer step; returns ``(grads, params, opt_state)``.
+
+    The parameter server's aggregation (PAL Sec. V-B): one averaged gradient, one update on every learner.
+    """
+    grads = mean_over_axis(grads, axis_name)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return grads, optax.apply_updates(params, updates), opt_state
+
+
+def _critic_loss(critic_params, batch: dict, target: jax.Array, weights: jax.Array, *, critic_apply):
+    """Eq. (5)-(7), importance-weighted: ``sum_k mean_i w_i (y_i - Q_k(s_i, a_i))^2``.
+
+    Returns:
+      ``(loss, (q [2, B], td [2, B]))`` with ``td = y - Q``.
+    """
+    q = critic_apply(critic_params, batch["obs"], batch["action"])  # [2, B]
+    chex.assert_shape(q, (2, target.shape[0]))
+    td = target[None] - q  # [2, B]
+    return jnp.sum(jnp.mean(weights[None] * jnp.square(td), axis=1)), (q, td)
+
+
+def _actor_loss(actor_params, critic_params, obs, key, alpha, *, actor_apply, critic_apply, action_low, action_high):
+    """Eq. (7)/(11), reparameterised: ``mean(alpha log pi(a|s) - min_k Q_k(s, a))``, a ~ pi(.|s).
+
+    Returns:
+      ``(loss, log_prob [B])`` of the fresh samples ``a``.
+    """
+    action, log_prob = _sample(
+        actor_params,
+        obs,
+        key,
+        actor_apply=actor_apply,
+        action_low=action_low,
+        action_high=action_high,
+    )
+    q_pi = jnp.min(critic_apply(critic_params, obs, action), axis=0)  # [B]
+    return jnp.mean(alpha * log_prob - q_pi), log_prob
+
+
+def _critic_step(
+    state: SACState,
+    batch: dict,
+    weights: jax.Array,
+    alpha: jax.Array,
+    target_key: jax.Array,
+    *,
+    optimizer: optax.GradientTransformation,
+    config: SACConfig,
+    axis_name: str | None,
+    actor_apply,
+    critic_apply,
+    action_low,
+    action_high,
+) -> tuple[SACState, _StepOutput]:
+    """Critic step: both critics regress onto the soft TD target of the target critics (Eq. 5-7).
+
+    Returns:
+      ``state`` with new ``critic_params`` and ``critic_opt_state``, and the step's ``_StepOutput`` with
+      ``aux = (q [2, B], td [2, B])`` from the pre-update critics.
+    """
+    target = sac_critic_target(
+        state.actor_params,
+        state.critic_target_params,
+        alpha,
+        batch,
+        target_key,
+        actor_apply=actor_apply,
+        critic_apply=critic_apply,
+        gamma=config.gamma,
+        action_low=action_low,
+        action_high=action_high,
+    )
+    chex.assert_equal_shape([target, weights])
+    weights = jax.lax.stop_gradient(weights.astype(jnp.float32))
+    (loss, q_and_td), grads = jax.value_and_grad(_critic_loss, has_aux=True)(
+        state.critic_params, batch, target, weights, critic_apply=critic_apply
+    )
+    grads, params, opt_state = _apply_averaged_gradient(
+        optimizer, grads, state.critic_opt_state, state.critic_params, axis_name
+    )
+    return state._replace(critic_params=params, critic_opt_state=opt_state), _StepOutput(loss, q_and_td, grads)
+
+
+def _actor_step(
+    state: SACState,
+    obs: jax.Array,
+    alpha: jax.Array,
+    actor_key: jax.Array,
+    *,
+    optimizer: optax.GradientTransformation,
+    axis_name: str | None,
+    actor_apply,
+    critic_apply,
+    action_low,
+    action_high,
+) -> tuple[SACState, _StepOutput]:
+    """Actor step (Eq. 7/11) against the critics in ``state`` (already updated by ``_critic_step``).
+
+    Returns:
+      ``state`` with new ``actor_params`` and ``actor_opt_state``, and the step's ``_StepOutput`` with
+      ``aux = log_prob [B]`` of the actor's samples at ``obs``.
+    """
+    (loss, log_prob), grads = jax.value_and_grad(_actor_loss, has_aux=True)(
+        state.actor_params,
+        state.critic_params,
+        obs,
+        actor_key,
+        alpha,
+        actor_apply=actor_apply,
+        critic_apply=critic_apply,
+        action_low=action_low,
+        action_high=action_high,
+    )
+    grads, params, opt_state = _apply_averaged_gradient(
+        optimizer, grads, state.actor_opt_state, state.actor_params, axis_name
+    )
+    return state._replace(actor_params=params, actor_opt_state=opt_state), _StepOutput(loss, log_prob, grads)
+
+
+def _temperature_step(
+    state: SACState,
+    log_prob: jax.Array,
+    action_dim: int,
+    *,
+    config: SACConfig,
+    optimizer: optax.GradientTransformation,
+    axis_name: str | None,
+) -> tuple[SACState, jax.Array]:
+    """Temperature step (Eq. 18) on log alpha; ``state`` is returned unchanged unless ``config.learn_alpha``.
+
+    Returns:
+      ``(state with new log_alpha and alpha_opt_state, alpha_loss)``; the loss is reported in both cases.
+    """
+    target_entropy = sac_target_entropy(config, action_dim)
+    alpha_loss, alpha_grad = jax.value_and_grad(temperature_loss)(
+        state.log_alpha, log_prob, target_entropy=target_entropy
+    )
+    if config.learn_alpha:
+        _, log_alpha, alpha_opt_state = _apply_averaged_gradient(
+            optimizer, alpha_grad, state.alpha_opt_state, state.log_alpha, axis_name
+        )
+        state = state._replace(log_alpha=log_alpha, alpha_opt_state=alpha_opt_state)
+    return state, alpha_loss
+
+
+def _sac_metrics(
+    critic: _StepOutput, actor: _StepOutput, alpha_loss: jax.Array, alpha: jax.Array, axis_name: str | None
+) -> dict:
+    """``sac_update``'s metrics; per-learner statistics averaged over ``axis_name``."""
+    q, td = critic.aux
+    metrics = {
+        "critic_loss": critic.loss,
+        "actor_loss": actor.loss,
+        "alpha_loss": alpha_loss,
+        "alpha": alpha,
+        "entropy": -jnp.mean(actor.aux),
+        "q_mean": jnp.mean(q),
+        "td_abs_mean": jnp.mean(jnp.abs(td)),
+        "critic_grad_norm": optax.tree.norm(critic.grads),
+        "actor_grad_norm": optax.tree.norm(actor.grads),
+    }
+    # Per-learner statistics are averaged; alpha and the norms of the averaged gradients are already replicated.
+    replicated = ("alpha", "critic_grad_norm", "actor_grad_norm")
+    metrics.update(mean_over_axis({k: v for k, v in metrics.items() if k not in replicated}, axis_name))
+    return metrics
+
+
 def sac_update(
     state: SACState,
     batch: dict,
@@ -185,95 +381,23 @@ def sac_update(
       ``critic_grad_norm``, ``actor_grad_norm`` (norms of the averaged gradients).
     """
     chex.assert_rank(weights, 1)
-    key, target_key, actor_key = jax.random.split(state.key, 3)
-    if axis_name is not None:
-        # Distinct policy samples per learner; ``key`` (stored in the state) stays identical on every learner.
-        learner = jax.lax.axis_index(axis_name)
-        target_key = jax.random.fold_in(target_key, learner)
-        actor_key = jax.random.fold_in(actor_key, learner)
+    key, target_key, actor_key = _learner_keys(state.key, axis_name)
     alpha = jnp.exp(state.log_alpha)
-    target = sac_critic_target(
-        state.actor_params,
-        state.critic_target_params,
-        alpha,
-        batch,
-        target_key,
-        actor_apply=actor_apply,
-        critic_apply=critic_apply,
-        gamma=config.gamma,
-        action_low=action_low,
-        action_high=action_high,
+    nets = dict(actor_apply=actor_apply, critic_apply=critic_apply, action_low=action_low, action_high=action_high)
+    # Each step returns the state with its own fields updated, so the actor ascends the updated critics.
+    new_state, critic = _critic_step(
+        state, batch, weights, alpha, target_key, optimizer=critic_optimizer, config=config, axis_name=axis_name, **nets
     )
-    chex.assert_equal_shape([target, weights])
-    weights = jax.lax.stop_gradient(weights.astype(jnp.float32))
-
-    def critic_loss_fn(critic_params):
-        q = critic_apply(critic_params, batch["obs"], batch["action"])  # [2, B]
-        chex.assert_shape(q, (2, target.shape[0]))
-        td = target[None] - q  # [2, B]
-        return jnp.sum(jnp.mean(weights[None] * jnp.square(td), axis=1)), (q, td)
-
-    (critic_loss, (q, td)), critic_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(state.critic_params)
-    # The parameter server's aggregation (PAL Sec. V-B): one averaged gradient, one update on every learner.
-    critic_grads = mean_over_axis(critic_grads, axis_name)
-    updates, critic_opt_state = critic_optimizer.update(critic_grads, state.critic_opt_state, state.critic_params)
-    critic_params = optax.apply_updates(state.critic_params, updates)
-
-    def actor_loss_fn(actor_params):
-        action, log_prob = _sample(
-            actor_params,
-            batch["obs"],
-            actor_key,
-            actor_apply=actor_apply,
-            action_low=action_low,
-            action_high=action_high,
-        )
-        q_pi = jnp.min(critic_apply(critic_params, batch["obs"], action), axis=0)  # [B]
-        return jnp.mean(alpha * log_prob - q_pi), log_prob
-
-    (actor_loss, log_prob), actor_grads = jax.value_and_grad(actor_loss_fn, has_aux=True)(state.actor_params)
-    actor_grads = mean_over_axis(actor_grads, axis_name)
-    updates, actor_opt_state = actor_optimizer.update(actor_grads, state.actor_opt_state, state.actor_params)
-    actor_params = optax.apply_updates(state.actor_params, updates)
-
-    action_dim = batch["action"].shape[-1]
-    target_entropy = sac_target_entropy(config, action_dim)
-    alpha_loss, alpha_grad = jax.value_and_grad(temperature_loss)(
-        state.log_alpha, log_prob, target_entropy=target_entropy
+    new_state, actor = _actor_step(
+        new_state, batch["obs"], alpha, actor_key, optimizer=actor_optimizer, axis_name=axis_name, **nets
     )
-    if config.learn_alpha:
-        alpha_grad = mean_over_axis(alpha_grad, axis_name)
-        updates, alpha_opt_state = alpha_optimizer.update(alpha_grad, state.alpha_opt_state, state.log_alpha)
-        log_alpha = optax.apply_updates(state.log_alpha, updates)
-    else:
-        log_alpha, alpha_opt_state = state.log_alpha, state.alpha_opt_state
-
-    critic_target_params = optax.incremental_update(critic_params, state.critic_target_params, config.tau)
-    metrics = {
-        "critic_loss": critic_loss,
-        "actor_loss": actor_loss,
-        "alpha_loss": alpha_loss,
-        "alpha": alpha,
-        "entropy": -jnp.mean(log_prob),
-        "q_mean": jnp.mean(q),
-        "td_abs_mean": jnp.mean(jnp.abs(td)),
-        "critic_grad_norm": optax.tree.norm(critic_grads),
-        "actor_grad_norm": optax.tree.norm(actor_grads),
-    }
-    # Per-learner statistics are averaged; alpha and the norms of the averaged gradients are already replicated.
-    replicated = ("alpha", "critic_grad_norm", "actor_grad_norm")
-    metrics.update(mean_over_axis({k: v for k, v in metrics.items() if k not in replicated}, axis_name))
-    new_state = SACState(
-        actor_params=actor_params,
-        critic_params=critic_params,
-        critic_target_params=critic_target_params,
-        log_alpha=log_alpha,
-        actor_opt_state=actor_opt_state,
-        critic_opt_state=critic_opt_state,
-        alpha_opt_state=alpha_opt_state,
-        step=state.step + 1,
-        key=key,
+    new_state, alpha_loss = _temperature_step(
+        new_state, actor.aux, batch["action"].shape[-1], config=config, optimizer=alpha_optimizer, axis_name=axis_name
     )
+    critic_target_params = optax.incremental_update(new_state.critic_params, state.critic_target_params, config.tau)
+    metrics = _sac_metrics(critic, actor, alpha_loss, alpha, axis_name)
+    new_state = new_state._replace(critic_target_params=critic_target_params, step=state.step + 1, key=key)
+    _, td = critic.aux
     return new_state, metrics, jnp.max(jnp.abs(jax.lax.stop_gradient(td)), axis=0)
 
 
