@@ -66,55 +66,19 @@ def build(
     round with its behaviour statistics and merges the round into the learner's, in round order.
     """
     if network is None:
-        network = make_network(
-            spec.obs_shape, spec.action_dim, spec.continuous, hidden_sizes=config.hidden_sizes,
-            activation=config.activation, orthogonal_init=config.orthogonal_init, log_std_init=config.log_std_init,
-        )
+        network = _default_network(config, spec)
     norm = normalization_config(config, spec)
     learner_apply = network.apply  # the raw network: the normalized update feeds it normalized observations
     if norm.enabled:
         network = NormalizedNetwork(network, norm, obs_shape=spec.obs_shape, num_envs=config.num_envs)
     if optimizer is None:
-        optimizer = make_optimizer(
-            name=config.optimizer,
-            learning_rate=config.learning_rate,
-            total_updates=config_lib.total_rounds(config) * optimizer_steps_per_update(config),
-            anneal_lr=config.anneal_lr,
-            max_grad_norm=config.max_grad_norm,
-            eps=config.opt_eps,
-        )
+        optimizer = _default_optimizer(config)
     run_key = jax.random.PRNGKey(config.seed)
-    dummy_obs = jnp.zeros((1, *spec.obs_shape), jax.dtypes.canonicalize_dtype(spec.obs_dtype))
-    # One program for every layer's initializer (eager init compiled each orthogonal init per weight shape: 4.7 s
-    # vs 3.5 s for the MLP, 9.2 s vs 4.9 s for the Nature CNN; the same values).
-    params = jax.jit(network.init)(jax.random.fold_in(run_key, _INIT), dummy_obs)
-    state = TrainState(
-        params=params,
-        opt_state=optimizer.init(trainable(params)),
-        key=jax.random.fold_in(run_key, _LEARNER),
-        update_step=jnp.zeros((), jnp.int32),
-    )
-    if config.algo == "a2c":
-        algo_config = A2CConfig(
-            gamma=config.gamma, gae_lambda=config.gae_lambda, value_coef=config.value_coef,
-            entropy_coef=config.entropy_coef,
-        )
-        update = functools.partial(a2c_update, apply_fn=learner_apply, optimizer=optimizer, config=algo_config)
-    else:
-        algo_config = PPOConfig(
-            gamma=config.gamma, gae_lambda=config.gae_lambda, clip_eps=config.clip_eps,
-            value_coef=config.value_coef, entropy_coef=config.entropy_coef, num_epochs=config.num_epochs,
-            num_minibatches=config.num_minibatches, normalize_advantages=config.normalize_advantages,
-            clip_value_loss=config.clip_value_loss,
-            **ppo_loop_plan(spec.obs_shape, config.num_epochs, config.num_minibatches),
-        )
-        update = functools.partial(ppo_update, apply_fn=learner_apply, optimizer=optimizer, config=algo_config)
+    state = _initial_state(network, optimizer, spec, run_key)
+    update = _algo_update(config, spec, learner_apply, optimizer)
     if norm.enabled:
         update = normalized_update(update, norm)
-    if spec.continuous:
-        action_shape, action_dtype = (spec.action_dim,), np.float32
-    else:
-        action_shape, action_dtype = (), np.int32
+    action_shape, action_dtype = ((spec.action_dim,), np.float32) if spec.continuous else ((), np.int32)
     setup = LearnerSetup(
         network=network,
         update=jax.jit(update),
@@ -126,6 +90,60 @@ def build(
         action_dtype=action_dtype,
     )
     return setup, state
+
+
+def _default_network(config: config_lib.TrainConfig, spec: EnvSpec) -> ActorCritic:
+    return make_network(
+        spec.obs_shape, spec.action_dim, spec.continuous, hidden_sizes=config.hidden_sizes,
+        activation=config.activation, orthogonal_init=config.orthogonal_init, log_std_init=config.log_std_init,
+    )
+
+
+def _default_optimizer(config: config_lib.TrainConfig) -> optax.GradientTransformation:
+    return make_optimizer(
+        name=config.optimizer,
+        learning_rate=config.learning_rate,
+        total_updates=config_lib.total_rounds(config) * optimizer_steps_per_update(config),
+        anneal_lr=config.anneal_lr,
+        max_grad_norm=config.max_grad_norm,
+        eps=config.opt_eps,
+    )
+
+
+def _initial_state(
+    network: ActorCritic, optimizer: optax.GradientTransformation, spec: EnvSpec, run_key: jax.Array
+) -> TrainState:
+    """The parameters initialized from the run key's `_INIT` stream; the learner's key chain starts at `_LEARNER`."""
+    dummy_obs = jnp.zeros((1, *spec.obs_shape), jax.dtypes.canonicalize_dtype(spec.obs_dtype))
+    # One program for every layer's initializer (eager init compiled each orthogonal init per weight shape: 4.7 s
+    # vs 3.5 s for the MLP, 9.2 s vs 4.9 s for the Nature CNN; the same values).
+    params = jax.jit(network.init)(jax.random.fold_in(run_key, _INIT), dummy_obs)
+    return TrainState(
+        params=params,
+        opt_state=optimizer.init(trainable(params)),
+        key=jax.random.fold_in(run_key, _LEARNER),
+        update_step=jnp.zeros((), jnp.int32),
+    )
+
+
+def _algo_update(
+    config: config_lib.TrainConfig, spec: EnvSpec, apply_fn: Callable, optimizer: optax.GradientTransformation
+) -> Callable:
+    """`--algo`'s update (A2C or PPO) before jit: `update(state, behaviour_params, rollout) -> (state, metrics)`."""
+    if config.algo == "a2c":
+        algo_config = A2CConfig(
+            gamma=config.gamma, gae_lambda=config.gae_lambda, value_coef=config.value_coef,
+            entropy_coef=config.entropy_coef,
+        )
+        return functools.partial(a2c_update, apply_fn=apply_fn, optimizer=optimizer, config=algo_config)
+    algo_config = PPOConfig(
+        gamma=config.gamma, gae_lambda=config.gae_lambda, clip_eps=config.clip_eps,
+        value_coef=config.value_coef, entropy_coef=config.entropy_coef, num_epochs=config.num_epochs,
+        num_minibatches=config.num_minibatches, normalize_advantages=config.normalize_advantages,
+        clip_value_loss=config.clip_value_loss,
+        **ppo_loop_plan(spec.obs_shape, config.num_epochs, config.num_minibatches),
+    )
+    return functools.partial(ppo_update, apply_fn=apply_fn, optimizer=optimizer, config=algo_config)
 
 
 def normalization_config(config: config_lib.TrainConfig, spec: EnvSpec) -> NormalizationConfig:

@@ -19,15 +19,19 @@
 
 from __future__ import annotations
 
+import functools
 import queue
+import threading
+from collections.abc import Callable
 
 import jax
 
+from agents import TrainState
 from envs.executor import Executor
 from systems.common import config as config_lib
 from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
 from systems.common.monitor import LearnerReport, Monitor
-from systems.common.rollout import RoundStorage
+from systems.common.rollout import RoundCollector, RoundStorage
 from systems.common.run import start_run
 
 SYSTEM = "hts"
@@ -36,85 +40,108 @@ SYSTEM = "hts"
 def run(config: config_lib.TrainConfig) -> dict:
     """Trains with HTS-RL; returns the summary (also written to `<run dir>/summary.json`)."""
     ctx = start_run(SYSTEM, config)
-    monitor, setup = ctx.monitor, ctx.setup
-    start_round, total_rounds = ctx.start_round, ctx.total_rounds
-    if start_round >= total_rounds:
+    monitor, start_round = ctx.monitor, ctx.start_round
+    if start_round >= ctx.total_rounds:
         return monitor.finish()
     state = monitor.state
-
     group = ThreadGroup()
-    store = ParameterStore(state.params, version=start_round)
-    jobs: queue.Queue[RoundStorage | None] = queue.Queue(maxsize=1)
+    handover = _Handover(state.params, start_round, group.stopping)
     reports: queue.Queue[LearnerReport] = queue.Queue()
-    submitted = [0]
-
-    def on_round_complete(storage: RoundStorage, last: bool):
-        # Batch synchronization: the learner must be done with every batch handed to it (so the storage the
-        # actors will fill next is free and the newest parameters exist) before the roles of the storages swap.
-        store.wait_for(start_round + submitted[0], group.stopping)
-        jobs.put(storage)
-        submitted[0] += 1
-        if last:
-            jobs.put(None)
-            return None
-        return store.latest()
-
     executor = ctx.make_executor(config_lib.env_batch_size(config))
     collector = ctx.make_collector(
-        executor, inference_batch=config_lib.inference_batch(config), on_round_complete=on_round_complete
+        executor, inference_batch=config_lib.inference_batch(config), on_round_complete=handover.on_round_complete
     )
-
-    def actor_loop():
-        while not group.stopping.is_set() and not collector.finished.is_set():
-            results = executor.take(max_items=config.num_envs, timeout=0.05)
-            if results is not None:
-                collector.process(results)
-
-    learner_state = [state]
-    wait_for_compile = ctx.compile_update_ahead(collector)
-
-    def learner_loop():
-        while True:
-            try:
-                storage = jobs.get(timeout=0.05)
-            except queue.Empty:
-                if group.stopping.is_set():
-                    raise StopRequested from None
-                continue
-            if storage is None:
-                return
-            current = learner_state[0]
-            learner_version = int(current.update_step)
-            behaviour_params = store.get(storage.behaviour_version)
-            wait_for_compile()
-            new_state, metrics = setup.update(current, behaviour_params, storage.to_rollout())
-            metrics = jax.device_get(metrics)
-            learner_state[0] = new_state
-            store.publish(new_state.params, learner_version + 1)
-            reports.put(LearnerReport(new_state, metrics, storage.behaviour_version, learner_version))
-
-    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or launch.common.Terminated (SIGTERM)
-    try:
-        for i in range(config.num_actors):
-            group.spawn(f"actor-{i}", actor_loop)
-        group.spawn("learner", learner_loop)
-        executor.start()
-        for _ in range(total_rounds - start_round):
-            report = _next_report(reports, group, executor, monitor)
-            if monitor.on_report(report, executor.pop_episodes()):
-                break
-    except KeyboardInterrupt as stop:
-        interrupted = stop
-        monitor.outputs.print("[hts] interrupted: saving a checkpoint of the newest parameters")
-    finally:
-        group.stop()
-        executor.close()
-    if interrupted is None:
-        group.check()
+    wait_for_compile = ctx.compile_update_ahead(collector)  # overlaps the collection of the first round
+    learner = functools.partial(_learner_loop, handover, ctx.setup.update, state, wait_for_compile, reports)
+    actor = functools.partial(_actor_loop, executor, collector, group.stopping, config.num_envs)
+    workers = [*((f"actor-{i}", actor) for i in range(config.num_actors)), ("learner", learner)]
+    interrupted = _train(workers, group, executor, reports, monitor, ctx.total_rounds - start_round)
     summary = monitor.finish(interrupted=interrupted is not None)
     if interrupted is not None:
         raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
     return summary
+
+
+class _Handover:
+    """The two storages between the actors and the learner, and the parameters they exchange.
+
+    Batch synchronization (seed 000, section 4.1): at the end of round r the actors wait until the learner has
+    finished every batch handed to it (so the storage they fill next is free and theta_r exists), hand over round
+    r's storage and go on with the newest parameters: round r >= 2 is collected with theta_{r-1} (Eq. 6). The
+    learner takes the storages in round order; `None` follows the last one.
+    """
+
+    def __init__(self, params, start_round: int, stopping: threading.Event):
+        self.store = ParameterStore(params, version=start_round)
+        self._start_round = start_round
+        self._stopping = stopping
+        self._jobs: queue.Queue[RoundStorage | None] = queue.Queue(maxsize=1)
+        self._submitted = 0
+
+    def on_round_complete(self, storage: RoundStorage, last: bool):
+        """The collector's call at the end of a round: the behaviour parameters of the next round, or None."""
+        # The learner must be done with every batch handed to it before the roles of the storages swap.
+        self.store.wait_for(self._start_round + self._submitted, self._stopping)
+        self._jobs.put(storage)
+        self._submitted += 1
+        if last:
+            self._jobs.put(None)
+            return None
+        return self.store.latest()
+
+    def next_batch(self) -> RoundStorage | None:
+        """The learner's next storage (None after the last round); StopRequested once the run is stopping."""
+        while True:
+            try:
+                return self._jobs.get(timeout=0.05)
+            except queue.Empty:
+                if self._stopping.is_set():
+                    raise StopRequested from None
+
+
+def _actor_loop(executor: Executor, collector: RoundCollector, stopping: threading.Event, num_envs: int) -> None:
+    """One actor thread: takes whatever observations are ready and runs one batched forward pass on them."""
+    while not stopping.is_set() and not collector.finished.is_set():
+        results = executor.take(max_items=num_envs, timeout=0.05)
+        if results is not None:
+            collector.process(results)
+
+
+def _learner_loop(handover: _Handover, update: Callable, state: TrainState, wait_for_compile: Callable[[], None],
+                  reports: queue.Queue) -> None:
+    """The learner thread: learns from each handed-over storage with that round's behaviour parameters (Eq. 6),
+    publishes the new parameters as the next version and reports both versions (the policy lag)."""
+    while (storage := handover.next_batch()) is not None:
+        learner_version = int(state.update_step)
+        behaviour_params = handover.store.get(storage.behaviour_version)
+        wait_for_compile()
+        state, metrics = update(state, behaviour_params, storage.to_rollout())
+        metrics = jax.device_get(metrics)
+        handover.store.publish(state.params, learner_version + 1)
+        reports.put(LearnerReport(state, metrics, storage.behaviour_version, learner_version))
+
+
+def _train(workers: list[tuple[str, Callable[[], None]]], group: ThreadGroup, executor: Executor,
+           reports: queue.Queue, monitor: Monitor, num_rounds: int) -> KeyboardInterrupt | None:
+    """Starts the worker threads and the executor and hands the learner's reports to the monitor until the last
+    round or an early stop; returns the Ctrl-C (or launch.common.Terminated, SIGTERM) that stopped the run, if one
+    did. A worker's error is re-raised here."""
+    try:
+        for name, target in workers:
+            group.spawn(name, target)
+        executor.start()
+        for _ in range(num_rounds):
+            report = _next_report(reports, group, executor, monitor)
+            if monitor.on_report(report, executor.pop_episodes()):
+                break
+    except KeyboardInterrupt as stop:
+        monitor.outputs.print("[hts] interrupted: saving a checkpoint of the newest parameters")
+        return stop
+    finally:
+        group.stop()
+        executor.close()
+    group.check()
+    return None
 
 
 def _next_report(reports: queue.Queue, group: ThreadGroup, executor: Executor, monitor: Monitor) -> LearnerReport:
