@@ -211,6 +211,8 @@ def child_main(argv: list[str]) -> None:
     import jax  # noqa: PLC0415
     from absl import app  # noqa: PLC0415
 
+    from launch import cli  # noqa: PLC0415
+
     launcher, out = argv[0], argv[1]
     launcher_args = argv[3:] if argv[2] == "--" else argv[2:]
     total = [0.0]
@@ -227,7 +229,8 @@ def child_main(argv: list[str]) -> None:
 
     atexit.register(write)
     module = importlib.import_module(f"launch.{launcher}")
-    app.run(module.main, argv=[f"launch.{launcher}", *launcher_args])
+    app.run(module.main, argv=[f"launch.{launcher}", *launcher_args],
+            flags_parser=cli.launcher_parser(launcher, module.FLAGS, module.__doc__))
 
 
 # ------------------------------------------------------------------------------------------------ results

@@ -5,8 +5,8 @@ newest checkpoint) and played on evaluation envs by `systems.common.evaluation.E
 section 5: one fresh env per episode, Atari with up to 30 no-op starts, no life-loss episode ends and unclipped
 rewards, so returns are real game scores (`envs.factory.make_pool(evaluation=True)`).
 
-Flags (all prefixed `eval_`: every launch module shares one absl namespace, and `--eval_episodes` /
-`--eval_deterministic` / `--seed` belong to the training launchers):
+Flags (all prefixed `eval_`, so none reads like the training launchers' `--eval_episodes`, `--eval_deterministic` or
+`--seed`, which mean something else there):
 
 * `--run` (required): the run directory.
 * `--eval_num_episodes` (10, the episodes of one evaluation in seed 000 section 5).
@@ -43,12 +43,13 @@ from absl import app, flags, logging
 from PIL import Image, ImageDraw
 
 from envs.episodes import EpisodeTracker
-from launch import cli
 from envs.factory import EnvSpec, make_pool
+from launch import cli
 from systems.common import restore as restore_lib
 from systems.common.config import ConfigError
 from systems.common.evaluation import Evaluator
 from systems.common.outputs import params_fingerprint, write_json_atomic
+from systems.registry import ENTRIES
 from systems.spreeze import render
 
 _RUN = flags.DEFINE_string("run", None, "Run directory to evaluate (written by launch.hts/sync/ba3c/gala/pal/"
@@ -231,7 +232,7 @@ def evaluate() -> dict:
     """Restores the run, evaluates it (and records the GIF); returns the result written to --eval_out."""
     _validate_flags()
     run_dir = _RUN.value
-    restored = restore_lib.restore_run(run_dir)
+    restored = restore_lib.restore_run(run_dir, ENTRIES)
     learner = _LEARNER.value.strip().lower()
     params = restored.policy_params(learner)
     act = restored.make_act(_POLICY.value)

@@ -50,8 +50,9 @@ from absl import app, flags
 from systems.analysis import grid as grid_lib
 from systems.common import rundir
 from systems.common.outputs import write_json_atomic
+from systems.registry import LAUNCHERS
 
-SYSTEMS = ("hts", "sync", "ba3c", "gala", "pal", "spreeze")
+SYSTEMS = LAUNCHERS  # hts, sync, ba3c, gala, pal, spreeze
 SWEEP_FLAGS = flags.FlagValues()  # the sweep's own flags; flags.FLAGS keeps only absl's (see the module docstring)
 
 _SYSTEM = flags.DEFINE_enum(
@@ -190,29 +191,27 @@ def check_against_launcher(system: str, grid: grid_lib.Grid, named_args: list[tu
 
 
 def probe_main() -> None:
-    """In a child: imports launch.<system> (which defines its flags; nothing runs) and checks each command line of the
-    JSON request on stdin as the launcher would before training: absl parses it with the launcher's flags, then the
-    launcher's `make_config()` builds and validates the config (launch.hts / launch.sync have none: the default of
-    `common.run_main`, `common.config_from_flags`). Prints the flag names, `--resume` support and one error (or null)
-    per command line."""
+    """In a child: imports launch.<system> (which defines its flags in its own `FLAGS`; nothing runs) and checks
+    each command line of the JSON request on stdin as the launcher would before training: its flags parse it
+    (absl's own flags such as --verbosity included), then the launcher's `make_config()` builds and validates the
+    config. Prints the flag names, `--resume` support and one error (or null) per command line."""
+    from launch import cli  # noqa: PLC0415
+
     request = json.loads(sys.stdin.read())
     program = f"launch.{request['system']}"
     module = importlib.import_module(program)
-    make_config = getattr(module, "make_config", None)
-    if make_config is None:
-        from launch import common
-
-        make_config = common.config_from_flags
-    registry = flags.FLAGS
+    registry = module.FLAGS
     errors = []
     for args in request["argvs"]:
         registry.unparse_flags()
         try:
-            rest = registry([program, *args])
+            rest = flags.FLAGS(registry([program, *args], known_only=True))
             if len(rest) > 1:
                 raise ValueError(f"unexpected argument '{rest[1]}'")
-            make_config()
+            module.make_config()
             errors.append(None)
+        except flags.UnrecognizedFlagError as error:
+            errors.append(cli.unknown_flag_message(request["system"], registry, error.flagname))
         except (flags.Error, ValueError) as error:
             errors.append(str(error))
     answer = {"flags": sorted(registry), "resume": "resume" in registry, "errors": errors}
@@ -466,40 +465,79 @@ def main(argv):
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in the background (SIGINT ignored)
     passthrough = list(argv[1:])
     try:
-        system = _SYSTEM.value
-        if system is None:
-            raise ValueError(f"--system is required (one of {', '.join(SYSTEMS)})")
-        grid = grid_lib.build_grid(_SWEEP.value)
-        seeds = grid_lib.parse_seeds(_SEEDS.value)
-        if _PARALLEL.value < 1:
-            raise ValueError(f"--parallel must be at least 1, got {_PARALLEL.value}")
-        check_passthrough(passthrough, grid)
-        runs = grid_lib.expand(grid, seeds)
-        sweep_dir = os.path.normpath(_SWEEP_DIR.value or default_sweep_dir(system, grid, passthrough))
-        old = grid_lib.read_manifest(sweep_dir)
-        if old is not None:
-            grid_lib.check_compatible(old, system=system, grid=grid, seeds=seeds, passthrough=passthrough)
-        run_dirs = [os.path.join(sweep_dir, run.name) for run in runs]
-        states = [grid_lib.run_state(d) for d in run_dirs]
-        for run_dir, state in zip(run_dirs, states, strict=True):
-            holder = rundir.holder_pid(run_dir) if state != grid_lib.FINISHED else None
-            if holder is not None:  # e.g. a child left running by a sweep that was killed with SIGKILL
-                raise ValueError(f"{run_dir} is in use by a running process (pid {holder}); stop it and rerun")
-        named_args = [(run.name, run_args(passthrough, run, d))
-                      for run, d, state in zip(runs, run_dirs, states, strict=True) if state != grid_lib.FINISHED]
-        supports_resume = True
-        if named_args:  # nothing is validated (nor a child started) when every run is finished
-            probe = probe_launcher(system, [args for _, args in named_args])
-            check_against_launcher(system, grid, named_args, probe)
-            supports_resume = probe["resume"]
+        plan = _plan(passthrough)
     except ValueError as error:
         _fail(error)
+    entries = _entries(plan, passthrough)
+    _print_plan(plan, entries, _PARALLEL.value, dry_run=_DRY_RUN.value)
+    if _DRY_RUN.value:
+        return
+    runner, completed = _run_locked(plan, passthrough, entries, _PARALLEL.value)
+    counts = ", ".join(f"{n} {what}" for what, n in runner.counts.items() if n or what in ("done", "failed"))
+    print(f"sweep: {counts} of {len(entries)} runs in {_duration(time.monotonic() - runner.t0)}; sweep_dir "
+          f"{plan.sweep_dir}" + ("" if completed else f" (continue: rerun with --sweep_dir={plan.sweep_dir})"),
+          flush=True)
+    if not completed:
+        sys.exit(130)
+    if runner.counts["failed"]:
+        sys.exit(1)
 
-    old_records = {r.get("name"): r for r in (old or {}).get("runs", [])}
+
+@dataclasses.dataclass
+class _Plan:
+    """What `main` checked before anything starts: the sweep's runs, their directories and states, the manifest
+    of an earlier invocation in the same sweep_dir and whether the launcher takes --resume."""
+
+    system: str
+    grid: grid_lib.Grid
+    seeds: tuple[int, ...]
+    runs: list[grid_lib.RunSpec]
+    sweep_dir: str
+    old: dict | None
+    run_dirs: list[str]
+    states: list[str]
+    supports_resume: bool
+
+
+def _plan(passthrough: list[str]) -> _Plan:
+    """Reads the sweep's flags and the sweep directory and checks everything the module docstring lists (the
+    planned command lines in a `probe_launcher` child); ValueError for the first problem."""
+    system = _SYSTEM.value
+    if system is None:
+        raise ValueError(f"--system is required (one of {', '.join(SYSTEMS)})")
+    grid = grid_lib.build_grid(_SWEEP.value)
+    seeds = grid_lib.parse_seeds(_SEEDS.value)
+    if _PARALLEL.value < 1:
+        raise ValueError(f"--parallel must be at least 1, got {_PARALLEL.value}")
+    check_passthrough(passthrough, grid)
+    runs = grid_lib.expand(grid, seeds)
+    sweep_dir = os.path.normpath(_SWEEP_DIR.value or default_sweep_dir(system, grid, passthrough))
+    old = grid_lib.read_manifest(sweep_dir)
+    if old is not None:
+        grid_lib.check_compatible(old, system=system, grid=grid, seeds=seeds, passthrough=passthrough)
+    run_dirs = [os.path.join(sweep_dir, run.name) for run in runs]
+    states = [grid_lib.run_state(d) for d in run_dirs]
+    for run_dir, state in zip(run_dirs, states, strict=True):
+        holder = rundir.holder_pid(run_dir) if state != grid_lib.FINISHED else None
+        if holder is not None:  # e.g. a child left running by a sweep that was killed with SIGKILL
+            raise ValueError(f"{run_dir} is in use by a running process (pid {holder}); stop it and rerun")
+    named_args = [(run.name, run_args(passthrough, run, d))
+                  for run, d, state in zip(runs, run_dirs, states, strict=True) if state != grid_lib.FINISHED]
+    supports_resume = True
+    if named_args:  # nothing is validated (nor a child started) when every run is finished
+        probe = probe_launcher(system, [args for _, args in named_args])
+        check_against_launcher(system, grid, named_args, probe)
+        supports_resume = probe["resume"]
+    return _Plan(system, grid, seeds, runs, sweep_dir, old, run_dirs, states, supports_resume)
+
+
+def _entries(plan: _Plan, passthrough: list[str]) -> list[RunEntry]:
+    """Every run of the grid with its action, command and manifest record (an earlier invocation's, updated)."""
+    old_records = {r.get("name"): r for r in (plan.old or {}).get("runs", [])}
     entries = []
-    for index, (run, run_dir, state) in enumerate(zip(runs, run_dirs, states, strict=True), start=1):
-        action = plan_action(state, supports_resume=supports_resume)
-        command = build_command(system, run_args(passthrough, run, run_dir), resume=action == RESUME)
+    for index, (run, run_dir, state) in enumerate(zip(plan.runs, plan.run_dirs, plan.states, strict=True), start=1):
+        action = plan_action(state, supports_resume=plan.supports_resume)
+        command = build_command(plan.system, run_args(passthrough, run, run_dir), resume=action == RESUME)
         record = dict(old_records.get(run.name, {}))
         record.update(name=run.name, flags=dict(run.flags), seed=run.seed)
         record.setdefault("command", command)
@@ -507,31 +545,38 @@ def main(argv):
         record.setdefault("status", "pending")
         record.setdefault("exit_code", None)
         entries.append(RunEntry(index, run, run_dir, action, command, record))
+    return entries
 
+
+def _print_plan(plan: _Plan, entries: list[RunEntry], parallel: int, *, dry_run: bool) -> None:
+    """The sweep's one-line header; with --dry_run also each run's action and planned command line."""
     to_run = sum(e.action != SKIP for e in entries)
     resumed = sum(e.action == RESUME for e in entries)
-    print(f"sweep: launch.{system}, {len(runs)} runs ({len(runs) - to_run} finished, {to_run} to run"
-          f"{f', {resumed} resumed' if resumed else ''}), parallel {_PARALLEL.value}, sweep_dir {sweep_dir}"
-          + ("  [dry run]" if _DRY_RUN.value else ""), flush=True)
-    if _DRY_RUN.value:
+    print(f"sweep: launch.{plan.system}, {len(plan.runs)} runs ({len(plan.runs) - to_run} finished, {to_run} to run"
+          f"{f', {resumed} resumed' if resumed else ''}), parallel {parallel}, sweep_dir {plan.sweep_dir}"
+          + ("  [dry run]" if dry_run else ""), flush=True)
+    if dry_run:
         width = len(str(len(entries)))
         for e in entries:
             tail = "" if e.action == SKIP else f": {shlex.join(e.command)}"
             print(f"[{e.index:>{width}}/{len(entries)}] {e.action:<6} {e.run.name}{tail}")
-        return
 
-    os.makedirs(sweep_dir, exist_ok=True)
+
+def _run_locked(plan: _Plan, passthrough: list[str], entries: list[RunEntry], parallel: int) -> tuple[Runner, bool]:
+    """Holds `<sweep_dir>/sweep.lock` while the runs go (SIGTERM acting as Ctrl-C); returns the runner and whether
+    the sweep completed (False: interrupted)."""
+    os.makedirs(plan.sweep_dir, exist_ok=True)
     try:
-        lock = _acquire_lock(sweep_dir)
+        lock = _acquire_lock(plan.sweep_dir)
     except ValueError as error:
         _fail(error)
     now = time.strftime("%Y-%m-%dT%H:%M:%S")
     manifest = {
-        "version": grid_lib.MANIFEST_VERSION, "system": system, "module": f"launch.{system}",
-        "grid": grid_lib.grid_to_json(grid), "seeds": list(seeds), "passthrough": passthrough,
-        "created": (old or {}).get("created", now), "runs": [e.record for e in entries],
+        "version": grid_lib.MANIFEST_VERSION, "system": plan.system, "module": f"launch.{plan.system}",
+        "grid": grid_lib.grid_to_json(plan.grid), "seeds": list(plan.seeds), "passthrough": passthrough,
+        "created": (plan.old or {}).get("created", now), "runs": [e.record for e in entries],
     }
-    runner = Runner(sweep_dir, manifest, entries, _PARALLEL.value, len(entries))
+    runner = Runner(plan.sweep_dir, manifest, entries, parallel, len(entries))
     previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         for e in entries:
@@ -544,13 +589,7 @@ def main(argv):
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         os.remove(lock)
-    counts = ", ".join(f"{n} {what}" for what, n in runner.counts.items() if n or what in ("done", "failed"))
-    print(f"sweep: {counts} of {len(entries)} runs in {_duration(time.monotonic() - runner.t0)}; sweep_dir "
-          f"{sweep_dir}" + ("" if completed else f" (continue: rerun with --sweep_dir={sweep_dir})"), flush=True)
-    if not completed:
-        sys.exit(130)
-    if runner.counts["failed"]:
-        sys.exit(1)
+    return runner, completed
 
 
 def _default_sigint() -> None:

@@ -1,19 +1,25 @@
-"""`python -m launch.sync --game=Breakout`: the synchronous A2C/PPO baseline. Same flags as launch.hts."""
+"""`python -m launch.sync --game=Breakout`: the synchronous A2C/PPO baseline (roll out, then learn).
 
-from absl import app
+Flags (`--help` lists them with their defaults): launch.hts's without its actor threads and batches."""
 
 from launch import cli
 
 cli.exit_at_once_on_signals()  # before the heavy imports below
 
-from launch import common  # noqa: E402, F401 - common defines the flags
+from launch import common, flagsets  # noqa: E402
 from systems.sync import system  # noqa: E402
+
+FLAGS = flagsets.flag_values("sync")
+
+
+def make_config():
+    return common.config_from_flags(FLAGS)
 
 
 def main(argv):
     del argv
-    common.run_main(system.run)
+    common.run_main(system.run, make_config)
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=cli.parse_flags)
+    common.launch("sync", FLAGS, main, __doc__)

@@ -15,7 +15,7 @@ from systems.common.concurrency import ParameterStore, ThreadGroup
 from systems.common.config import TrainConfig
 from systems.common.learner import build, compile_in_background, compiles_in_progress
 from systems.common.rollout import RoundStorage
-from systems.pal.agent import build_agent
+from systems.offpolicy.agent import build_agent
 from systems.pal.system import PALConfig, ParameterServer, RatioGate, make_buffer
 
 _LOWERING = "/jax/core/compile/jaxpr_to_mlir_module_duration"

@@ -20,6 +20,8 @@ from systems.common.evaluation import Evaluator
 from systems.common.learner import build
 from systems.common.outputs import params_fingerprint
 from systems.common.restore import restore_run
+from systems.registry import ENTRIES
+from tests.launchers import run_launcher
 
 
 def _read(path):
@@ -31,9 +33,8 @@ def _read(path):
 def hts_run(tmp_path_factory):
     """A tiny HTS CartPole run (A2C: the quickest update to compile), trained once for the module."""
     run_dir = str(tmp_path_factory.mktemp("hts") / "run")
-    with flagsaver.flagsaver(env="CartPole-v1", algo="a2c", total_steps=512, num_envs=4, sync_interval=32,
-                             eval_episodes=0, checkpoint_every=0, logdir=run_dir, quiet=True):
-        launch_hts.main([])
+    run_launcher(launch_hts.main, env="CartPole-v1", algo="a2c", total_steps=512, num_envs=4, sync_interval=32,
+                 eval_episodes=0, checkpoint_every=0, logdir=run_dir, quiet=True)
     return run_dir
 
 
@@ -45,7 +46,7 @@ def _evaluate(run_dir, out, **flags):
 
 def test_restore_is_exact_and_evaluation_reports_every_episode(hts_run, tmp_path, capsys):
     summary = _read(os.path.join(hts_run, "summary.json"))
-    restored = restore_run(hts_run)
+    restored = restore_run(hts_run, ENTRIES)
     assert restored.system == "hts" and restored.env_steps == summary["env_steps"] == 512
     assert params_fingerprint(restored.params) == summary["param_fingerprint"]
 
@@ -68,7 +69,7 @@ def test_same_seed_same_returns_and_the_evaluators_own_protocol(hts_run, tmp_pat
     assert first["policy"] == policy and first["eval_seed"] == 123
     assert first["returns"] == again["returns"]
     # The Evaluator with the training systems' own action function (setup.network.apply) plays the same episodes.
-    restored = restore_run(hts_run)
+    restored = restore_run(hts_run, ENTRIES)
     setup, _ = build(restored.config, restored.spec)
     evaluator = Evaluator(restored.spec, setup.network.apply, episodes=3, seed=123, deterministic=policy == "greedy")
     np.testing.assert_array_equal(evaluator.run(restored.policy_params()), first["returns"])
@@ -124,10 +125,9 @@ def test_image_frames_are_drawn_from_the_observation():
 
 def test_gala_learners_and_their_average(tmp_path):
     run_dir = str(tmp_path / "gala")
-    with flagsaver.flagsaver(env="CartPole-v1", num_learners=2, envs_per_learner=2, sync_interval=8, total_steps=64,
-                             eval_episodes=0, checkpoint_every=0, logdir=run_dir, quiet=True):
-        launch_gala.main([])
-    restored = restore_run(run_dir)
+    run_launcher(launch_gala.main, env="CartPole-v1", num_learners=2, envs_per_learner=2, sync_interval=8,
+                 total_steps=64, eval_episodes=0, checkpoint_every=0, logdir=run_dir, quiet=True)
+    restored = restore_run(run_dir, ENTRIES)
     assert restored.system == "gala" and restored.num_learners == 2
     assert params_fingerprint(restored.params) == _read(os.path.join(run_dir, "summary.json"))["param_fingerprint"]
     x0, x1 = restored.policy_params("0"), restored.policy_params("1")
@@ -148,7 +148,7 @@ def _no_checkpoint(tmp_path, hts_run):
 
 def _foreign_system(tmp_path, hts_run):
     run_dir = _no_checkpoint(tmp_path, hts_run)
-    state = restore_run(hts_run).state
+    state = restore_run(hts_run, ENTRIES).state
     save_checkpoint(run_dir, 64, state, {"env_steps": 64, "system": "alphazero"})
     return run_dir
 
@@ -160,7 +160,7 @@ def _other_env(tmp_path, hts_run):
     config["env_id"] = "Acrobot-v1"
     with open(os.path.join(run_dir, "config.json"), "w") as f:
         json.dump(config, f)
-    state = restore_run(hts_run).state
+    state = restore_run(hts_run, ENTRIES).state
     save_checkpoint(run_dir, 128, state, {"env_steps": 128, "system": "hts"})
     return run_dir
 

@@ -1,5 +1,6 @@
-"""Launcher smoke tests (tiny sizes, under flagsaver), bad flags, and checkpoint kill/resume."""
+"""Launcher smoke tests (tiny sizes, through the launcher's own parser), bad flags, and checkpoint kill/resume."""
 
+import importlib
 import json
 import os
 import signal
@@ -8,14 +9,15 @@ import sys
 import time
 
 import pytest
-from absl.testing import flagsaver
 
 from envs.factory import make_spec
+from launch import cli
 from launch import hts as launch_hts
 from launch import sync as launch_sync
 from systems.common.checkpoint import list_checkpoints, load_latest_checkpoint
 from systems.common.config import TrainConfig
 from systems.common.learner import build
+from tests.launchers import run_launcher
 from tests.faults import wait_for_checkpoints
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,8 +61,7 @@ def _outputs_ok(run_dir, steps):
 )
 def test_launcher_smoke(tmp_path, main, kwargs, steps):
     run_dir = str(tmp_path / "run")
-    with flagsaver.flagsaver(logdir=run_dir, eval_episodes=1, quiet=True, **kwargs):
-        main([])
+    run_launcher(main, logdir=run_dir, eval_episodes=1, quiet=True, **kwargs)
     summary = _outputs_ok(run_dir, steps)
     assert summary["evaluations"] >= 1 and summary["final_metric"] is not None
 
@@ -78,8 +79,8 @@ def test_launcher_smoke(tmp_path, main, kwargs, steps):
     ],
 )
 def test_bad_flags_one_line_and_exit_2(capsys, kwargs, message):
-    with flagsaver.flagsaver(**kwargs), pytest.raises(SystemExit) as exit_info:
-        launch_hts.main([])
+    with pytest.raises(SystemExit) as exit_info:
+        run_launcher(launch_hts.main, **kwargs)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and message.lower() in err.lower(), err
@@ -87,8 +88,8 @@ def test_bad_flags_one_line_and_exit_2(capsys, kwargs, message):
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path, capsys):
-    with flagsaver.flagsaver(env="CartPole-v1", logdir=str(tmp_path), resume=True), pytest.raises(SystemExit) as e:
-        launch_sync.main([])
+    with pytest.raises(SystemExit) as e:
+        run_launcher(launch_sync.main, env="CartPole-v1", logdir=str(tmp_path), resume=True)
     assert e.value.code == 2
     assert "holds no run (no readable config.json)" in capsys.readouterr().err
 
@@ -188,3 +189,53 @@ def test_checkpoints_are_atomic_and_partial_files_are_ignored(tmp_path):
     names = sorted(os.listdir(directory))
     assert not [n for n in names if ".tmp-" in n]
     assert load_latest_checkpoint(run_dir, state)[1]["env_steps"] == 256
+
+
+@pytest.mark.parametrize(
+    "launcher,present,absent",
+    [
+        ("hts", ("--num_actors", "--clip_eps", "--normalize_obs", "--game"),
+         ("--replay", "--num_learners", "--hidden")),
+        ("sync", ("--sync_interval", "--num_epochs"), ("--num_actors", "--inference_batch", "--replay")),
+        ("ba3c", ("--local_batch", "--coordinator_address", "--hidden"), ("--num_envs", "--clip_eps", "--num_actors")),
+        ("gala", ("--envs_per_learner", "--num_learners", "--gossip"), ("--num_envs", "--normalize_obs")),
+        ("pal", ("--replay", "--tree_k", "--num_learners", "--checkpoint_every"), ("--sync_interval", "--num_envs")),
+        ("spreeze", ("--num_samplers", "--transfer", "--buffer_size"), ("--checkpoint_every", "--replay", "--tree_k")),
+    ],
+)
+def test_each_launcher_help_lists_its_own_flags_with_defaults(launcher, present, absent):
+    """`python -m launch.<name> --help`: the launcher's docstring and every flag it takes, none it refuses."""
+    result = subprocess.run([sys.executable, "-m", f"launch.{launcher}", "--help"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    module = importlib.import_module(f"launch.{launcher}")
+    for name in module.FLAGS:
+        shown = f"--{name}:" in result.stdout or f"--[no]{name}:" in result.stdout
+        assert shown, f"--{name} missing from launch.{launcher} --help"
+    for flag in present:
+        assert f"{flag}:" in result.stdout or f"--[no]{flag[2:]}:" in result.stdout, flag
+    for flag in absent:
+        assert f"{flag}:" not in result.stdout and f"--[no]{flag[2:]}:" not in result.stdout
+    assert "(default:" in result.stdout and f"python -m launch.{launcher}" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["launch.sync", "--num_actors=4"], "--num_actors does not apply to launch.sync (it is a flag of launch.hts"),
+        (["launch.hts", "--algo=sac"], "launch.hts trains ppo, a2c; --algo=sac is trained by python -m launch.pal"),
+        (["launch.hts", "--num_actor=2"], "launch.hts has no flag --num_actor; did you mean --num_actors?"),
+        (["launch.hts", "--seed=x"], "flag --seed=x"),
+    ],
+)
+def test_a_flag_the_launcher_does_not_take_is_one_line_naming_who_takes_it(capsys, argv, message):
+    module = importlib.import_module(argv[0])
+    parse = cli.launcher_parser(argv[0].rpartition(".")[2], module.FLAGS, module.__doc__)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            parse(argv)
+    finally:
+        module.FLAGS.unparse_flags()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err

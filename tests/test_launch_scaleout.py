@@ -1,14 +1,14 @@
-"""Smoke tests of `launch.ba3c` and `launch.gala` (tiny sizes, under flagsaver, one CPU device), resume, and bad
-flags: one `error:` line and exit 2."""
+"""Smoke tests of `launch.ba3c` and `launch.gala` (tiny sizes, through the launcher's own parser, one CPU device),
+resume, and bad flags: one `error:` line and exit 2."""
 
 import json
 import os
 
 import pytest
-from absl.testing import flagsaver
 
 from launch import ba3c as launch_ba3c
 from launch import gala as launch_gala
+from tests.launchers import run_launcher
 
 
 def _summary(run_dir):
@@ -24,8 +24,7 @@ def _config(run_dir):
 def test_ba3c_smoke_on_breakout_uses_the_ba3c_network(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     flags = dict(game="Breakout", local_batch=8, sync_interval=4, total_steps=32, hidden=64, eval_episodes=1)
-    with flagsaver.flagsaver(logdir=run_dir, **flags):
-        launch_ba3c.main([])
+    run_launcher(launch_ba3c.main, logdir=run_dir, **flags)
     summary = _summary(run_dir)
     assert summary["env_steps"] == 32 and summary["updates"] == 4
     # Table 2: the BA3C network's size is 98,624 + hidden x (1602 + A) + A + 1 (Breakout: A = 4).
@@ -39,10 +38,8 @@ def test_ba3c_smoke_on_breakout_uses_the_ba3c_network(tmp_path, capsys):
 def test_ba3c_resume_continues_from_the_checkpoint(tmp_path):
     run_dir = str(tmp_path / "run")
     base = dict(env="CartPole-v1", local_batch=20, sync_interval=5, eval_episodes=0, quiet=True, logdir=run_dir)
-    with flagsaver.flagsaver(total_steps=200, **base):
-        launch_ba3c.main([])
-    with flagsaver.flagsaver(total_steps=400, resume=True, **base):
-        launch_ba3c.main([])
+    run_launcher(launch_ba3c.main, total_steps=200, **base)
+    run_launcher(launch_ba3c.main, total_steps=400, resume=True, **base)
     summary = _summary(run_dir)
     assert summary["resumed_from_env_steps"] == 200 and summary["env_steps"] == 400 and summary["updates"] == 20
 
@@ -52,8 +49,7 @@ def test_gala_smoke(tmp_path, gossip_flags):
     run_dir = str(tmp_path / "run")
     flags = dict(env="CartPole-v1", num_learners=2, envs_per_learner=2, sync_interval=5, total_steps=200,
                  eval_episodes=1, quiet=True, **gossip_flags)
-    with flagsaver.flagsaver(logdir=run_dir, **flags):
-        launch_gala.main([])
+    run_launcher(launch_gala.main, logdir=run_dir, **flags)
     summary = _summary(run_dir)
     assert summary["env_steps"] == 200 and summary["updates"] == 20
     config = _config(run_dir)
@@ -66,22 +62,21 @@ def test_gala_smoke(tmp_path, gossip_flags):
     "main,kwargs,message",
     [
         (launch_ba3c.main, dict(env="CartPole-v1", local_batch=7, sync_interval=5), "multiple of --sync_interval"),
-        (launch_ba3c.main, dict(env="CartPole-v1", num_envs=8), "--local_batch"),
+        (launch_ba3c.main, dict(env="CartPole-v1", num_envs=8), "--num_envs does not apply to launch.ba3c"),
         (launch_ba3c.main, dict(env="CartPole-v1", num_devices=64), "devices"),
         (launch_ba3c.main, dict(env="CartPole-v1", algo="ppo"), "A2C"),
         (launch_ba3c.main, dict(env="CartPole-v1", num_processes=2), "coordinator_address"),
         (launch_ba3c.main, dict(env="CartPole-v1", hidden=0), "--hidden"),
         (launch_gala.main, dict(env="CartPole-v1", gossip="pmap"), "one learner per device"),
         (launch_gala.main, dict(env="CartPole-v1", topology="exponential"), "--gossip=pmap"),
-        (launch_gala.main, dict(env="CartPole-v1", num_envs=8), "--envs_per_learner"),
+        (launch_gala.main, dict(env="CartPole-v1", num_envs=8), "--num_envs does not apply to launch.gala"),
         (launch_gala.main, dict(env="CartPole-v1", max_staleness=-2), "max_staleness"),
         (launch_gala.main, dict(env="CartPole-v1", num_learners=3, topology="exponential", gossip="pmap"), "power"),
     ],
 )
 def test_bad_scaleout_flags_one_line_and_exit_2(tmp_path, capsys, main, kwargs, message):
-    with flagsaver.flagsaver(logdir=str(tmp_path / "run"), quiet=True, **kwargs):
-        with pytest.raises(SystemExit) as exit_info:
-            main([])
+    with pytest.raises(SystemExit) as exit_info:
+        run_launcher(main, logdir=str(tmp_path / "run"), quiet=True, **kwargs)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and message.lower() in err.lower(), err

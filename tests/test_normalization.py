@@ -32,6 +32,7 @@ from agents.types import Rollout, TrainState
 from systems.common.checkpoint import list_checkpoints
 from systems.common.config import TrainConfig, preset
 from systems.common.restore import restore_run
+from systems.registry import ENTRIES
 from systems.hts import system as hts
 from systems.sync import system as sync
 
@@ -201,7 +202,7 @@ def test_resume_restores_the_statistics_and_evaluation_uses_them(tmp_path):
     config = _hopper_config(tmp_path, "run", total_steps=8 * 32 * 2, checkpoint_every=8 * 32)
     sync.run(config)
     first_count = int(float(_rows(config.logdir)[-1]["obs_norm_count"]))
-    restored = restore_run(config.logdir)
+    restored = restore_run(config.logdir, ENTRIES)
     stats = restored.params[OBS_NORM]
     assert int(stats["count"]) == first_count > 0
     assert float(jnp.max(jnp.abs(stats["mean"]))) > 0  # real statistics, not the initial ones

@@ -12,12 +12,12 @@ import time
 
 import numpy as np
 import pytest
-from absl.testing import flagsaver
 
 from launch import pal as launch_pal
 from systems.common.concurrency import StopRequested
 from systems.pal import system
 from systems.pal.allocate import choose_allocation, format_profile
+from tests.launchers import run_launcher
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -270,9 +270,8 @@ def test_pal_config_rejects_bad_values(tmp_path):
 
 def test_launcher_smoke(tmp_path):
     run_dir = str(tmp_path / "run")
-    with flagsaver.flagsaver(env="CartPole-v1", total_steps=400, learning_starts=100, batch_size=16,
-                             hidden_sizes=["16"], eval_episodes=1, logdir=run_dir, quiet=True):
-        launch_pal.main([])
+    run_launcher(launch_pal.main, env="CartPole-v1", total_steps=400, learning_starts=100, batch_size=16,
+                 hidden_sizes=["16"], eval_episodes=1, logdir=run_dir, quiet=True)
     summary = _summary(run_dir)
     assert summary["algo"] == "dqn" and summary["optimizer_steps"] == 300
 
@@ -283,7 +282,7 @@ def test_launcher_smoke(tmp_path):
         (["--env=CartPole-v1", "--algo=sac"], "continuous"),
         (["--env=Pendulum-v1", "--algo=dqn"], "discrete"),
         (["--env=CartPole-v1", "--num_envs=8"], "--num_envs does not apply"),
-        (["--env=CartPole-v1", "--algo=ppo"], "launch.pal trains"),
+        (["--env=CartPole-v1", "--algo=ppo"], "--algo=ppo is trained by python -m launch.hts or launch.sync"),
         (["--env=CartPole-v1", "--num_learners=3", "--batch_size=128"], "must divide"),
         (["--env=CartPole-v1", "--hidden_sizes=a,b"], "--hidden_sizes"),
         (["--env=CartPole-v1", "--resume", "--logdir=/nonexistent/pal"], "--resume"),

@@ -128,9 +128,8 @@ def test_launcher_exits_3_with_one_line_on_a_nan_update(tmp_path):
         "        return n, {**m, 'value_loss': jnp.where(n.update_step >= 2, jnp.nan, m['value_loss'])}\n"
         "    return dataclasses.replace(setup, update=jax.jit(update), update_fn=update), state\n"
         "run_lib.build = build\n"
-        "from absl import app\n"
-        "from launch import hts\n"
-        "app.run(hts.main)\n"
+        "from launch import common, hts\n"
+        "common.launch('hts', hts.FLAGS, hts.main, hts.__doc__)\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", driver, "--env=CartPole-v1", "--num_envs=4", "--sync_interval=16",
@@ -369,13 +368,14 @@ def _poison(path: str) -> None:
 def test_evaluate_warns_of_a_bad_newest_checkpoint_and_restores_the_older(tmp_path, capsys, damage, reason):
     """launch.evaluate restored a checkpoint of NaN parameters and reported its (NaN) returns as a result."""
     from systems.common.restore import restore_run
+    from systems.registry import ENTRIES
 
     config = _config(tmp_path, eval_episodes=0)
     sync.run(config)
     older, newest = list_checkpoints(config.logdir)[-2:]
     damage(newest)
     capsys.readouterr()
-    restored = restore_run(config.logdir)
+    restored = restore_run(config.logdir, ENTRIES)
     assert restored.checkpoint_path == older
     assert f"warning: checkpoint {newest} is unreadable {reason}" in capsys.readouterr().err
     assert os.path.exists(newest)  # evaluation only reads: nothing is renamed

@@ -18,7 +18,7 @@ from envs.step_time import parse_step_time
 from launch import report as launch_report
 from systems.analysis import metrics, plots, tables
 from systems.common.config import TrainConfig
-from systems.common.outputs import EVAL_FIELDS, PROGRESS_FIELDS
+from systems.common.outputs import EVAL_FIELDS, ON_POLICY_LOSSES, PPO_COLUMNS, PROGRESS_BASE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = 2000  # bootstrap resamples where the exact interval does not matter (keeps the file fast)
@@ -30,6 +30,9 @@ SAMPLES = 2000  # bootstrap resamples where the exact interval does not matter (
 #   running average at i = 0..6: 0, 3/4, 5/5, 14/8, 18/9, 33/12, 39/13 = 3.0 -> target 3 reached at 70 s.
 EVALS = [(100 * (i + 1), 10.0 * (i + 1), 1 if i % 2 == 0 else 3, float(i)) for i in range(12)]
 FINGERPRINT = "ab" * 32
+
+
+PROGRESS_FIELDS = PROGRESS_BASE + ON_POLICY_LOSSES + PPO_COLUMNS  # an HTS-PPO run's progress.csv
 
 
 def _write_run(

@@ -153,7 +153,7 @@ def _next_event(events, deadline):
 
 def test_render_main_renders_published_weights_in_a_spawned_process(tmp_path):
     from envs.factory import make_spec
-    from systems.pal.agent import build_agent
+    from systems.offpolicy.agent import build_agent
     from systems.spreeze import weights as weights_lib
     from systems.spreeze.system import SpreezeConfig
 

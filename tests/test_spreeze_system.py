@@ -107,7 +107,7 @@ def test_spreeze_stops_at_target(tmp_path):
     "args, message",
     [
         (["--env=CartPole-v1"], "continuous"),
-        (["--env=Pendulum-v1", "--algo=dqn"], "launch.spreeze trains"),
+        (["--env=Pendulum-v1", "--algo=dqn"], "launch.spreeze trains sac, td3, ddpg"),
         (["--env=Pendulum-v1", "--num_samplers=abc"], "--num_samplers"),
         (["--env=Pendulum-v1", "--num_learners=2"], "--num_learners does not apply"),
         (["--env=Pendulum-v1", "--resume", "--logdir=/nonexistent/spreeze"], "--resume"),

@@ -8,6 +8,7 @@ newer checkpoints are not pruned in favour of a broken one and later resumes do 
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -91,3 +92,17 @@ def set_aside(path: str) -> str:
         return path
     return aside
 
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpointing:
+    """How a system's state is written and read back: the state codec the run harness (`monitor.Monitor`) uses for
+    its checkpoints and `--resume`. The default is this module's msgpack files; Spreeze passes its weight files.
+
+    `save(run_dir, env_steps, state, meta) -> path`; `load(run_dir, target, on_skip) -> (state, meta) | None`
+    (each unreadable newer file reported to `on_skip(path, reason)`); `extra_meta(env_steps) -> dict`, called before
+    each checkpoint is written, adds the system's own entries (PAL saves its replay buffer there)."""
+
+    save: Callable[[str, int, Any, dict], str] = save_checkpoint
+    load: Callable[[str, Any, OnSkip], tuple[Any, dict] | None] = load_latest_checkpoint
+    extra_meta: Callable[[int], dict] | None = None

@@ -15,18 +15,37 @@ class ConfigError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """Every field of one on-policy run. Sizes are per run, not per device."""
+class RunConfig:
+    """The fields every system's run has: what it trains on, its seed and length, where it writes, how it is
+    evaluated and checkpointed. Each system's config adds its algorithm's and its own layout's fields
+    (`TrainConfig` for the on-policy systems, `systems.offpolicy.config.OffPolicyConfig` for PAL and Spreeze)."""
 
     env_id: str  # EnvPool task id, e.g. "Breakout-v5"
-    algo: str = "ppo"  # "ppo" or "a2c"
+    algo: str = "ppo"  # the system's algorithm (each config narrows the choice and sets its default)
     seed: int = 1  # fixes env seeds, parameter init, action keys and minibatch order
+    total_steps: int = 10_000_000  # env steps (agent steps, not frames)
+    logdir: str = ""  # run directory (created); "" means runs/<system>-<env>-s<seed>-<time>
+    resume: bool = False  # continue from the newest checkpoint in logdir
+    eval_every: int = 0  # env steps between evaluations (0: only at the end)
+    eval_episodes: int = 10  # episodes per evaluation (0: no evaluation)
+    eval_deterministic: bool = False  # greedy (mode) evaluation instead of sampling
+    checkpoint_every: int = 0  # env steps between checkpoints (0: only at the end)
+    time_limit: float = 0.0  # seconds of training before stopping (0: none); gives the final time metric
+    target_return: float | None = None  # evaluation return for the required time metric
+    quiet: bool = False  # no terminal progress line
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(RunConfig):
+    """An on-policy run (HTS-RL, the synchronous baseline, and the data-parallel and gossip systems that extend it):
+    PPO / A2C hyperparameters, the network, and the env and round sizes. Sizes are per run, not per device."""
+
     num_envs: int = 8  # parallel training environments
     num_actors: int = 1  # HTS actor threads (ignored by the sync baseline)
     env_batch_size: int = 0  # EnvPool batch size in async mode (0: num_envs // 2); HTS only
     inference_batch: int = 0  # fixed actor forward-pass batch (0: num_envs // 2); keep it fixed for bit-identity
     sync_interval: int = 128  # alpha: steps per env in one round = rollout length of one update
-    total_steps: int = 10_000_000  # env steps (agent steps, not frames); rounded up to whole rounds
+    # total_steps (RunConfig) is rounded up to whole rounds.
     # Optimisation.
     optimizer: str = "adam"  # adam | rmsprop (PyTorch: eps outside the sqrt) | adam_large_batch (BA3C Eq. 5-6)
     learning_rate: float = 2.5e-4
@@ -54,17 +73,7 @@ class TrainConfig:
     activation: str = "tanh"  # tanh | relu
     orthogonal_init: bool = True  # False: PyTorch's default init (SB3 ortho_init=False)
     log_std_init: float = 0.0  # initial log-std of a continuous policy
-    # Runs.
-    logdir: str = ""  # run directory (created); "" means runs/<system>-<env>-s<seed>-<time>
-    resume: bool = False  # continue from the newest checkpoint in logdir
-    eval_every: int = 0  # env steps between evaluations (0: only at the end)
-    eval_episodes: int = 10  # episodes per evaluation (0: no evaluation)
-    eval_deterministic: bool = False  # greedy (mode) evaluation instead of sampling
-    checkpoint_every: int = 0  # env steps between checkpoints (0: only at the end)
-    time_limit: float = 0.0  # seconds of training before stopping (0: none); gives the final time metric
-    target_return: float | None = None  # evaluation return for the required time metric
     step_time: str = "none"  # simulated env step time: none | const:S | exp:MEAN | gamma:SHAPE:MEAN
-    quiet: bool = False  # no terminal progress line
 
 
 NORMALIZATION_SINGLE_LEARNER = (

@@ -1,5 +1,7 @@
-"""The main thread's side of a run, shared by all on-policy systems: run directory, resume, progress rows and the
-live line, periodic evaluation and checkpoints, the time limit, and the final `summary.json`."""
+"""The run harness every system composes (the main thread's side of a run): run directory, resume, progress rows
+and the live line, periodic evaluation and checkpoints, the time limit, and the final `summary.json`. A system
+states what it has instead of configuring hooks: its `Progress` (metric columns, how env steps count, the lag
+invariant), its evaluator, and its `checkpoint.Checkpointing` (the state codec)."""
 
 from __future__ import annotations
 
@@ -18,11 +20,11 @@ from agents import TrainState
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
 from systems.common import rundir
-from systems.common.checkpoint import OnSkip, load_latest_checkpoint, save_checkpoint, set_aside
+from systems.common.checkpoint import Checkpointing, set_aside
 from systems.common.evaluation import EvaluationRecord, Evaluator, final_metric, required_time
 from systems.common.finite import NonFiniteError, first_nonfinite, nonfinite_message, params_are_finite
 from systems.common.learner import LearnerSetup, parameter_count
-from systems.common.outputs import RunOutputs, params_fingerprint
+from systems.common.outputs import PROGRESS_BASE, RunOutputs, params_fingerprint
 
 
 @dataclasses.dataclass
@@ -59,82 +61,65 @@ def _restore_newest_readable(run_dir: str, state: Any, load_fn: Callable) -> tup
     return restored
 
 
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """What a system logs after each update and how its env steps are counted: the system states it, the harness
+    (`Monitor`) writes it. `metric_columns` follow `outputs.PROGRESS_BASE` in progress.csv (every metric still goes
+    to TensorBoard). Env steps: a round of every env per update (`num_envs x sync_interval`) unless
+    `steps_per_update` says otherwise (asynchronous gossip: one learner's iteration); systems whose env steps are
+    not a fixed multiple of updates (PAL, Spreeze: actors and learners held only to a ratio) keep them in their
+    state and give `env_steps_of(state)`. `max_policy_lag`: the lag invariant checked on every update (None: logged
+    only). `sizes` replaces the start line's "envs N  alpha A"; `header` is appended to it."""
+
+    metric_columns: tuple[str, ...] = ()
+    steps_per_update: int | None = None
+    env_steps_of: Callable[[Any], int] | None = None
+    max_policy_lag: int | None = 1
+    sizes: str | None = None
+    header: str = ""
+
+
+def on_policy_evaluator(config: config_lib.TrainConfig, spec: EnvSpec, setup: LearnerSetup) -> Evaluator | None:
+    """The PPO / A2C systems' evaluation (seed 000 section 5's protocol), or None with `--eval_episodes=0`."""
+    if config.eval_episodes <= 0:
+        return None
+    return Evaluator(spec, setup.network.apply, episodes=config.eval_episodes, seed=setup.eval_seed,
+                     deterministic=config.eval_deterministic)
+
+
 class Monitor:
+    """The run harness every system composes: run directory, resume, progress rows and the live line, periodic
+    evaluation and checkpoints, the time limit, and the final `summary.json`."""
+
     def __init__(
         self,
         system: str,
-        config: config_lib.TrainConfig,
-        spec: EnvSpec,
-        setup: LearnerSetup | None,
-        state: TrainState,
+        config: config_lib.RunConfig,
+        state: Any,
         *,
-        steps_per_update: int | None = None,
-        policy_params: Callable[[Any], Any] | None = None,
-        header: str = "",
-        env_steps_of: Callable[[Any], int] | None = None,
+        progress: Progress = Progress(),
         evaluator: Any = None,
-        max_policy_lag: int | None = 1,
-        checkpoint_extra: Callable[[int], dict] | None = None,
-        sizes: str | None = None,
-        save_fn: Callable[[str, int, Any, dict], str] | None = None,
-        load_fn: Callable[[str, Any, OnSkip], tuple[Any, dict] | None] | None = None,
+        policy_params: Callable[[Any], Any] | None = None,
+        checkpointing: Checkpointing = Checkpointing(),
         may_change_on_resume: frozenset = frozenset(),
     ):
-        """`state` is the learner state (any pytree with `params` and a scalar `update_step`). Systems whose
-        updates are not rounds of every env (asynchronous gossip: one learner's iteration) pass `steps_per_update`;
-        systems with several parameter sets (gossip) pass `policy_params(state)`, the parameters to evaluate.
-
-        Systems whose env steps are not a fixed multiple of updates (PAL: actors and learners held only to a
-        ratio) keep the env-step count in their state and pass `env_steps_of(state)`; they pass their own
-        `evaluator` (anything with `run(params) -> returns`) when `setup` is None, `max_policy_lag=None` when
-        the lag has no bound to check (it is still logged), and `checkpoint_extra(env_steps) -> meta entries`,
-        called before each checkpoint is written (PAL saves its replay buffer there). `sizes` replaces the
-        "envs N  alpha A" part of the first line. `save_fn(run_dir, env_steps, state, meta) -> path` and
-        `load_fn(run_dir, state, on_skip) -> (state, meta) | None` replace the checkpoint files (Spreeze: its weight
-        files are its checkpoints; `on_skip(path, reason)` for each unreadable newer file it passes over). The run
-        directory is claimed first (`systems.common.rundir`: locked, no second run without --resume, the run's
-        defining flags unchanged on resume but for `may_change_on_resume`)."""
+        """`state` is the learner state (any pytree with `params` and a scalar `update_step`). `evaluator` is
+        anything with `run(params) -> returns` (None: no evaluation); `policy_params(state)` picks the parameters
+        it plays (systems with several parameter sets: gossip's learner 0). The run directory is claimed first
+        (`systems.common.rundir`: locked, no second run without --resume, the run's defining flags unchanged on
+        resume but for `may_change_on_resume`)."""
         self.system = system
-        self.policy_params = policy_params or (lambda s: s.params)
         self.config = config
+        self.progress = progress
+        self.checkpointing = checkpointing
+        self.policy_params = policy_params or (lambda s: s.params)
         self.run_dir = config.logdir or default_run_dir(system, config)
-        if config.resume and not os.path.isdir(self.run_dir):
-            raise config_lib.ConfigError(
-                f"--resume needs --logdir to be an existing run directory, got '{config.logdir}'"
-            )
-        self.run_directory = rundir.claim(self.run_dir, config, may_change=may_change_on_resume)
-        self.state = state
-        self.evaluations: list[EvaluationRecord] = []
-        self.wall_offset = 0.0
-        self.resumed_from = None
-        self.resumed_meta: dict = {}
-        self._env_steps_of = env_steps_of
-        self._max_policy_lag = max_policy_lag
-        self._checkpoint_extra = checkpoint_extra
-        self._save_fn = save_fn or save_checkpoint
-        if config.resume:
-            self.state, meta = _restore_newest_readable(self.run_dir, state, load_fn or load_latest_checkpoint)
-            self.wall_offset = float(meta["wall_time"])
-            self.evaluations = [EvaluationRecord(**r) for r in meta["evaluations"]]
-            self.resumed_from = int(meta["env_steps"])
-            self.resumed_meta = meta
-        self.outputs = RunOutputs(self.run_dir, config, append=config.resume, quiet=config.quiet)
-        self.steps_per_round = steps_per_update or config_lib.steps_per_round(config)
-        self.total_updates = max(1, math.ceil(config.total_steps / self.steps_per_round))
-        self.total_steps = self.total_updates * self.steps_per_round
-        if env_steps_of is not None:
-            self.total_steps = config.total_steps
-        self.last_checkpoint: str | None = None
-        self.start_round = int(self.state.update_step)
-        self.start_steps = self.env_steps
-        self.evaluator = None
-        if evaluator is not None:
-            self.evaluator = evaluator if config.eval_episodes > 0 else None
-        elif config.eval_episodes > 0 and setup is not None:  # setup None: the system evaluates on its own
-            self.evaluator = Evaluator(
-                spec, setup.network.apply, episodes=config.eval_episodes, seed=setup.eval_seed,
-                deterministic=config.eval_deterministic,
-            )
+        self._claim(may_change_on_resume)
+        self._resume(state)
+        self.outputs = RunOutputs(self.run_dir, config, append=config.resume, quiet=config.quiet,
+                                  progress_fields=PROGRESS_BASE + tuple(progress.metric_columns))
+        self._plan_steps()
+        self.evaluator = evaluator if config.eval_episodes > 0 else None
         self._next_eval = self._next_multiple(config.eval_every)
         self._next_ckpt = self._next_multiple(config.checkpoint_every)
         self._episodes = collections.deque(maxlen=100)
@@ -142,14 +127,50 @@ class Monitor:
         self.max_policy_lag = 0
         self.last_metrics: dict = {}
         self.stopped_by_time_limit = False
-        self.outputs.print(
-            f"[{system}] {config.env_id}  algo {config.algo}  "
-            f"{sizes or f'envs {config.num_envs}  alpha {config.sync_interval}'}  "
-            f"params {parameter_count(self.policy_params(self.state)):,}{header}  run dir {self.run_dir}"
-            + (f"  (resumed at {self.start_steps:,} steps)" if config.resume else "")
-        )
+        self.outputs.print(self._start_line())
         self._t0 = time.perf_counter()
         self._last_output = self._t0
+
+    def _claim(self, may_change_on_resume: frozenset) -> None:
+        if self.config.resume and not os.path.isdir(self.run_dir):
+            raise config_lib.ConfigError(
+                f"--resume needs --logdir to be an existing run directory, got '{self.config.logdir}'"
+            )
+        self.run_directory = rundir.claim(self.run_dir, self.config, may_change=may_change_on_resume)
+
+    def _resume(self, state: Any) -> None:
+        """The initial state, or with --resume the newest readable checkpoint's state, evaluations and wall time."""
+        self.state = state
+        self.evaluations: list[EvaluationRecord] = []
+        self.wall_offset = 0.0
+        self.resumed_from = None
+        self.resumed_meta: dict = {}
+        if self.config.resume:
+            self.state, meta = _restore_newest_readable(self.run_dir, state, self.checkpointing.load)
+            self.wall_offset = float(meta["wall_time"])
+            self.evaluations = [EvaluationRecord(**r) for r in meta["evaluations"]]
+            self.resumed_from = int(meta["env_steps"])
+            self.resumed_meta = meta
+
+    def _plan_steps(self) -> None:
+        """Env steps per update, updates and env steps in all, and where this run starts."""
+        self.steps_per_round = self.progress.steps_per_update or config_lib.steps_per_round(self.config)
+        self.total_updates = max(1, math.ceil(self.config.total_steps / self.steps_per_round))
+        self.total_steps = self.total_updates * self.steps_per_round
+        if self.progress.env_steps_of is not None:
+            self.total_steps = self.config.total_steps
+        self.last_checkpoint: str | None = None
+        self.start_round = int(self.state.update_step)
+        self.start_steps = self.env_steps
+
+    def _start_line(self) -> str:
+        config = self.config
+        sizes = self.progress.sizes or f"envs {config.num_envs}  alpha {config.sync_interval}"
+        return (
+            f"[{self.system}] {config.env_id}  algo {config.algo}  {sizes}  "
+            f"params {parameter_count(self.policy_params(self.state)):,}{self.progress.header}  run dir {self.run_dir}"
+            + (f"  (resumed at {self.start_steps:,} steps)" if config.resume else "")
+        )
 
     def _next_multiple(self, every: int) -> float:
         if every <= 0:
@@ -161,8 +182,8 @@ class Monitor:
         return self._steps_of(self.state)
 
     def _steps_of(self, state: Any) -> int:
-        if self._env_steps_of is not None:
-            return int(self._env_steps_of(state))
+        if self.progress.env_steps_of is not None:
+            return int(self.progress.env_steps_of(state))
         return int(state.update_step) * self.steps_per_round
 
     def wall_time(self) -> float:
@@ -178,10 +199,9 @@ class Monitor:
         self.state = report.state
         self.last_metrics = report.metrics
         lag = report.learner_version - report.behaviour_version
-        if self._max_policy_lag is not None and not 0 <= lag <= self._max_policy_lag:
-            raise RuntimeError(
-                f"policy lag {lag} outside [0, {self._max_policy_lag}]: the one-step-delay invariant is broken"
-            )
+        bound = self.progress.max_policy_lag
+        if bound is not None and not 0 <= lag <= bound:
+            raise RuntimeError(f"policy lag {lag} outside [0, {bound}]: the one-step-delay invariant is broken")
         self.max_policy_lag = max(self.max_policy_lag, lag)
         for _, episode_return, episode_length in episodes:
             self._episodes.append((episode_return, episode_length))
@@ -257,9 +277,9 @@ class Monitor:
             "evaluations": [dataclasses.asdict(r) for r in self.evaluations],
             "system": self.system,
         }
-        if self._checkpoint_extra is not None:
-            meta.update(self._checkpoint_extra(self.env_steps))
-        self.last_checkpoint = self._save_fn(self.run_dir, self.env_steps, self.state, meta)
+        if self.checkpointing.extra_meta is not None:
+            meta.update(self.checkpointing.extra_meta(self.env_steps))
+        self.last_checkpoint = self.checkpointing.save(self.run_dir, self.env_steps, self.state, meta)
         return self.last_checkpoint
 
     def saved(self, stop: KeyboardInterrupt) -> KeyboardInterrupt:

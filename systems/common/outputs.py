@@ -17,7 +17,8 @@ import numpy as np
 
 from systems.common.atomic import naming_the_file, write_atomic
 
-PROGRESS_FIELDS = (
+# The progress.csv columns every system writes; each system adds its own metrics' columns (`Monitor`'s `Progress`).
+PROGRESS_BASE = (
     "env_steps",
     "wall_time",
     "sps",
@@ -28,28 +29,25 @@ PROGRESS_FIELDS = (
     "episodes",
     "episode_return",
     "episode_length",
-    "total_loss",
-    "policy_loss",
-    "value_loss",
-    "entropy",
-    "grad_norm",
-    "approx_kl",
-    "clip_fraction",
-    "reward_scale",  # --normalize_reward: the running return std the round's rewards were divided by
-    "obs_norm_count",  # --normalize_obs: observations merged into the running statistics
-    "update_norm",
-    "consensus_distance",  # gossip: ||X - mean(X)|| over the learners (seed 004, Fig. 2a)
-    "consensus_bound",  # gossip: the Proposition 1 bound from the learners' update norms
-    "grad_cosine_mean",  # gossip --log_grad_cosine: mean pairwise gradient cosine similarity (Fig. 2b)
-    "loss",  # PAL DQN: importance-weighted Huber TD loss
-    "critic_loss",  # PAL DDPG / TD3 / SAC
-    "actor_loss",
-    "alpha",  # PAL SAC temperature
-    "q_mean",
-    "td_abs_mean",
-    "replay_size",  # PAL: transitions in the replay buffer
-    "collected_per_update",  # PAL: env steps per optimizer step so far (held at --update_interval)
 )
+# The on-policy learners' metrics (agents/a2c.py, agents/ppo.py, agents/normalization.py).
+ON_POLICY_LOSSES = ("total_loss", "policy_loss", "value_loss", "entropy", "grad_norm")
+A2C_COLUMNS = ("update_norm",)  # the global norm of the optimizer update actually applied
+PPO_COLUMNS = ("approx_kl", "clip_fraction")
+REWARD_SCALE_COLUMN = "reward_scale"  # --normalize_reward: the running return std the round's rewards were divided by
+OBS_NORM_COLUMN = "obs_norm_count"  # --normalize_obs: observations merged into the running statistics
+
+
+def on_policy_columns(config: Any) -> tuple[str, ...]:
+    """The progress.csv metric columns of a PPO / A2C learner with `config`'s algorithm and normalization."""
+    columns = ON_POLICY_LOSSES + (PPO_COLUMNS if config.algo == "ppo" else A2C_COLUMNS)
+    if getattr(config, "normalize_reward", False):
+        columns += (REWARD_SCALE_COLUMN,)
+    if getattr(config, "normalize_obs", False):
+        columns += (OBS_NORM_COLUMN,)
+    return columns
+
+
 EVAL_FIELDS = ("env_steps", "wall_time", "policy_version", "episodes", "mean_return", "std_return")
 
 
@@ -91,12 +89,15 @@ def json_default(value):
 class RunOutputs:
     """Writes one run directory. `append=True` (resume) keeps the CSVs and adds to them."""
 
-    def __init__(self, run_dir: str, config: Any, *, append: bool, quiet: bool = False):
+    def __init__(self, run_dir: str, config: Any, *, append: bool, quiet: bool = False,
+                 progress_fields: tuple[str, ...] = PROGRESS_BASE):
+        """`progress_fields`: progress.csv's columns (the system's schema). A resumed run keeps the columns its
+        progress.csv already has, so a run from before a schema change stays one consistent table."""
         self.run_dir = run_dir
         os.makedirs(run_dir, exist_ok=True)
         self.quiet = quiet
         write_json_atomic(os.path.join(run_dir, "config.json"), dataclasses.asdict(config))
-        self._progress = self._open_csv("progress.csv", PROGRESS_FIELDS, append)
+        self._progress = self._open_csv("progress.csv", progress_fields, append)
         self._evals = self._open_csv("evaluations.csv", EVAL_FIELDS, append)
         self._tb = TensorBoardScalars(os.path.join(run_dir, "tb"))
         self._last_line = 0.0
@@ -107,6 +108,9 @@ class RunOutputs:
         if exists:
             _drop_torn_last_line(path)
             exists = os.path.getsize(path) > 0  # a torn header is rewritten
+        if exists:
+            with open(path, newline="") as existing:
+                fields = tuple(next(csv.reader(existing)))
         handle = open(path, "a" if exists else "w", newline="")
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         if not exists:
@@ -116,7 +120,7 @@ class RunOutputs:
     def log_progress(self, row: dict) -> None:
         handle, writer = self._progress
         with naming_the_file(handle.name):
-            writer.writerow({k: _fmt(row.get(k)) for k in PROGRESS_FIELDS})
+            writer.writerow({k: _fmt(row.get(k)) for k in writer.fieldnames})
             handle.flush()
         step = int(row["env_steps"])
         for key, value in row.items():
@@ -127,7 +131,7 @@ class RunOutputs:
     def log_evaluation(self, row: dict) -> None:
         handle, writer = self._evals
         with naming_the_file(handle.name):
-            writer.writerow({k: _fmt(row.get(k)) for k in EVAL_FIELDS})
+            writer.writerow({k: _fmt(row.get(k)) for k in writer.fieldnames})
             handle.flush()
         self._tb.add_scalar("eval/mean_return", float(row["mean_return"]), int(row["env_steps"]))
         self.print(

@@ -10,6 +10,10 @@ What "rebuild" means: the run's config is read back from `<run>/config.json` int
 own constructors build the network and the initial state exactly as the run did (same torso, widths, optimizer, so
 the same pytree), and the newest readable checkpoint is restored into that structure the way `--resume` does it
 (`systems.common.checkpoint.load_latest_checkpoint`; Spreeze's weight files through `systems.spreeze.weights`).
+
+This module knows no system: each system package's `entry.py` says how its runs are rebuilt (a
+`systems.common.registry.SystemEntry`, built on the helpers here), and the caller passes the entries
+(`systems.registry.ENTRIES`, which `launch.evaluate` uses).
 Every parameter leaf's shape and dtype are then checked against the rebuilt network, so a checkpoint that does not
 belong to the config is an error, never a silently wrong network. The restore is exact: the parameters' fingerprint
 (`outputs.params_fingerprint`) equals the `param_fingerprint` that the run wrote to `summary.json`.
@@ -36,11 +40,10 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
@@ -49,8 +52,8 @@ from systems.common import checkpoint as checkpoint_lib
 from systems.common import config as config_lib
 from systems.common.config import ConfigError
 from systems.common.evaluation import policy_act_fn
+from systems.common.registry import SystemEntry
 
-SYSTEMS = ("hts", "sync", "datapar", "gala", "pal", "spreeze")
 POLICY_MODES = ("greedy", "sampled")
 MEAN_LEARNER = "mean"  # --eval_learner value: the average of the learners' parameters (GALA)
 
@@ -60,7 +63,7 @@ class RestoredRun:
     """A run's config, env spec and newest checkpoint, rebuilt into the system's own state structure."""
 
     run_dir: str
-    system: str  # one of SYSTEMS (the `system` the run's Monitor wrote into the checkpoint's meta)
+    system: str  # the `system` the run's Monitor wrote into the checkpoint's meta (a registry entry's name)
     config: Any  # the system's config dataclass, as the run resolved it
     spec: EnvSpec
     state: Any  # the whole restored checkpoint state (TrainState, GossipState or PALState)
@@ -98,8 +101,9 @@ class RestoredRun:
         return self._make_act(mode)
 
 
-def restore_run(run_dir: str) -> RestoredRun:
-    """Rebuilds the policy of the run in `run_dir` from its config.json and newest readable checkpoint.
+def restore_run(run_dir: str, entries: Mapping[str, SystemEntry]) -> RestoredRun:
+    """Rebuilds the policy of the run in `run_dir` from its config.json and newest readable checkpoint, with the
+    entry (of `entries`, by system name) of the system that wrote it.
 
     Raises ConfigError (one line) for a missing directory, a directory without config.json or checkpoint, an
     unsupported system or a checkpoint that does not fit the network the config describes."""
@@ -113,30 +117,31 @@ def restore_run(run_dir: str) -> RestoredRun:
             raw_config = json.load(f)
     except (OSError, json.JSONDecodeError) as error:
         raise ConfigError(f"cannot read {config_path}: {error}") from None
-    files = _checkpoint_files(run_dir)
+    files = _checkpoint_files(run_dir, entries)
     if not files:
         raise ConfigError(
             f"'{run_dir}' has no checkpoint ({checkpoint_lib.checkpoint_dir(run_dir)}/ckpt_*.msgpack): "
             "the run has not saved one yet"
         )
     system = _system_of(run_dir, files)
-    if system not in _BUILDERS:
+    if system not in entries:
         raise ConfigError(
             f"run '{run_dir}' was made by system '{system}', which launch.evaluate does not support "
-            f"(supported: {', '.join(SYSTEMS)})"
+            f"(supported: {', '.join(entries)})"
         )
-    return _BUILDERS[system](run_dir, raw_config)
+    return entries[system].restore(run_dir, raw_config)
 
 
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def _checkpoint_files(run_dir: str) -> list[str]:
+def _checkpoint_files(run_dir: str, entries: Mapping[str, SystemEntry]) -> list[str]:
     """Checkpoint files of any system, newest last within each kind (Monitor's ckpt_*, Spreeze's weights_*)."""
-    from systems.spreeze import weights as weights_lib
-
-    spreeze = [path for _, path in weights_lib.list_versions(checkpoint_lib.checkpoint_dir(run_dir))]
-    return checkpoint_lib.list_checkpoints(run_dir) + spreeze
+    files = checkpoint_lib.list_checkpoints(run_dir)
+    for entry in entries.values():
+        if entry.checkpoint_files is not None:
+            files += [path for path in entry.checkpoint_files(run_dir) if path not in files]
+    return files
 
 
 def _system_of(run_dir: str, files: list[str]) -> str:
@@ -155,10 +160,12 @@ def _system_of(run_dir: str, files: list[str]) -> str:
         raise ConfigError(f"none of the {len(files)} checkpoint file(s) in '{run_dir}' is readable") from None
 
 
-def config_from_json(config_cls: type, values: dict) -> Any:
+def config_from_json(config_cls: type, values: dict, retired: frozenset = frozenset()) -> Any:
     """The config dataclass from its `dataclasses.asdict` JSON: lists back to tuples where the field's default is a
-    tuple (PAL's `hidden_sizes`); keys the class does not know are an error (a config of another system)."""
+    tuple (PAL's `hidden_sizes`); keys the class does not know are an error (a config of another system), except
+    `retired` ones: fields the class carried once and dropped (runs written before it dropped them)."""
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    values = {name: value for name, value in values.items() if name not in retired or name in fields}
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ConfigError(f"config.json has fields {config_cls.__name__} does not know: {', '.join(unknown)}")
@@ -173,7 +180,7 @@ def config_from_json(config_cls: type, values: dict) -> Any:
         raise ConfigError(f"config.json does not describe a {config_cls.__name__}: {error}") from None
 
 
-def _spec(config) -> EnvSpec:
+def spec_of(config) -> EnvSpec:
     try:
         return make_spec(config.env_id)
     except ValueError as error:
@@ -184,7 +191,7 @@ def _warn_skipped(path: str, reason: str) -> None:
     print(f"warning: checkpoint {path} is unreadable ({reason}); trying an older one", file=sys.stderr)
 
 
-def _restore(run_dir: str, system: str, target: Any, load: Callable | None = None) -> tuple[Any, dict, str]:
+def restore_into(run_dir: str, system: str, target: Any, load: Callable | None = None) -> tuple[Any, dict, str]:
     """(state, meta, path) of the newest checkpoint restorable into `target`; leaf shapes and dtypes checked."""
     if load is None:
         restored = checkpoint_lib.load_latest_checkpoint(run_dir, target, _warn_skipped)
@@ -219,13 +226,13 @@ def _check_leaves(expected: Any, restored: Any, path: str) -> None:
             )
 
 
-def _single_params(state: Any, learner: str) -> Any:
+def single_params(state: Any, learner: str) -> Any:
     if learner not in ("0", 0):
         raise ConfigError(f"--eval_learner={learner}: this run has one parameter set (learner 0)")
     return state.params
 
 
-def _on_policy_act(apply_fn: Callable) -> Callable[[str], Callable]:
+def on_policy_act(apply_fn: Callable) -> Callable[[str], Callable]:
     """Evaluator's two modes (systems.common.evaluation): the mode of pi(.|s), or one draw per row."""
 
     def make(mode: str) -> Callable:
@@ -234,148 +241,19 @@ def _on_policy_act(apply_fn: Callable) -> Callable[[str], Callable]:
     return make
 
 
-# ------------------------------------------------------------------------------------------------ systems
+# ------------------------------------------------------------------------------------------------ hts and sync
 
 
-def _restore_train_state(run_dir: str, raw: dict, system: str) -> RestoredRun:
+def restore_train_state(run_dir: str, raw: dict, system: str) -> RestoredRun:
     """hts and sync: `systems.common.learner.build`, the network and state `start_run` makes."""
     from systems.common.learner import build
 
     config = config_from_json(config_lib.TrainConfig, raw)
-    spec = _spec(config)
+    spec = spec_of(config)
     setup, target = build(config, spec)
-    state, meta, path = _restore(run_dir, system, target)
+    state, meta, path = restore_into(run_dir, system, target)
     return RestoredRun(
         run_dir=run_dir, system=system, config=config, spec=spec, state=state, meta=meta, checkpoint_path=path,
-        eval_seed=setup.eval_seed, num_learners=1, _policy_params=_single_params,
-        _make_act=_on_policy_act(setup.network.apply),
+        eval_seed=setup.eval_seed, num_learners=1, _policy_params=single_params,
+        _make_act=on_policy_act(setup.network.apply),
     )
-
-
-def _restore_datapar(run_dir: str, raw: dict) -> RestoredRun:
-    """BA3C: the BA3C torso of width `hidden` on Atari and the large-batch optimizer, as `systems.datapar.run`
-    builds them from the resolved config (learning rate already scaled, epsilon already chosen)."""
-    from systems.datapar import system as datapar
-
-    config = config_from_json(datapar.DataParallelConfig, raw)
-    spec, setup, target = datapar.make_agent(config)
-    state, meta, path = _restore(run_dir, datapar.SYSTEM, target)
-    return RestoredRun(
-        run_dir=run_dir, system=datapar.SYSTEM, config=config, spec=spec, state=state, meta=meta,
-        checkpoint_path=path, eval_seed=setup.eval_seed, num_learners=1, _policy_params=_single_params,
-        _make_act=_on_policy_act(setup.network.apply),
-    )
-
-
-def _restore_gossip(run_dir: str, raw: dict) -> RestoredRun:
-    """GALA: every learner's state (module docstring); the policy is one learner's x_i or the average xbar."""
-    from systems.common.rollout import stack_host
-    from systems.gossip import system as gossip
-
-    config = config_from_json(gossip.GossipConfig, raw)
-    spec, setup, state = gossip.make_agent(config)
-    if config.gossip == "pmap":
-        n = config.num_learners // max(1, config.num_processes)  # learners in this process's checkpoint
-
-        def stacked(tree):
-            return stack_host(tree, n)
-
-        target = gossip.GossipState(
-            params=stacked(state.params), opt_state=stacked(state.opt_state), key=stacked(state.key),
-            update_step=np.zeros((), np.int32), learner_steps=np.zeros((n,), np.int32),
-            inbox=tuple(stacked(state.params) for _ in range(config.num_peers)),
-        )
-    else:
-        n = config.num_learners
-        target = gossip.GossipState(
-            params=tuple(state.params for _ in range(n)), opt_state=tuple(state.opt_state for _ in range(n)),
-            key=tuple(state.key for _ in range(n)), update_step=np.zeros((), np.int32),
-            learner_steps=np.zeros((n,), np.int32), inbox=(),
-        )
-    restored, meta, path = _restore(run_dir, gossip.SYSTEM, target)
-    pmap = config.gossip == "pmap"
-
-    def policy_params(state, learner):
-        if learner == MEAN_LEARNER:
-            if pmap:
-                return jax.tree.map(lambda x: np.mean(np.asarray(x, np.float64), axis=0).astype(x.dtype), state.params)
-            return jax.tree.map(
-                lambda *xs: np.mean(np.stack([np.asarray(x, np.float64) for x in xs]), axis=0).astype(xs[0].dtype),
-                *state.params,
-            )
-        try:
-            index = int(learner)
-        except ValueError:
-            raise ConfigError(f"--eval_learner must be a learner index or '{MEAN_LEARNER}', got '{learner}'") from None
-        if not 0 <= index < n:
-            raise ConfigError(f"--eval_learner={index}: the checkpoint holds learners 0..{n - 1}")
-        if pmap:
-            return jax.tree.map(lambda x: np.asarray(x)[index], state.params)
-        return state.params[index]
-
-    return RestoredRun(
-        run_dir=run_dir, system=gossip.SYSTEM, config=config, spec=spec, state=restored, meta=meta,
-        checkpoint_path=path, eval_seed=setup.eval_seed, num_learners=n, _policy_params=policy_params,
-        _make_act=_on_policy_act(setup.network.apply),
-    )
-
-
-def _off_policy_act(agent, config) -> Callable[[str], Callable]:
-    """PAL / Spreeze: greedy is `agent.eval_act`; sampled is the actors' exploration at the end of training."""
-    explore = config.epsilon_end if agent.discrete else config.action_noise
-
-    def make(mode: str) -> Callable:
-        if mode == "greedy":
-            return agent.eval_act
-        return lambda params, obs, key: agent.act(params, obs, key, jnp.float32(explore))
-
-    return make
-
-
-def _restore_off_policy(run_dir: str, raw: dict, system: str) -> RestoredRun:
-    """PAL and Spreeze: `systems.pal.agent.build_agent`'s initial state; Spreeze's checkpoints are its weight files."""
-    from systems.pal.agent import build_agent
-
-    if system == "pal":
-        from systems.pal.system import PALConfig as config_cls
-
-        load = None
-    else:
-        from systems.spreeze import weights as weights_lib
-        from systems.spreeze.system import SpreezeConfig as config_cls
-
-        def load(directory, target, on_skip):
-            loaded = weights_lib.load_latest(checkpoint_lib.checkpoint_dir(directory), target, on_skip)
-            if loaded is None:
-                return None
-            version, payload, meta = loaded
-            return payload, meta, weights_lib.weights_path(checkpoint_lib.checkpoint_dir(directory), version)
-
-    config = config_from_json(config_cls, raw)
-    spec = _spec(config)
-    try:
-        agent = build_agent(config, spec)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-    state, meta, path = _restore(run_dir, system, agent.initial_state, load)
-
-    def policy_params(state, learner):
-        if learner not in ("0", 0):
-            raise ConfigError(f"--eval_learner={learner}: a {system} run has one policy (its learners share it)")
-        return agent.policy_params(state.agent)
-
-    return RestoredRun(
-        run_dir=run_dir, system=system, config=config, spec=spec, state=state, meta=meta, checkpoint_path=path,
-        eval_seed=agent.eval_seed, num_learners=1, _policy_params=policy_params,
-        _make_act=_off_policy_act(agent, config),
-    )
-
-
-_BUILDERS: dict[str, Callable[[str, dict], RestoredRun]] = {
-    "hts": lambda run_dir, raw: _restore_train_state(run_dir, raw, "hts"),
-    "sync": lambda run_dir, raw: _restore_train_state(run_dir, raw, "sync"),
-    "datapar": _restore_datapar,
-    "gala": _restore_gossip,
-    "pal": lambda run_dir, raw: _restore_off_policy(run_dir, raw, "pal"),
-    "spreeze": lambda run_dir, raw: _restore_off_policy(run_dir, raw, "spreeze"),
-}

@@ -11,7 +11,8 @@ from envs.factory import EnvSpec, make_spec
 from envs.step_time import StepTimeDistribution, parse_step_time
 from systems.common import config as config_lib
 from systems.common.learner import LearnerSetup, build, compile_in_background
-from systems.common.monitor import Monitor
+from systems.common.monitor import Monitor, Progress, on_policy_evaluator
+from systems.common.outputs import on_policy_columns
 from systems.common.rollout import RoundCollector, RoundStorage
 
 
@@ -67,7 +68,8 @@ def start_run(system: str, config: config_lib.TrainConfig) -> RunContext:
     spec = make_spec(config.env_id)
     setup, state = build(config, spec)
     # HTS's parameters are bit-identical whatever the actor count or EnvPool batch: a resumed run may change them.
-    monitor = Monitor(system, config, spec, setup, state,
+    monitor = Monitor(system, config, state, progress=Progress(metric_columns=on_policy_columns(config)),
+                      evaluator=on_policy_evaluator(config, spec, setup),
                       may_change_on_resume=frozenset({"num_actors", "env_batch_size"}))
     return RunContext(config=config, spec=spec, setup=setup, monitor=monitor, step_time=step_time)
 

@@ -38,7 +38,8 @@ from envs.step_time import parse_step_time
 from systems.common import config as config_lib
 from systems.common import distributed
 from systems.common.learner import build, compile_in_background, optimizer_steps_per_update
-from systems.common.monitor import LearnerReport, Monitor
+from systems.common.monitor import LearnerReport, Monitor, Progress, on_policy_evaluator
+from systems.common.outputs import on_policy_columns
 from systems.common.rollout import (
     RoundCollector,
     RoundStorage,
@@ -187,11 +188,10 @@ def run(config: DataParallelConfig) -> dict:
     spec, setup, state = make_agent(config)
     e = envs_per_device(config)
     effective_batch = num_global * config.local_batch
-    monitor = Monitor(
-        SYSTEM, config, spec, setup, state,
-        header=(f"  devices {num_global} ({jax.process_count()} process(es))  local batch {config.local_batch}  "
-                f"effective batch {effective_batch}  lr {config.learning_rate:g}  eps {config.opt_eps:g}"),
-    )
+    header = (f"  devices {num_global} ({jax.process_count()} process(es))  local batch {config.local_batch}  "
+              f"effective batch {effective_batch}  lr {config.learning_rate:g}  eps {config.opt_eps:g}")
+    monitor = Monitor(SYSTEM, config, state, progress=Progress(metric_columns=on_policy_columns(config), header=header),
+                      evaluator=on_policy_evaluator(config, spec, setup))
     start_round = int(monitor.state.update_step)
     total_rounds = config_lib.total_rounds(config)
     if start_round >= total_rounds:

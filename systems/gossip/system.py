@@ -55,7 +55,8 @@ from systems.common import config as config_lib
 from systems.common import distributed
 from systems.common.concurrency import StopRequested, ThreadGroup
 from systems.common.learner import build, compile_in_background
-from systems.common.monitor import LearnerReport, Monitor
+from systems.common.monitor import LearnerReport, Monitor, Progress, on_policy_evaluator
+from systems.common.outputs import on_policy_columns
 from systems.common.rollout import (
     RoundCollector,
     RoundStorage,
@@ -202,6 +203,13 @@ def _iterations(config: GossipConfig) -> int:
     return max(1, -(-config.total_steps // (per_iteration * config.num_learners)))
 
 
+def _metric_columns(config: GossipConfig) -> tuple[str, ...]:
+    """progress.csv: the A2C learners' metrics, the consensus distance ||X - mean(X)|| and its Proposition 1 bound
+    (seed 004, Fig. 2a), and with --log_grad_cosine the mean pairwise gradient cosine (Fig. 2b)."""
+    columns = on_policy_columns(config) + ("consensus_distance", "consensus_bound")
+    return columns + (("grad_cosine_mean",) if config.log_grad_cosine else ())
+
+
 def _header(config: GossipConfig) -> str:
     tau = "none" if config.max_staleness < 0 else str(config.max_staleness)
     return (f"  learners {config.num_learners} x {config.envs_per_learner} envs  {config.topology} "
@@ -253,8 +261,9 @@ def _run_pmap(config: GossipConfig) -> dict:
     spec, setup, state = make_agent(config)
     topology = make_topology(config.topology, config.num_learners, config.num_peers)
     monitor = Monitor(
-        SYSTEM, config, spec, setup, _pmap_initial_state(state, len(devices), config.num_peers),
-        header=_header(config), policy_params=lambda s: replica(s.params),
+        SYSTEM, config, _pmap_initial_state(state, len(devices), config.num_peers),
+        progress=Progress(metric_columns=_metric_columns(config), header=_header(config)),
+        evaluator=on_policy_evaluator(config, spec, setup), policy_params=lambda s: replica(s.params),
     )
     start = int(monitor.state.update_step)
     total = config_lib.total_rounds(config)
@@ -402,9 +411,11 @@ def _run_async(config: GossipConfig) -> dict:
     (`_AsyncLearners.on_round_complete`), and the main thread logs their reports with the gossip metrics."""
     spec, setup, state = make_agent(config)
     topology = make_topology(config.topology, config.num_learners, config.num_peers)
+    progress = Progress(metric_columns=_metric_columns(config), header=_header(config),
+                        steps_per_update=config.envs_per_learner * config.sync_interval)
     monitor = Monitor(
-        SYSTEM, config, spec, setup, _async_initial_state(state, config.num_learners), header=_header(config),
-        policy_params=lambda s: s.params[0], steps_per_update=config.envs_per_learner * config.sync_interval,
+        SYSTEM, config, _async_initial_state(state, config.num_learners), progress=progress,
+        evaluator=on_policy_evaluator(config, spec, setup), policy_params=lambda s: s.params[0],
     )
     total_iterations = monitor.total_updates
     start = int(monitor.state.update_step)

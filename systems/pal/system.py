@@ -8,7 +8,7 @@
 * `num_learners` learner threads (V-B), each sampling its share `batch_size / num_learners` of the global batch
   (with the PER importance weights, beta annealed linearly from `per_beta` to 1 over the run) and handing it to
   the parameter server, which computes each learner's gradient on its own sub-batch, averages them and applies one
-  optimizer step (synchronous, as in the paper; `systems.pal.agent` explains the vmap over learners). Each learner
+  optimizer step (synchronous, as in the paper; `systems.offpolicy.agent` explains the vmap over learners). Each learner
   then writes its sub-batch's new priorities |TD| back.
 * `update_interval` (Algorithm 1, line 11): env steps collected per optimizer step, held by `RatioGate` between the
   threads: actors wait when they are a step ahead, learners wait when there is nothing due; 0 lets both run free.
@@ -44,13 +44,21 @@ import numpy as np
 from envs.episodes import EpisodeTracker, split_done
 from envs.factory import EnvSpec, make_pool, make_spec
 from systems.common import config as config_lib
-from systems.common.checkpoint import checkpoint_dir
+from systems.common.checkpoint import Checkpointing, checkpoint_dir
 from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
 from systems.common.evaluation import Evaluator
 from systems.common.learner import compile_in_background
-from systems.common.monitor import LearnerReport, Monitor
+from systems.common.monitor import LearnerReport, Monitor, Progress
+from systems.offpolicy.agent import OffPolicyAgent, PALState, build_agent
+from systems.offpolicy.config import (
+    ALGOS,
+    CONTINUOUS_ALGOS,
+    DISCRETE_ALGOS,
+    OffPolicyConfig,
+    metric_columns,
+    reached_target,
+)
 from systems.pal import allocate as allocate_lib
-from systems.pal.agent import ALGOS, CONTINUOUS_ALGOS, DISCRETE_ALGOS, OffPolicyAgent, PALState, build_agent
 from systems.replay import FrameStackBuffer, PrioritizedBuffer, UniformBuffer
 
 SYSTEM = "pal"
@@ -62,36 +70,23 @@ _POLL = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
-class PALConfig(config_lib.TrainConfig):
-    """A PAL run. `num_envs` is derived (actors x envs per actor); the on-policy fields of TrainConfig are unused."""
+class PALConfig(OffPolicyConfig):
+    """A PAL run: the off-policy fields plus actor and learner threads and the prioritized replay. `num_envs` is
+    derived (actors x envs per actor)."""
 
-    algo: str = "dqn"  # dqn | ddqn | ddpg | td3 | sac
+    num_actors: int = 1  # actor threads, each with its own EnvPool
     envs_per_actor: int = 4  # envs of each actor's own EnvPool
     num_learners: int = 1  # learner threads; each samples batch_size / num_learners per optimizer step
-    batch_size: int = 256  # global batch of one optimizer step
     update_interval: float = 1.0  # env steps collected per optimizer step (Alg. 1); 0: actors and learners free
     replay: str = "per"  # per | uniform
-    buffer_size: int = 100_000
-    learning_starts: int = 1_000  # env steps before the first update
     per_alpha: float = 0.6
     per_beta: float = 0.4  # annealed linearly to 1 over the run
     priority_eps: float = 1e-6
     tree_k: int = 16
-    hidden_sizes: tuple = (256, 256)
-    critic_learning_rate: float = 0.0  # 0: learning_rate
-    target_update_period: int = 500  # DQN hard target copy period (tau >= 1)
-    tau: float = 1.0  # Polyak rate; DQN: >= 1 means hard copies every target_update_period updates
-    epsilon_start: float = 1.0  # DQN exploration, linear decay over exploration_fraction of the run
-    epsilon_end: float = 0.05
-    exploration_fraction: float = 0.5
-    action_noise: float = 0.1  # DDPG / TD3 Gaussian exploration noise (fraction of the action half-range)
     allocate: str = "manual"  # manual | auto (Eq. 5)
     cores: int = 0  # M for allocate=auto (0: os.cpu_count())
     profile_seconds: float = 2.0  # measuring time per point of the allocate=auto profile
     checkpoint_buffer: bool = False  # save the replay buffer with each checkpoint (and restore it on --resume)
-    stop_at_target: bool = False  # end the run at the first evaluation whose mean return reaches target_return
-    sync_interval: int = 1  # unused by PAL (kept for the shared outputs)
-    eval_deterministic: bool = True  # PAL evaluates the greedy / mean action
 
 
 def validate(config: PALConfig) -> None:
@@ -140,8 +135,6 @@ def validate(config: PALConfig) -> None:
         raise error(f"--profile_seconds must be positive, got {config.profile_seconds}")
     if config.time_limit < 0:
         raise error(f"--time_limit must be non-negative, got {config.time_limit}")
-    if config.step_time != "none":
-        raise error("--step_time is not supported by launch.pal (its actors step synchronous EnvPools)")
 
 
 def check_env(config: PALConfig, spec: EnvSpec) -> None:
@@ -491,13 +484,6 @@ def uses_frame_buffer(spec: EnvSpec) -> bool:
     return len(spec.obs_shape) == 3 and np.dtype(spec.obs_dtype) == np.uint8
 
 
-def reached_target(monitor: Monitor, config: PALConfig) -> bool:
-    """With `stop_at_target`: the newest evaluation's mean return is at least `target_return`."""
-    if not config.stop_at_target or config.target_return is None or not monitor.evaluations:
-        return False
-    return float(np.mean(monitor.evaluations[-1].returns)) >= config.target_return
-
-
 def make_buffer(config: PALConfig, agent: OffPolicyAgent, capacity: int | None = None, spec: EnvSpec | None = None):
     """The run's replay buffer. Image tasks get `FrameStackBuffer` (one stream per env; `capacity` counts frame
     rows, about one per transition), vector tasks `PrioritizedBuffer` / `UniformBuffer` (all fields stored)."""
@@ -622,7 +608,12 @@ def _restore_buffer(buffer, directory: str, name: str) -> str | None:
 
 
 def run(config: PALConfig) -> dict:
-    """Trains with PAL; returns the summary (also written to `<run dir>/summary.json`)."""
+    """Trains with PAL; returns the summary (also written to `<run dir>/summary.json`).
+
+    Section V as steps: size the replay buffer, split the cores between actors and learners (V-D, with
+    `allocate="auto"`), open the outputs and restore (or plan to refill) the buffer, run the asynchronous actors
+    (V-A) and the parallel learners with their parameter server (V-B) until the run ends (`_Framework`), then write
+    the summary."""
     validate(config)
     spec = make_spec(config.env_id)
     check_env(config, spec)
@@ -634,17 +625,25 @@ def run(config: PALConfig) -> dict:
     if config.allocate == "auto":
         config, profile = profile_and_allocate(config, spec, agent, (lambda line: None) if config.quiet else print)
     buffer = make_buffer(config, agent, spec=spec)
+    monitor = _make_monitor(config, spec, agent, buffer, needed)
+    warmup, buffer_restored = _restore_replay(config, monitor, buffer)
+    framework = _Framework(config, spec, agent, buffer, monitor.state, warmup)
+    interrupted, elapsed = framework.train(monitor)
+    collected, updates = framework.gate.snapshot()
+    monitor.state = PALState(framework.server.state, np.asarray(updates, np.int64), np.asarray(collected, np.int64))
+    extra = _summary_extra(config, framework, updates, elapsed, buffer, needed, profile, buffer_restored)
+    summary = monitor.finish(interrupted=interrupted is not None, extra=extra)
+    if interrupted is not None:
+        raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
+    return summary
+
+
+def _make_monitor(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, buffer, needed: int) -> Monitor:
+    """The run's outputs (and, with `--resume`, its restored state); with `checkpoint_buffer` each checkpoint also
+    saves the replay buffer (`_save_buffer`)."""
 
     def checkpoint_extra(env_steps: int) -> dict:
-        if not config.checkpoint_buffer:
-            return {}
-        directory = checkpoint_dir(monitor.run_dir)
-        os.makedirs(directory, exist_ok=True)
-        name = f"buffer_{env_steps:012d}.npz"
-        buffer.save(os.path.join(directory, name))
-        for old in sorted(glob.glob(os.path.join(directory, "buffer_*.npz")))[:-2]:  # the last two checkpoints'
-            os.remove(old)
-        return {"buffer_file": name}
+        return _save_buffer(buffer, monitor.run_dir, env_steps) if config.checkpoint_buffer else {}
 
     evaluator = None
     if config.eval_episodes > 0:
@@ -653,11 +652,33 @@ def run(config: PALConfig) -> dict:
     sizes = (f"actors {config.num_actors}x{config.envs_per_actor} envs  learners {config.num_learners}  batch "
              f"{config.batch_size}  update_interval {config.update_interval:g}  replay {config.replay} "
              f"{config.buffer_size:,} ({needed / 2**30:.2f} GiB)")
-    monitor = Monitor(
-        SYSTEM, config, spec, None, agent.initial_state, steps_per_update=1,
-        policy_params=lambda s: agent.policy_params(s.agent), env_steps_of=lambda s: int(s.env_steps),
-        evaluator=evaluator, max_policy_lag=None, checkpoint_extra=checkpoint_extra, sizes=sizes,
+    progress = Progress(
+        metric_columns=metric_columns(config.algo) + ("replay_size", "collected_per_update"), steps_per_update=1,
+        env_steps_of=lambda s: int(s.env_steps), max_policy_lag=None, sizes=sizes,
     )
+    monitor = Monitor(
+        SYSTEM, config, agent.initial_state, progress=progress, evaluator=evaluator,
+        policy_params=lambda s: agent.policy_params(s.agent), checkpointing=Checkpointing(extra_meta=checkpoint_extra),
+    )
+    return monitor
+
+
+def _save_buffer(buffer, run_dir: str, env_steps: int) -> dict:
+    """Saves the replay buffer next to the checkpoint of `env_steps`, keeping the last two checkpoints' buffers;
+    returns the checkpoint's meta entry naming the file."""
+    directory = checkpoint_dir(run_dir)
+    os.makedirs(directory, exist_ok=True)
+    name = f"buffer_{env_steps:012d}.npz"
+    buffer.save(os.path.join(directory, name))
+    for old in sorted(glob.glob(os.path.join(directory, "buffer_*.npz")))[:-2]:  # the last two checkpoints'
+        os.remove(old)
+    return {"buffer_file": name}
+
+
+def _restore_replay(config: PALConfig, monitor: Monitor, buffer) -> tuple[int, str | None]:
+    """On `--resume` with `checkpoint_buffer`, reloads the replay buffer saved with the restored checkpoint.
+    Returns the env steps to collect before the first update (`learning_starts`, or 0 when the buffer came back)
+    and the buffer file restored (None: none)."""
     state: PALState = monitor.state
     collected0, updates0 = int(state.env_steps), int(state.update_step)
     warmup = config.learning_starts
@@ -671,66 +692,96 @@ def run(config: PALConfig) -> dict:
             + (f"restored ({len(buffer):,} transitions from {buffer_restored})" if buffer_restored
                else f"empty: refilling {warmup:,} env steps before learning")
         )
+    return warmup, buffer_restored
 
-    gate = RatioGate(update_interval=config.update_interval, warmup=warmup, collected=collected0, updates=updates0,
-                     total_steps=config.total_steps)
-    group = ThreadGroup()
-    store = ParameterStore(agent.policy_params(state.agent), version=updates0)
-    reports: queue.Queue = queue.Queue()
-    episodes = EpisodeSink()
-    random_until = collected0 + warmup  # DDPG / TD3 / SAC act uniformly while the buffer warms up
-    actors = [Actor(i, config, spec, agent, buffer, store, gate, episodes, random_until=random_until)
-              for i in range(config.num_actors)]
-    actor_versions = [updates0] * config.num_actors
-    server = ParameterServer(config, agent, state, buffer, store, gate, group, reports, actor_versions)
-    server.compile_update_ahead()
-    actors_left = [config.num_actors]
-    actors_lock = threading.Lock()
 
-    def actor_body(actor: Actor):
-        def body():
-            try:
-                while not group.stopping.is_set() and gate.actor_wait(group.stopping):
-                    gate.add_collected(actor.step())
-                    actor_versions[actor.actor_id] = actor.version
-            finally:
-                with actors_lock:
-                    actors_left[0] -= 1
-                    if actors_left[0] == 0:
-                        gate.actors_finished()
-        return body
+class _Framework:
+    """The running framework of Figure 7: `num_actors` actor threads (V-A) and `num_learners` learner threads with
+    the parameter server thread (V-B) around the shared buffer, the `RatioGate` between them (Algorithm 1's
+    `update_interval`) and the parameter store. Building it opens the actors' EnvPools and starts compiling the
+    update; `train` runs the threads until the run ends and closes everything."""
 
-    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or launch.common.Terminated (SIGTERM)
-    start = time.perf_counter()
-    try:
-        for actor in actors:
-            group.spawn(f"actor-{actor.actor_id}", actor_body(actor))
-        for i in range(config.num_learners):
-            group.spawn(f"learner-{i}", lambda i=i: server.learner_loop(i))
-        group.spawn("parameter-server", server.server_loop)
+    def __init__(self, config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, buffer, state: PALState,
+                 warmup: int):
+        self.config = config
+        self.collected0, self.updates0 = int(state.env_steps), int(state.update_step)
+        self.gate = RatioGate(update_interval=config.update_interval, warmup=warmup, collected=self.collected0,
+                              updates=self.updates0, total_steps=config.total_steps)
+        self.group = ThreadGroup()
+        store = ParameterStore(agent.policy_params(state.agent), version=self.updates0)
+        self.reports: queue.Queue = queue.Queue()
+        self.episodes = EpisodeSink()
+        random_until = self.collected0 + warmup  # DDPG / TD3 / SAC act uniformly while the buffer warms up
+        self.actors = [Actor(i, config, spec, agent, buffer, store, self.gate, self.episodes, random_until=random_until)
+                       for i in range(config.num_actors)]
+        self.actor_versions = [self.updates0] * config.num_actors
+        self.server = ParameterServer(config, agent, state, buffer, store, self.gate, self.group, self.reports,
+                                      self.actor_versions)
+        self.server.compile_update_ahead()
+        self._actors_left = config.num_actors
+        self._actors_lock = threading.Lock()
+
+    def train(self, monitor: Monitor) -> tuple[KeyboardInterrupt | None, float]:
+        """Runs the threads, handing the server's reports to `monitor`, until the run ends; returns the Ctrl-C /
+        SIGTERM (`launch.common.Terminated`) that stopped it, if one did, and the seconds it ran. A thread's error
+        is raised here; every thread is stopped and every EnvPool closed either way."""
+        interrupted: KeyboardInterrupt | None = None
+        start = time.perf_counter()
+        try:
+            self._spawn()
+            self._follow(monitor)
+        except KeyboardInterrupt as stop:
+            interrupted = stop
+            monitor.outputs.print("[pal] interrupted: saving a checkpoint of the newest parameters")
+        finally:
+            self.group.stop()
+            for actor in self.actors:
+                actor.close()
+        if interrupted is None:
+            self.group.check()
+        return interrupted, time.perf_counter() - start
+
+    def _spawn(self) -> None:
+        for actor in self.actors:
+            self.group.spawn(f"actor-{actor.actor_id}", lambda actor=actor: self._actor_loop(actor))
+        for i in range(self.config.num_learners):
+            self.group.spawn(f"learner-{i}", lambda i=i: self.server.learner_loop(i))
+        self.group.spawn("parameter-server", self.server.server_loop)
+
+    def _actor_loop(self, actor: Actor) -> None:
+        """One actor thread (V-A): steps its envs whenever the gate lets it; the last actor to stop tells the
+        gate, so the learners do not wait for data that will never come."""
+        try:
+            while not self.group.stopping.is_set() and self.gate.actor_wait(self.group.stopping):
+                self.gate.add_collected(actor.step())
+                self.actor_versions[actor.actor_id] = actor.version
+        finally:
+            with self._actors_lock:
+                self._actors_left -= 1
+                if self._actors_left == 0:
+                    self.gate.actors_finished()
+
+    def _follow(self, monitor: Monitor) -> None:
+        """The main thread: passes each report to the monitor until the server's last (None), the monitor's stop
+        (time limit, total steps) or the evaluation target."""
         while True:
-            group.check()
+            self.group.check()
             try:
-                report = reports.get(timeout=0.1)
+                report = self.reports.get(timeout=0.1)
             except queue.Empty:
-                monitor.heartbeat(gate.collected - collected0)
+                monitor.heartbeat(self.gate.collected - self.collected0)
                 continue
             if report is None:
-                break
-            if monitor.on_report(report, episodes.pop()) or reached_target(monitor, config):
-                break
-    except KeyboardInterrupt as stop:
-        interrupted = stop
-        monitor.outputs.print("[pal] interrupted: saving a checkpoint of the newest parameters")
-    finally:
-        group.stop()
-        for actor in actors:
-            actor.close()
-    if interrupted is None:
-        group.check()
-    elapsed = time.perf_counter() - start
-    collected, updates = gate.snapshot()
-    monitor.state = PALState(server.state, np.asarray(updates, np.int64), np.asarray(collected, np.int64))
+                return
+            if monitor.on_report(report, self.episodes.pop()) or reached_target(monitor.evaluations, self.config):
+                return
+
+
+def _summary_extra(config: PALConfig, framework: _Framework, updates: int, elapsed: float, buffer, needed: int,
+                   profile, buffer_restored: str | None) -> dict:
+    """PAL's own entries of summary.json: the layout, the throughputs, the replay and (allocate=auto) the Eq. 5
+    profile and choice."""
+    server, gate, updates0 = framework.server, framework.gate, framework.updates0
     extra = {
         "num_actors": config.num_actors,
         "envs_per_actor": config.envs_per_actor,
@@ -757,7 +808,4 @@ def run(config: PALConfig) -> dict:
             "learner_optimizer_steps_per_second": {str(k): v for k, v in learner_curve.items()},
             "actors": choice.actors, "learners": choice.learners, "imbalance": choice.imbalance,
         }
-    summary = monitor.finish(interrupted=interrupted is not None, extra=extra)
-    if interrupted is not None:
-        raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
-    return summary
+    return extra

@@ -340,7 +340,7 @@ def render_main(config, weights_dir: str, out_dir: str, stop, events, every_seco
         import jax
 
         from envs.factory import make_pool, make_spec
-        from systems.pal.agent import build_agent
+        from systems.offpolicy.agent import build_agent
         from systems.spreeze import weights as weights_lib
 
         spec = make_spec(config.env_id)

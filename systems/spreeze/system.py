@@ -5,7 +5,7 @@
   (`systems.spreeze.shared_replay`, 3.3.2): no queues and no pickling on the hot path, and samplers never wait for
   the learner. `replay="queue"` is the paper's ablation baseline (Table 3 rows 6-8).
 * This process is the learner (3.2.1): it samples `batch_size` transitions from the shared memory and runs the
-  jitted SAC / TD3 / DDPG update (`systems.pal.agent`, one learner), on the accelerator when there is one. With
+  jitted SAC / TD3 / DDPG update (`systems.offpolicy.agent`, one learner), on the accelerator when there is one. With
   `model_parallel` and two devices, SAC's actor update runs on one device and the twin critics with their targets on
   the other (3.2.2, `systems.spreeze.model_parallel`).
 * Weights by file (3.3.1): every `publish_every` updates the learner writes the whole learner state to
@@ -36,17 +36,16 @@ import numpy as np
 
 from envs.factory import make_spec
 from systems.common import config as config_lib
-from systems.common.checkpoint import checkpoint_dir
+from systems.common.checkpoint import Checkpointing, checkpoint_dir
 from systems.common.evaluation import EvaluationRecord
 from systems.common.learner import compile_in_background
-from systems.common.monitor import LearnerReport, Monitor
-from systems.pal.agent import CONTINUOUS_ALGOS, PALState, build_agent
-from systems.pal.system import PALConfig, reached_target
-from systems.spreeze import ipc
+from systems.common.monitor import LearnerReport, Monitor, Progress
+from systems.offpolicy.agent import PALState, build_agent
+from systems.offpolicy.config import CONTINUOUS_ALGOS, OffPolicyConfig, metric_columns, reached_target
+from systems.spreeze import ipc, workers
 from systems.spreeze import render as render_lib
 from systems.spreeze import tuning as tuning_lib
 from systems.spreeze import weights as weights_lib
-from systems.spreeze import workers
 from systems.spreeze.shared_replay import QueueTransfer, SharedReplay
 
 SYSTEM = "spreeze"
@@ -56,8 +55,8 @@ _JOIN_SECONDS = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
-class SpreezeConfig(PALConfig):
-    """A Spreeze run: the off-policy fields of PALConfig plus the process layout. `num_envs` is derived."""
+class SpreezeConfig(OffPolicyConfig):
+    """A Spreeze run: the off-policy fields plus the process layout. `num_envs` is derived."""
 
     algo: str = "sac"
     num_samplers: int = 2  # sampler processes (0: auto)
@@ -66,8 +65,6 @@ class SpreezeConfig(PALConfig):
     publish_every: int = 50  # updates between weight files
     transfer: str = "shm"  # shm | queue (ablation)
     model_parallel: bool = False
-    replay: str = "uniform"
-    update_interval: float = 0.0  # unused: samplers and learner run free (kept for the shared config)
     eval_every: int = 5_000
     render: bool = False  # a visualization process saving rollout GIFs of the newest policy (renders/)
     render_every: float = 30.0  # seconds between GIFs
@@ -106,7 +103,7 @@ def run_id(run_dir: str) -> str:
 # What every child imports before its first line of work (JAX, Flax, EnvPool, the agents): a forkserver imports
 # them once per process and forks each child from that image, where "spawn" paid the imports (several seconds of CPU)
 # once per child, all at the same moment the learner compiles.
-CHILD_PRELOAD = ["systems.spreeze.workers", "systems.spreeze.ipc", "systems.spreeze.render", "systems.pal.agent",
+CHILD_PRELOAD = ["systems.spreeze.workers", "systems.spreeze.ipc", "systems.spreeze.render", "systems.offpolicy.agent",
                  "systems.spreeze.weights", "systems.spreeze.shared_replay", "systems.common.evaluation",
                  "envs.factory", "envs.episodes"]
 
@@ -165,154 +162,222 @@ class Children:
 
 
 def run(config: SpreezeConfig) -> dict:
-    """Trains with Spreeze; returns the summary (also written to `<run dir>/summary.json`)."""
+    """Trains with Spreeze; returns the summary (also written to `<run dir>/summary.json`).
+
+    Section 3 as steps: open the outputs and the variable transmission (3.3: the weight files, the shared-memory
+    replay), start the sampler processes (3.1.1) with the hyperparameter adaptation (3.4) and the test and
+    visualization processes (3.1.2), learn with large batches (3.2) until the run ends, stop every process, evaluate
+    the final policy and write the summary (`_SpreezeRun`)."""
     validate(config)
     spec = make_spec(config.env_id)
     if not spec.continuous or len(spec.obs_shape) != 1:
         raise config_lib.ConfigError(f"launch.spreeze needs continuous actions and vector observations; "
                                      f"{config.env_id} has {'continuous' if spec.continuous else 'discrete'} actions")
     agent = build_agent(config, spec)
-    monitor = Monitor(
-        SYSTEM, config, spec, None, agent.initial_state, steps_per_update=1,
-        policy_params=lambda s: agent.policy_params(s.agent), env_steps_of=lambda s: int(s.env_steps),
-        evaluator=None, max_policy_lag=None,
+    monitor = _make_monitor(config, agent)
+    spreeze = _SpreezeRun(config, agent, monitor)
+    interrupted = spreeze.train()
+    collected = spreeze.collected()
+    monitor.state = PALState(spreeze.learner.state(), np.asarray(spreeze.updates, np.int64),
+                             np.asarray(collected, np.int64))
+    if config.eval_episodes > 0 and interrupted is None:  # the final policy, evaluated here (the test process is gone)
+        _evaluate_final_policy(config, spec, agent, monitor, collected, spreeze.updates)
+    summary = monitor.finish(interrupted=interrupted is not None, extra=spreeze.summary_extra(collected))
+    if interrupted is not None:
+        raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
+    return summary
+
+
+def _make_monitor(config: SpreezeConfig, agent) -> Monitor:
+    """The run's outputs; its checkpoints are the weight files (3.3.1), and `--resume` restarts from the newest."""
+    progress = Progress(
+        metric_columns=metric_columns(config.algo) + ("replay_size",), steps_per_update=1,
+        env_steps_of=lambda s: int(s.env_steps), max_policy_lag=None,
         sizes=f"samplers {config.num_samplers or 'auto'}x{config.envs_per_sampler} envs  "
               f"batch {config.batch_size or 'auto'}  transfer {config.transfer}",
-        save_fn=lambda run_dir, steps, state, meta: weights_lib.publish(
-            checkpoint_dir(run_dir), int(state.update_step), state, meta),
-        load_fn=lambda run_dir, state, on_skip: _load_latest(checkpoint_dir(run_dir), state, on_skip),
     )
-    state: PALState = monitor.state
-    weights_dir = checkpoint_dir(monitor.run_dir)
-    os.makedirs(weights_dir, exist_ok=True)
-    collected0, updates0 = int(state.env_steps), int(state.update_step)
+    weight_files = Checkpointing(
+        save=lambda run_dir, steps, state, meta: weights_lib.publish(
+            checkpoint_dir(run_dir), int(state.update_step), state, meta),
+        load=lambda run_dir, state, on_skip: _load_latest(checkpoint_dir(run_dir), state, on_skip),
+    )
+    # The test process evaluates (evaluator None here): its returns arrive as events and join monitor.evaluations.
+    return Monitor(SYSTEM, config, agent.initial_state, progress=progress, checkpointing=weight_files,
+                   policy_params=lambda s: agent.policy_params(s.agent))
 
-    ctx = child_context()
-    rid = run_id(monitor.run_dir)
-    fields = {name: (np.asarray(v).shape, np.float32 if name != "action" else np.asarray(v).dtype)
-              for name, v in agent.example.items()}
-    max_samplers = config.num_samplers or max(1, (os.cpu_count() or 2) - 1)
-    children = Children(ctx, max_samplers)
-    if config.transfer == "shm":
-        replay = SharedReplay.create(config.buffer_size, fields, run_id=rid, ctx=ctx)
-    else:
-        replay = QueueTransfer.create(config.buffer_size, fields, run_id=rid, ctx=ctx)
-    steps = ctx.Array("q", max_samplers, lock=False)
-    sampler_stops = children.sampler_stops
 
-    def start_sampler(i: int) -> None:
-        children.start(f"sampler-{i}", workers.sampler_main, i, config, replay.handle(), weights_dir,
-                       children.stop, sampler_stops[i], steps)
+class _SpreezeRun:
+    """One Spreeze run's pieces: the child processes, the replay they write, their step counters, the learner and
+    the run's counters. Building it opens the replay, publishes the first weights and starts compiling the update;
+    `train` starts the children, learns until the run ends and stops every process."""
 
-    episodes: list[tuple[int, float, int]] = []
-    monitor.state = state
-    monitor.checkpoint()  # version 0 (or the resumed version) for the samplers and the evaluator
+    def __init__(self, config: SpreezeConfig, agent, monitor: Monitor):
+        self.config, self.monitor = config, monitor
+        state: PALState = monitor.state
+        self.weights_dir = checkpoint_dir(monitor.run_dir)
+        os.makedirs(self.weights_dir, exist_ok=True)
+        self.collected0, self.updates0 = int(state.env_steps), int(state.update_step)
+        # Variable transmission (3.3): transitions through shared memory, one step counter per sampler.
+        ctx = child_context()
+        fields = {name: (np.asarray(v).shape, np.float32 if name != "action" else np.asarray(v).dtype)
+                  for name, v in agent.example.items()}
+        self.max_samplers = config.num_samplers or max(1, (os.cpu_count() or 2) - 1)
+        self.children = Children(ctx, self.max_samplers)
+        transfer = SharedReplay if config.transfer == "shm" else QueueTransfer
+        self.replay = transfer.create(config.buffer_size, fields, run_id=run_id(monitor.run_dir), ctx=ctx)
+        self.steps = ctx.Array("q", self.max_samplers, lock=False)
+        self.episodes: list[tuple[int, float, int]] = []
+        monitor.state = state
+        monitor.checkpoint()  # version 0 (or the resumed version) for the samplers and the evaluator
+        # Large-batch learner (3.2), compiling while the samplers start.
+        self.rng = np.random.default_rng([config.seed, 7])
+        self.ones = np.ones((1, max(config.batch_size, 1)), np.float32)
+        self.learner = _Learner(config, agent, state.agent, monitor)
+        self.learner.compile_ahead(fields, config.batch_size)
+        self.tuning: dict = {}
+        self.updates = self.updates0
+        self.sample_seconds = self.update_seconds = 0.0
+        self.elapsed = 0.0
+        self._last_report = 0.0  # when the last progress report was made (set when `train` starts)
 
-    rng = np.random.default_rng([config.seed, 7])
-    ones = np.ones((1, max(config.batch_size, 1)), np.float32)
-    learner = _Learner(config, agent, state.agent, monitor)
-    learner.compile_ahead(fields, config.batch_size)
-    tuning: dict = {}
-    updates = updates0
-    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or launch.common.Terminated (SIGTERM)
-    start = time.perf_counter()
-    last_report = start
-    sample_seconds = update_seconds = 0.0
-    try:
+    def collected(self) -> int:
+        """Env steps collected by the whole run (the resumed ones included)."""
+        return self.collected0 + int(np.sum(self.steps[:]))
+
+    def train(self) -> KeyboardInterrupt | None:
+        """Starts the children and learns until the run ends; returns the Ctrl-C / SIGTERM
+        (`launch.common.Terminated`) that stopped it, if one did. Every process is stopped and the replay freed
+        either way; a child's error is raised here."""
+        interrupted: KeyboardInterrupt | None = None
+        start = time.perf_counter()
+        self._last_report = start
+        try:
+            self._start_children()
+            self._learn()
+        except KeyboardInterrupt as stop:
+            interrupted = stop
+            self.monitor.outputs.print("[spreeze] interrupted: stopping every process and saving the newest weights")
+        finally:
+            self.elapsed = time.perf_counter() - start
+            self.children.shutdown()
+            self.children.channel.close()
+            self.replay.close()
+            self.replay.unlink()
+        if interrupted is None:
+            _drain_events(self.children, self.monitor, self.episodes)
+            self.children.check()
+        return interrupted
+
+    def _start_sampler(self, i: int) -> None:
+        self.children.start(f"sampler-{i}", workers.sampler_main, i, self.config, self.replay.handle(),
+                            self.weights_dir, self.children.stop, self.children.sampler_stops[i], self.steps)
+
+    def _start_children(self) -> None:
+        """The sampler processes (3.1.1; `num_samplers=0`: as many as the tuning chooses, 3.4), the batch size
+        (`batch_size=0`: tuned on the samplers' data, 3.4), then the test and visualization processes (3.1.2)."""
+        config, children, monitor = self.config, self.children, self.monitor
         if config.num_samplers:
             for i in range(config.num_samplers):
-                start_sampler(i)
+                self._start_sampler(i)
         else:
-            tuning["num_samplers"] = _tune_samplers(config, children, start_sampler, sampler_stops, steps,
-                                                    max_samplers, monitor)
-            config = dataclasses.replace(config, num_samplers=tuning["num_samplers"].choice)
+            self.tuning["num_samplers"] = _tune_samplers(config, children, self._start_sampler, children.sampler_stops,
+                                                         self.steps, self.max_samplers, monitor)
+            self.config = config = dataclasses.replace(config, num_samplers=self.tuning["num_samplers"].choice)
         if not config.batch_size:
-            tuning["batch_size"] = _tune_batch(config, children, replay, learner, steps, monitor, rng)
-            config = dataclasses.replace(config, batch_size=tuning["batch_size"].choice)
-            ones = np.ones((1, config.batch_size), np.float32)
-        if tuning:
-            tuning_lib.save_tuning(monitor.run_dir, tuning)
-            monitor.outputs.print(tuning_lib.format_table(tuning))
+            self.tuning["batch_size"] = _tune_batch(config, children, self.replay, self.learner, self.steps, monitor,
+                                                    self.rng)
+            self.config = config = dataclasses.replace(config, batch_size=self.tuning["batch_size"].choice)
+            self.ones = np.ones((1, config.batch_size), np.float32)
+        if self.tuning:
+            tuning_lib.save_tuning(monitor.run_dir, self.tuning)
+            monitor.outputs.print(tuning_lib.format_table(self.tuning))
         if config.eval_episodes > 0:
-            children.start("evaluator", workers.evaluator_main, config, weights_dir, children.stop)
+            children.start("evaluator", workers.evaluator_main, config, self.weights_dir, children.stop)
         if config.render:
-            children.start("render", render_lib.render_main, config, weights_dir,
+            children.start("render", render_lib.render_main, config, self.weights_dir,
                            os.path.join(monitor.run_dir, "renders"), children.stop,
                            every_seconds=config.render_every, max_steps=config.render_steps)
-        metrics = None
+
+    def _learn(self) -> None:
+        """The network update process (3.2.1): one large-batch update after another on the shared replay, once it
+        holds `learning_starts` transitions, until `total_steps`, the target or the monitor's stop."""
+        config, monitor, replay = self.config, self.monitor, self.replay
         while True:
-            children.check()
-            _drain_events(children, monitor, episodes)
-            collected = collected0 + int(np.sum(steps[:]))
-            if collected >= config.total_steps or reached_target(monitor, config):
-                break
+            self.children.check()
+            _drain_events(self.children, monitor, self.episodes)
+            collected = self.collected()
+            if collected >= config.total_steps or reached_target(monitor.evaluations, config):
+                return
             if config.transfer == "queue":
                 replay.drain()
             if replay.size < max(config.learning_starts, 1):
                 time.sleep(0.01)
-                monitor.heartbeat(collected - collected0)
+                monitor.heartbeat(collected - self.collected0)
                 continue
-            t0 = time.perf_counter()
-            batch = replay.sample(config.batch_size, rng)
-            t1 = time.perf_counter()
-            metrics = learner.step(batch, ones)
-            update_seconds += time.perf_counter() - t1
-            sample_seconds += t1 - t0
-            updates += 1
-            now = time.perf_counter()
-            if updates % config.publish_every == 0 or now - last_report >= _REPORT_SECONDS:
-                current = PALState(learner.state(), np.asarray(updates, np.int64), np.asarray(collected, np.int64))
-                if updates % config.publish_every == 0:
-                    monitor.state = current
-                    monitor.checkpoint()
-                if now - last_report >= _REPORT_SECONDS:
-                    last_report = now
-                    host = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                    host["replay_size"] = float(replay.size)
-                    popped, episodes[:] = list(episodes), []
-                    if monitor.on_report(LearnerReport(current, host, updates, updates), popped):
-                        break
-    except KeyboardInterrupt as stop:
-        interrupted = stop
-        monitor.outputs.print("[spreeze] interrupted: stopping every process and saving the newest weights")
-    finally:
-        elapsed = time.perf_counter() - start
-        children.shutdown()
-        children.channel.close()
-        replay.close()
-        replay.unlink()
-    if interrupted is None:
-        _drain_events(children, monitor, episodes)
-        children.check()
-    collected = collected0 + int(np.sum(steps[:]))
-    monitor.state = PALState(learner.state(), np.asarray(updates, np.int64), np.asarray(collected, np.int64))
-    if config.eval_episodes > 0 and interrupted is None:  # the final policy, evaluated here (the test process is gone)
-        from systems.common.evaluation import Evaluator
+            metrics = self._update()
+            if self._publish_and_report(metrics, collected):
+                return
 
-        evaluator = Evaluator(spec, None, episodes=config.eval_episodes, seed=agent.eval_seed, deterministic=True,
-                              act_fn=agent.eval_act)
-        returns = evaluator.run(agent.policy_params(monitor.state.agent))
-        _record_evaluation(monitor, collected, monitor.wall_time(), updates, [float(r) for r in returns])
-    new_updates = updates - updates0
-    extra = {
-        "num_samplers": config.num_samplers,
-        "tuning": {name: result.to_dict() for name, result in tuning.items()},
-        "envs_per_sampler": config.envs_per_sampler,
-        "batch_size": config.batch_size,
-        "transfer": config.transfer,
-        "sampling_fps": (collected - collected0) / max(elapsed, 1e-9),
-        "update_frequency_hz": new_updates / max(elapsed, 1e-9),
-        "update_fps": new_updates * config.batch_size / max(elapsed, 1e-9),
-        "learner_sample_seconds": sample_seconds,
-        "learner_update_seconds": update_seconds,
-        "optimizer_steps": updates,
-        "model_parallel": learner.devices,
-        **first_reached(monitor.evaluations, config.target_return),
-    }
-    summary = monitor.finish(interrupted=interrupted is not None, extra=extra)
-    if interrupted is not None:
-        raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
-    return summary
+    def _update(self):
+        """Samples `batch_size` transitions and takes one optimizer step; returns its metrics."""
+        t0 = time.perf_counter()
+        batch = self.replay.sample(self.config.batch_size, self.rng)
+        t1 = time.perf_counter()
+        metrics = self.learner.step(batch, self.ones)
+        self.update_seconds += time.perf_counter() - t1
+        self.sample_seconds += t1 - t0
+        self.updates += 1
+        return metrics
+
+    def _publish_and_report(self, metrics, collected: int) -> bool:
+        """Every `publish_every` updates, the weight file (3.3.1); at most once a second, a progress report.
+        Returns whether the monitor ends the run."""
+        updates, monitor = self.updates, self.monitor
+        now = time.perf_counter()
+        if updates % self.config.publish_every == 0 or now - self._last_report >= _REPORT_SECONDS:
+            current = PALState(self.learner.state(), np.asarray(updates, np.int64), np.asarray(collected, np.int64))
+            if updates % self.config.publish_every == 0:
+                monitor.state = current
+                monitor.checkpoint()
+            if now - self._last_report >= _REPORT_SECONDS:
+                self._last_report = now
+                host = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                host["replay_size"] = float(self.replay.size)
+                popped, self.episodes[:] = list(self.episodes), []
+                if monitor.on_report(LearnerReport(current, host, updates, updates), popped):
+                    return True
+        return False
+
+    def summary_extra(self, collected: int) -> dict:
+        """Spreeze's own entries of summary.json: the layout and tuning, the throughputs (Table 2) and the time to
+        the target (Table 1)."""
+        config, elapsed = self.config, self.elapsed
+        new_updates = self.updates - self.updates0
+        return {
+            "num_samplers": config.num_samplers,
+            "tuning": {name: result.to_dict() for name, result in self.tuning.items()},
+            "envs_per_sampler": config.envs_per_sampler,
+            "batch_size": config.batch_size,
+            "transfer": config.transfer,
+            "sampling_fps": (collected - self.collected0) / max(elapsed, 1e-9),
+            "update_frequency_hz": new_updates / max(elapsed, 1e-9),
+            "update_fps": new_updates * config.batch_size / max(elapsed, 1e-9),
+            "learner_sample_seconds": self.sample_seconds,
+            "learner_update_seconds": self.update_seconds,
+            "optimizer_steps": self.updates,
+            "model_parallel": self.learner.devices,
+            **first_reached(self.monitor.evaluations, config.target_return),
+        }
+
+
+def _evaluate_final_policy(config: SpreezeConfig, spec, agent, monitor: Monitor, collected: int, updates: int) -> None:
+    """The final policy's evaluation, run in the learner once the test process is gone."""
+    from systems.common.evaluation import Evaluator
+
+    evaluator = Evaluator(spec, None, episodes=config.eval_episodes, seed=agent.eval_seed, deterministic=True,
+                          act_fn=agent.eval_act)
+    returns = evaluator.run(agent.policy_params(monitor.state.agent))
+    _record_evaluation(monitor, collected, monitor.wall_time(), updates, [float(r) for r in returns])
 
 
 class _Learner:

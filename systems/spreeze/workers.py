@@ -52,73 +52,100 @@ def sampler_main(index: int, config, replay_handle, weights_dir: str, stop, own_
     `steps` is a shared int64 array, one slot per sampler: env steps taken (read by the learner and the others).
     `stop` ends every process of the run; `own_stop` only this sampler (the sampler-count tuning retires samplers)."""
     _cpu_only()
+    _guard(f"sampler-{index}", events,
+           lambda: _sample(index, config, replay_handle, weights_dir, stop, own_stop, steps, events))
 
-    def body():
+
+def _sample(index: int, config, replay_handle, weights_dir: str, stop, own_stop, steps, events) -> None:
+    """The sampler's loop: pick up the newest weights, act, step the envs, put the real transitions into the replay
+    (not EnvPool's reset steps) and the finished episodes on `events`."""
+    import numpy as np
+
+    from envs.episodes import EpisodeTracker, split_done
+    from envs.factory import make_pool, make_spec
+    from systems.offpolicy.agent import build_agent
+    from systems.spreeze import weights as weights_lib
+    from systems.spreeze.shared_replay import SharedReplay
+
+    spec = make_spec(config.env_id)
+    agent = build_agent(config, spec, abstract_state=True)  # reads published weights only
+    replay = SharedReplay.attach(replay_handle)
+    num_envs = config.envs_per_sampler
+    first_env = index * num_envs
+    pool = make_pool(spec, num_envs=num_envs, batch_size=num_envs, seed=config.seed + first_env, num_threads=1)
+    watcher = weights_lib.WeightsWatcher(weights_dir, agent.initial_state)
+    tracker = EpisodeTracker(num_envs, spec.family, spec.max_episode_steps)
+    policy = _SamplerPolicy(config, spec, agent, index)
+    params = None
+    obs, _ = pool.reset()
+    reset_step = np.zeros(num_envs, dtype=bool)
+    step = 0
+    try:
+        while not stop.is_set() and not own_stop.is_set():
+            newest = watcher.poll()
+            if newest is not None:
+                params = agent.policy_params(newest[1].agent)
+            actions = policy.actions(params, obs, step, steps)
+            next_obs, rewards, terminated, truncated, info = pool.step(actions)
+            term, trunc = split_done(spec.family, terminated, truncated, info, spec.max_episode_steps)
+            tracker.step(np.asarray(info["env_id"]), rewards, terminated, truncated, info)
+            finished = tracker.pop_finished()
+            if finished:
+                events.put(("episodes", index, finished))
+            _insert_real(replay, ~reset_step, obs, actions, rewards, next_obs, term, policy.action_dtype)
+            reset_step = (term + trunc) > 0
+            obs = next_obs
+            steps[index] += num_envs
+            step += 1
+    finally:
+        pool.close()
+        if isinstance(replay, SharedReplay):
+            replay.close()
+        else:  # queue writer: the run is stopping, nobody drains; never block on a full pipe
+            replay.close(flush=False)
+
+
+class _SamplerPolicy:
+    """A sampler's actions: uniform random until there are weights and the run has `learning_starts` env steps,
+    then the policy with exploration (DDPG / TD3 noise, SAC sampling, DQN epsilon) and this sampler's own keys."""
+
+    def __init__(self, config, spec, agent, index: int):
         import jax
         import numpy as np
 
-        from envs.episodes import EpisodeTracker, split_done
-        from envs.factory import make_pool, make_spec
-        from systems.pal.agent import build_agent
-        from systems.spreeze import weights as weights_lib
-        from systems.spreeze.shared_replay import SharedReplay
+        self.config, self.spec, self.agent = config, spec, agent
+        self.key = jax.random.fold_in(agent.action_key, index)
+        self.rng = np.random.default_rng([config.seed, index])
+        self.action_dtype = agent.example["action"].dtype
 
-        spec = make_spec(config.env_id)
-        agent = build_agent(config, spec, abstract_state=True)  # reads published weights only
-        replay = SharedReplay.attach(replay_handle)
+    def actions(self, params, obs, step: int, steps):
+        """Actions [E] or [E, A] for `obs` at this sampler's `step`; `steps`: every sampler's env steps."""
+        import jax
+        import numpy as np
+
+        config, spec, agent = self.config, self.spec, self.agent
         num_envs = config.envs_per_sampler
-        first_env = index * num_envs
-        pool = make_pool(spec, num_envs=num_envs, batch_size=num_envs, seed=config.seed + first_env, num_threads=1)
-        watcher = weights_lib.WeightsWatcher(weights_dir, agent.initial_state)
-        tracker = EpisodeTracker(num_envs, spec.family, spec.max_episode_steps)
-        key = jax.random.fold_in(agent.action_key, index)
-        rng = np.random.default_rng([config.seed, index])
-        action_dtype = agent.example["action"].dtype
-        params = None
-        obs, _ = pool.reset()
-        reset_step = np.zeros(num_envs, dtype=bool)
-        step = 0
-        try:
-            while not stop.is_set() and not own_stop.is_set():
-                newest = watcher.poll()
-                if newest is not None:
-                    params = agent.policy_params(newest[1].agent)
-                if params is None or int(np.sum(steps[:])) < config.learning_starts:
-                    if agent.discrete:
-                        actions = rng.integers(0, spec.action_dim, num_envs).astype(action_dtype)
-                    else:
-                        actions = rng.uniform(spec.action_low, spec.action_high,
-                                              (num_envs, spec.action_dim)).astype(action_dtype)
-                else:
-                    explore = config.action_noise if not agent.discrete else config.epsilon_end
-                    actions = np.asarray(agent.act(params, obs, jax.random.fold_in(key, step), explore))
-                next_obs, rewards, terminated, truncated, info = pool.step(actions)
-                term, trunc = split_done(spec.family, terminated, truncated, info, spec.max_episode_steps)
-                tracker.step(np.asarray(info["env_id"]), rewards, terminated, truncated, info)
-                finished = tracker.pop_finished()
-                if finished:
-                    events.put(("episodes", index, finished))
-                real = ~reset_step
-                if real.any():
-                    replay.insert({
-                        "obs": np.asarray(obs[real], np.float32),
-                        "action": actions[real].astype(action_dtype),
-                        "reward": np.asarray(rewards, np.float32)[real],
-                        "next_obs": np.asarray(next_obs[real], np.float32),
-                        "done": term[real],
-                    })
-                reset_step = (term + trunc) > 0
-                obs = next_obs
-                steps[index] += num_envs
-                step += 1
-        finally:
-            pool.close()
-            if isinstance(replay, SharedReplay):
-                replay.close()
-            else:  # queue writer: the run is stopping, nobody drains; never block on a full pipe
-                replay.close(flush=False)
+        if params is None or int(np.sum(steps[:])) < config.learning_starts:
+            if agent.discrete:
+                return self.rng.integers(0, spec.action_dim, num_envs).astype(self.action_dtype)
+            return self.rng.uniform(spec.action_low, spec.action_high, (num_envs, spec.action_dim)).astype(
+                self.action_dtype)
+        explore = config.action_noise if not agent.discrete else config.epsilon_end
+        return np.asarray(agent.act(params, obs, jax.random.fold_in(self.key, step), explore))
 
-    _guard(f"sampler-{index}", events, body)
+
+def _insert_real(replay, real, obs, actions, rewards, next_obs, term, action_dtype) -> None:
+    """Writes the transitions of the envs whose step was real (`real` [E]), not an EnvPool reset step."""
+    import numpy as np
+
+    if real.any():
+        replay.insert({
+            "obs": np.asarray(obs[real], np.float32),
+            "action": actions[real].astype(action_dtype),
+            "reward": np.asarray(rewards, np.float32)[real],
+            "next_obs": np.asarray(next_obs[real], np.float32),
+            "done": term[real],
+        })
 
 
 def evaluator_main(config, weights_dir: str, stop, events, poll_seconds: float = 0.2) -> None:
@@ -130,7 +157,7 @@ def evaluator_main(config, weights_dir: str, stop, events, poll_seconds: float =
     def body():
         from envs.factory import make_spec
         from systems.common.evaluation import Evaluator
-        from systems.pal.agent import build_agent
+        from systems.offpolicy.agent import build_agent
         from systems.spreeze import weights as weights_lib
 
         spec = make_spec(config.env_id)

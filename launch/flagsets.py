@@ -1,0 +1,279 @@
+"""Each launcher's own flags, by group, in its own `absl.flags.FlagValues` (`launch.<name>.FLAGS`): `--help` lists
+exactly the flags that launcher takes, grouped, with their defaults, and a flag of another launcher is refused with
+one line naming who takes it.
+
+Groups: RUN (every training launcher), ON_POLICY / PPO / NORMALIZATION (the PPO / A2C launchers), HTS (actor
+threads and batches of launch.hts), SCALE_OUT (launch.ba3c and launch.gala), OFF_POLICY (launch.pal and
+launch.spreeze), and one group per launcher for what only it takes. Hyperparameter flags default to None: the
+preset of the env family and algorithm (`systems.common.config.PRESETS`, `launch.pal.PRESETS`, ...).
+
+Why not flags generated from the config dataclasses (ml_collections' `config_flags`, DeepMind's convention)? A
+prototype with ml-collections 1.1.0 and `TrainConfig` (2026-11-25): every override becomes `--config.learning_rate=`
+(each command line in the README and the benchmarks would change), `--help` shows one `--config` flag with the
+dataclass's repr, and parsing any override failed (`issubclass() arg 1 must be a class` on our postponed
+annotations such as `float | None`). Presets also need "unset means the preset", which a dataclass default cannot
+say. So the groups are written here, once each, and the launchers adopt them."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from absl import flags
+
+from agents.optim import LR_SCALING_RULES, OPTIMIZERS
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """One flag: its absl kind ('string', 'integer', 'float', 'boolean', 'enum' or 'list'), name, default, help."""
+
+    kind: str
+    name: str
+    default: Any
+    help: str
+    choices: tuple = ()
+
+
+def _s(name, default, help_):
+    return Spec("string", name, default, help_)
+
+
+def _i(name, default, help_):
+    return Spec("integer", name, default, help_)
+
+
+def _f(name, default, help_):
+    return Spec("float", name, default, help_)
+
+
+def _b(name, default, help_):
+    return Spec("boolean", name, default, help_)
+
+
+def _e(name, default, choices, help_):
+    return Spec("enum", name, default, help_, tuple(choices))
+
+
+def _l(name, default, help_):
+    return Spec("list", name, default, help_)
+
+
+def run_group(*, checkpoints: bool = True, default_eval_every: str = "total_steps / 20") -> list[Spec]:
+    """What every training run has: task, seed, length, run directory, evaluation, checkpoints, time limit."""
+    group = [
+        _s("game", None, "Atari game name, e.g. Breakout (EnvPool id Breakout-v5)."),
+        _s("env", None, "EnvPool task id instead of --game, e.g. CartPole-v1, gfootball/academy_empty_goal_close-v1."),
+        _i("seed", 1, "Seed of envs, initial parameters, action keys and minibatch order."),
+        _i("total_steps", None, "Env steps to train (agent steps; default: preset)."),
+        _s("logdir", "", "Run directory (default: runs/<system>-<env>-s<seed>-<time>)."),
+        _b("resume", False, "Continue from the newest checkpoint in --logdir."),
+        _i("eval_every", None, f"Env steps between evaluations (0: only at the end; default: {default_eval_every})."),
+        _i("eval_episodes", 10, "Episodes per evaluation (0: no evaluation)."),
+        _f("time_limit", 0.0, "Stop training after this many seconds (final time metric)."),
+        _f("target_return", None, "Evaluation return for the required time metric."),
+        _b("quiet", False, "No progress line on the terminal."),
+    ]
+    if checkpoints:
+        group.insert(9, _i("checkpoint_every", None,
+                           "Env steps between checkpoints (0: only at the end; default: total_steps / 10)."))
+    return group
+
+
+def on_policy_group(*, algos: tuple[str, ...], num_envs: bool = True) -> list[Spec]:
+    """PPO / A2C hyperparameters shared by launch.hts, launch.sync, launch.ba3c and launch.gala."""
+    group = [
+        _e("algo", None, algos, "Algorithm (default: " + algos[0] + ")."),
+        _i("sync_interval", None, "alpha: steps per env in one round (= rollout length per update; default: preset)."),
+        _f("learning_rate", None, "Learning rate (default: preset)."),
+        _b("anneal_lr", None, "Linearly decay the learning rate to 0 (default: preset)."),
+        _e("optimizer", None, OPTIMIZERS, "Optimizer (default: preset)."),
+        _f("opt_eps", None, "Optimizer epsilon (default: preset)."),
+        _f("max_grad_norm", None, "Global gradient norm clip (0: none; default: preset)."),
+        _f("gamma", None, "Discount (default: preset)."),
+        _f("gae_lambda", None, "GAE lambda; 1.0 gives n-step returns (default: preset)."),
+        _f("value_coef", None, "Value loss coefficient (default: preset)."),
+        _f("entropy_coef", None, "Entropy bonus coefficient (default: preset)."),
+        _b("clip_actions", None, "Clip continuous actions to the action bounds before the env steps (default: on)."),
+        _l("hidden_sizes", None, "MLP hidden sizes of vector-observation tasks, e.g. 256,256 (default: preset)."),
+        _e("activation", None, ("tanh", "relu"), "MLP nonlinearity (default tanh)."),
+        _b("orthogonal_init", None,
+           "MLP: orthogonal init (CleanRL; default) or PyTorch's default (SB3 ortho_init=False)."),
+        _f("log_std_init", None, "Initial log-std of a continuous policy (default 0)."),
+        _b("eval_deterministic", False, "Evaluate the greedy policy instead of sampling."),
+        _s("step_time", "none",
+           "Simulated env step time: none, const:SECONDS, exp:MEAN or gamma:SHAPE:MEAN (seconds)."),
+    ]
+    if num_envs:
+        group.insert(1, _i("num_envs", None, "Number of training envs (default: preset)."))
+    return group
+
+
+PPO = [
+    _f("clip_eps", None, "PPO clip range (default: preset)."),
+    _i("num_epochs", None, "PPO epochs per update (default: preset)."),
+    _i("num_minibatches", None, "PPO minibatches per epoch (default: preset)."),
+    _b("clip_value_loss", None, "PPO: clip the value loss around the behaviour values (default: preset; MuJoCo on)."),
+]
+NORMALIZATION = [
+    _b("normalize_obs", None,
+       "Normalize vector observations by their running mean/std over all training envs (default: preset; MuJoCo on)."),
+    _f("obs_clip", None, "Clip normalized observations to [-v, v] (default 10; 0: no clip)."),
+    _b("normalize_reward", None,
+       "Divide rewards by the running std of the discounted return (default: preset; MuJoCo on)."),
+    _f("reward_clip", None, "Clip scaled rewards to [-v, v] (default 10; 0: no clip)."),
+]
+HTS = [
+    _i("num_actors", None, "Actor threads (default: preset or 1)."),
+    _i("env_batch_size", 0, "EnvPool async batch size (0: num_envs // 2)."),
+    _i("inference_batch", 0, "Fixed actor forward-pass batch (0: num_envs // 2). Changing it changes results' bits."),
+]
+
+
+def scale_out_group(*, lr_scaling_default: str, multiplier: str) -> list[Spec]:
+    """Multi-host start-up (`jax.distributed`) and learning-rate scaling of launch.ba3c and launch.gala. For a
+    multi-host run start the same command on every host with its own --process_id; process 0's address is the
+    coordinator."""
+    return [
+        _s("coordinator_address", "", "host:port of process 0 for jax.distributed (multi-host runs only)."),
+        _i("num_processes", 1, "Processes (hosts) in the job; 1 runs on this host only."),
+        _i("process_id", 0, "This process's index in [0, num_processes)."),
+        _e("lr_scaling", None, LR_SCALING_RULES,
+           f"Scale the learning rate by the batch multiplier ({multiplier}): none, linear or sqrt "
+           f"(default: {lr_scaling_default})."),
+    ]
+
+
+def off_policy_group(*, algos: tuple[str, ...], batch_auto: bool) -> list[Spec]:
+    """The off-policy algorithm's flags shared by launch.pal and launch.spreeze."""
+    return [
+        _e("algo", None, algos, "Algorithm (default: " + algos[0] + ")."),
+        _f("learning_rate", None, "Learning rate (default: preset)."),
+        _f("critic_learning_rate", None, "Critic learning rate (0: --learning_rate; default: preset)."),
+        _f("gamma", None, "Discount (default: preset)."),
+        _f("max_grad_norm", None, "Global gradient norm clip (0: none; default: 10 for DQN, else 0)."),
+        _f("opt_eps", None, "Optimizer epsilon (default: 1e-5 for DQN, else 1e-8)."),
+        _l("hidden_sizes", None, "MLP hidden sizes, e.g. 256,256 (default: preset)."),
+        _s("batch_size", None, "Batch of one optimizer step" + (", or 'auto' (section 3.4)" if batch_auto else "")
+           + " (default: preset)."),
+        _i("buffer_size", None, "Replay capacity in transitions (default: preset)."),
+        _i("learning_starts", None, "Env steps collected before the first update (default: preset)."),
+        _f("tau", None, "Polyak rate of the target networks (DQN: 1 = hard copies; default: preset)."),
+        _f("action_noise", 0.1, "DDPG/TD3: Gaussian exploration noise (fraction of half-range)."),
+        _b("stop_at_target", False, "End the run at the first evaluation whose mean return reaches --target_return."),
+    ]
+
+
+def define(flag_values: flags.FlagValues, section: str, specs: list[Spec]) -> None:
+    """Defines `specs` in `flag_values` under the help section `section`."""
+    for spec in specs:
+        common = dict(flag_values=flag_values, module_name=section)
+        if spec.kind == "enum":
+            flags.DEFINE_enum(spec.name, spec.default, list(spec.choices), spec.help, **common)
+        else:
+            define_fn = getattr(flags, f"DEFINE_{spec.kind}")
+            define_fn(spec.name, spec.default, spec.help, **common)
+
+
+PAL = [
+    _i("num_actors", None, "Actor threads, each with its own EnvPool (default 1)."),
+    _i("envs_per_actor", None, "Envs of each actor thread's own EnvPool (default: preset)."),
+    _i("num_learners", None, "Learner threads; each samples batch_size / num_learners (default 1)."),
+    _f("update_interval", None,
+       "Env steps collected per optimizer step, held by the system (Alg. 1; 0: free-running; default: preset)."),
+    _e("replay", "per", ("per", "uniform"), "Prioritized (PER) or uniform replay."),
+    _f("per_alpha", 0.6, "PER priority exponent alpha."),
+    _f("per_beta", 0.4, "PER importance exponent beta at the start (annealed to 1)."),
+    _i("tree_k", 16, "Fan-out K of the sum tree (seed 003 section IV-C)."),
+    _i("target_update_period", None, "DQN: updates between target copies (default: preset)."),
+    _f("epsilon_start", 1.0, "DQN: initial exploration rate."),
+    _f("epsilon_end", None, "DQN: final exploration rate (default: preset)."),
+    _f("exploration_fraction", None, "DQN: fraction of the run to decay epsilon over (default: preset)."),
+    _e("allocate", "manual", ("manual", "auto"),
+       "auto: profile actor and learner throughput and pick --num_actors / --num_learners by Eq. 5."),
+    _i("cores", 0, "Cores M for --allocate=auto (0: this machine's)."),
+    _f("profile_seconds", 2.0, "Seconds per measured point of --allocate=auto."),
+    _b("checkpoint_buffer", False, "Save the replay buffer with each checkpoint and restore it on --resume."),
+]
+SPREEZE = [
+    _s("num_samplers", "2", "Sampler processes, or 'auto' (section 3.4)."),
+    _i("envs_per_sampler", 1, "Envs of each sampler's own EnvPool."),
+    _i("publish_every", 50, "Learner updates between weight files (they are Spreeze's checkpoints)."),
+    _e("transfer", "shm", ("shm", "queue"), "Experience transfer: shared memory or queue."),
+    _b("model_parallel", False, "SAC: actor on one device, critics on another."),
+    _b("render", False, "Visualization process: rollout GIFs of the newest policy."),
+    _f("render_every", 30.0, "Seconds between rollout GIFs."),
+    _f("tune_seconds", 3.0, "Measuring time per value tried by the auto tuning."),
+]
+BA3C = [
+    _i("num_devices", 0, "Devices per process on the pmap axis (0: all local ones)."),
+    _i("local_batch", None,
+       "Data points per device per update = envs per device x sync_interval (default: the preset's 16 envs x 5)."),
+    _i("hidden", 256, "Width of the BA3C fully connected layer (Atari; Table 2)."),
+    _f("adam_b1", 0.8, "Adam beta1 (paper: 0.8)."),
+    _f("adam_b2", 0.75, "Adam beta2 (paper: 0.75)."),
+    _b("debug", False, "Check after every update that all replicas are bit-identical."),
+]
+GALA = [
+    _i("num_learners", None, "A2C learners (default 4)."),
+    _i("envs_per_learner", 0, "Training envs of each learner (0: the preset, 16 as in seed 004; GFootball 4)."),
+    _e("topology", "ring", ("ring", "exponential"), "Peer graph: directed ring, or time-varying exponential (pmap)."),
+    _i("num_peers", 1, "Out-peers of each learner (paper: 1)."),
+    _e("gossip", "async", ("async", "pmap"), "Execution: learner threads, or lock-step pmap."),
+    _i("max_staleness", -1,
+       "tau: wait when the newest in-peer message is more than tau local iterations old (-1: never)."),
+    _b("log_grad_cosine", False, "Log the learners' pairwise gradient cosine similarity."),
+]
+
+_ON_POLICY_ALGOS = ("ppo", "a2c")
+# Each training launcher's flag groups, in --help order: (section title, flags).
+LAUNCHERS: dict[str, list[tuple[str, list[Spec]]]] = {
+    "hts": [("run", run_group()), ("PPO / A2C", on_policy_group(algos=_ON_POLICY_ALGOS)), ("PPO only", PPO),
+            ("observation and reward normalization", NORMALIZATION), ("HTS-RL actors and batches", HTS)],
+    "sync": [("run", run_group()), ("PPO / A2C", on_policy_group(algos=_ON_POLICY_ALGOS)), ("PPO only", PPO),
+             ("observation and reward normalization", NORMALIZATION)],
+    "ba3c": [("run", run_group()), ("A2C", on_policy_group(algos=("a2c",), num_envs=False)),
+             ("scale-out", scale_out_group(lr_scaling_default="none, as the BA3C paper", multiplier="devices")),
+             ("BA3C", BA3C)],
+    "gala": [("run", run_group()), ("A2C", on_policy_group(algos=("a2c",), num_envs=False)),
+             ("scale-out", scale_out_group(lr_scaling_default="sqrt, as the GALA paper", multiplier="learners")),
+             ("GALA", GALA)],
+    "pal": [("run", run_group()),
+            ("off-policy", off_policy_group(algos=("dqn", "ddqn", "ddpg", "td3", "sac"), batch_auto=False)),
+            ("PAL actors, learners and replay", PAL)],
+    "spreeze": [("run", run_group(checkpoints=False, default_eval_every="preset")),
+                ("off-policy", off_policy_group(algos=("sac", "td3", "ddpg"), batch_auto=True)),
+                ("Spreeze processes", SPREEZE)],
+}
+
+
+def flag_values(launcher: str) -> flags.FlagValues:
+    """A new `FlagValues` holding exactly `launcher`'s flags, grouped by section for --help."""
+    flag_values_ = flags.FlagValues()
+    for section, specs in LAUNCHERS[launcher]:
+        define(flag_values_, section, specs)
+    return flag_values_
+
+
+def taken_by(name: str) -> list[str]:
+    """The launchers that take `--name` (with or without a `no` prefix of a boolean)."""
+    found = []
+    for launcher, groups in LAUNCHERS.items():
+        for _, specs in groups:
+            if any(spec.name == name or (spec.kind == "boolean" and name == f"no{spec.name}") for spec in specs):
+                found.append(launcher)
+                break
+    return found
+
+
+def algos_of(launcher: str) -> tuple[str, ...]:
+    return next(spec.choices for _, specs in LAUNCHERS[launcher] for spec in specs if spec.name == "algo")
+
+
+def launchers_training(algo: str) -> list[str]:
+    return [launcher for launcher in LAUNCHERS if algo in algos_of(launcher)]
+
+
+def help_text(launcher: str, flag_values_: flags.FlagValues) -> str:
+    """The launcher's flags, section by section in definition order, with their defaults (absl's format)."""
+    return "\n\n".join(flag_values_.module_help(section).strip("\n") for section, _ in LAUNCHERS[launcher])

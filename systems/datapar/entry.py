@@ -1,0 +1,23 @@
+"""Distributed BA3C's registry entry (`systems.common.registry`): runs restore into one `TrainState` (the replicas
+are identical; one copy is saved)."""
+
+from systems.common.registry import SystemEntry
+
+
+def _restore(run_dir: str, raw: dict):
+    """BA3C: the BA3C torso of width `hidden` on Atari and the large-batch optimizer, as `systems.datapar.run`
+    builds them from the resolved config (learning rate already scaled, epsilon already chosen)."""
+    from systems.common import restore as lib  # noqa: PLC0415 - JAX only when a run is restored
+    from systems.datapar import system as datapar  # noqa: PLC0415
+
+    config = lib.config_from_json(datapar.DataParallelConfig, raw)
+    spec, setup, target = datapar.make_agent(config)
+    state, meta, path = lib.restore_into(run_dir, datapar.SYSTEM, target)
+    return lib.RestoredRun(
+        run_dir=run_dir, system=datapar.SYSTEM, config=config, spec=spec, state=state, meta=meta,
+        checkpoint_path=path, eval_seed=setup.eval_seed, num_learners=1, _policy_params=lib.single_params,
+        _make_act=lib.on_policy_act(setup.network.apply),
+    )
+
+
+ENTRY = SystemEntry(name="datapar", launcher="ba3c", restore=_restore)

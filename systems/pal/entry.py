@@ -1,0 +1,14 @@
+"""PAL's registry entry (`systems.common.registry`): runs restore into a `PALState` (the replay buffer is not needed
+to act)."""
+
+from systems.common.registry import SystemEntry
+
+
+def _restore(run_dir: str, raw: dict):
+    from systems.offpolicy.restore import restore_off_policy  # noqa: PLC0415 - JAX only when a run is restored
+    from systems.pal.system import PALConfig  # noqa: PLC0415
+
+    return restore_off_policy(run_dir, raw, "pal", PALConfig)
+
+
+ENTRY = SystemEntry(name="pal", launcher="pal", restore=_restore)

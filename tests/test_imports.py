@@ -1,0 +1,55 @@
+"""The import map of WORKSPACE.md: the shared floors (`systems.common`, `systems.replay`, `systems.offpolicy`,
+`agents`, `envs`) import no system package, and no system imports another; only `systems.registry` and the launchers
+list the systems."""
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SYSTEMS = ("hts", "sync", "datapar", "gossip", "pal", "spreeze", "analysis")
+FLOORS = ("systems/common", "systems/replay", "systems/offpolicy", "agents", "envs")
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    """Every module `path` imports, at any depth (lazy imports inside functions included)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _system_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "systems" and parts[1] in SYSTEMS else None
+
+
+@pytest.mark.parametrize("floor", FLOORS)
+def test_shared_floors_import_no_system(floor):
+    offending = {
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in (ROOT / floor).rglob("*.py") for module in _imports(path) if _system_of(module)
+    }
+    assert not offending, sorted(offending)
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_no_system_imports_another(system):
+    offending = {
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in (ROOT / "systems" / system).rglob("*.py") for module in _imports(path)
+        if _system_of(module) not in (None, system)
+    }
+    assert not offending, sorted(offending)
+
+
+def test_the_test_sees_a_back_import(tmp_path):
+    """The check itself: a lazy import of a system inside a function is found."""
+    path = tmp_path / "m.py"
+    path.write_text("def f():\n    from systems.pal.system import PALConfig\n")
+    assert _system_of(sorted(_imports(path))[0]) == "pal"
