@@ -159,17 +159,20 @@ def _measure_system(job: dict) -> dict:
     from systems.common.config import TrainConfig, preset
 
     if job["system"] == "hts":
+        from systems.hts.system import HTSConfig as config_cls
         from systems.hts.system import run
     else:
         from systems.sync.system import run
+
+        config_cls = TrainConfig
     logdir = tempfile.mkdtemp(prefix=f"bench-{job['system']}-")
-    settings = preset(family_of(job["env_id"]), ALGO)
-    settings.update(
-        num_envs=job["num_envs"], num_actors=NUM_ACTORS, sync_interval=job["alpha"], total_steps=job["total_steps"],
-        num_epochs=NUM_EPOCHS, num_minibatches=NUM_MINIBATCHES, env_batch_size=job["env_batch_size"],
-        inference_batch=job["inference_batch"],
-    )
-    config = TrainConfig(
+    settings = preset(family_of(job["env_id"]), ALGO, config_cls)
+    settings.update(num_envs=job["num_envs"], sync_interval=job["alpha"], total_steps=job["total_steps"],
+                    num_epochs=NUM_EPOCHS, num_minibatches=NUM_MINIBATCHES)
+    if job["system"] == "hts":  # the sync baseline has no actor threads and steps every env at once
+        settings.update(num_actors=NUM_ACTORS, env_batch_size=job["env_batch_size"],
+                        inference_batch=job["inference_batch"])
+    config = config_cls(
         env_id=job["env_id"], algo=ALGO, seed=SEED + job["repeat"], step_time=job["step_time"], eval_episodes=0,
         checkpoint_every=0, logdir=logdir, quiet=True, **settings,
     )

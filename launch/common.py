@@ -51,7 +51,7 @@ def config_from_flags(
     f = launcher_flags
     env_id = resolve_env_id(f.game, f.env)
     algo = algo or f.algo or "ppo"
-    values = config_lib.preset(family_of(env_id), algo)
+    values = config_lib.preset(family_of(env_id), algo, config_cls)
     values.update(defaults or {})
     for name in _PRESET_FIELDS:
         if name in f and f[name].value is not None:

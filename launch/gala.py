@@ -31,7 +31,8 @@ def make_config() -> system.GossipConfig:
         FLAGS, system.GossipConfig, validate=False, algo="a2c", defaults=common.NO_NORMALIZATION,
         extra=dict(num_learners=_DEFAULT_LEARNERS if FLAGS.num_learners is None else FLAGS.num_learners,
                    topology=FLAGS.topology, num_peers=FLAGS.num_peers, gossip=FLAGS.gossip,
-                   max_staleness=FLAGS.max_staleness, log_grad_cosine=FLAGS.log_grad_cosine, lr_scaling=FLAGS.lr_scaling or "sqrt",
+                   max_staleness=FLAGS.max_staleness, log_grad_cosine=FLAGS.log_grad_cosine,
+                   lr_scaling=FLAGS.lr_scaling or "sqrt",
                    **common.multihost_values(FLAGS)),
     )
     envs = FLAGS.envs_per_learner or _PRESET_ENVS_PER_LEARNER.get(family_of(config.env_id), 16)

@@ -13,8 +13,10 @@ from systems.hts import system  # noqa: E402
 FLAGS = flagsets.flag_values("hts")
 
 
-def make_config():
-    return common.config_from_flags(FLAGS)
+def make_config() -> system.HTSConfig:
+    config = common.config_from_flags(FLAGS, system.HTSConfig, validate=False)
+    system.validate(config)
+    return config
 
 
 def main(argv):

@@ -3,12 +3,12 @@ number of actor threads, EnvPool's async batch size or thread timing."""
 
 import pytest
 
-from systems.common.config import TrainConfig
+from systems.hts.system import HTSConfig
 from systems.hts import system as hts
 
 
 def _fingerprint(tmp_path, env_id, *, num_actors, env_batch_size, sync_interval, rounds, seed=3):
-    config = TrainConfig(
+    config = HTSConfig(
         env_id=env_id, num_envs=8, num_actors=num_actors, env_batch_size=env_batch_size, inference_batch=4,
         sync_interval=sync_interval, total_steps=8 * sync_interval * rounds, num_epochs=2, num_minibatches=4,
         eval_episodes=0, quiet=True, seed=seed, logdir=str(tmp_path / f"{num_actors}-{env_batch_size}-{seed}"),

@@ -3,8 +3,9 @@ within a fixed budget of 150k env steps (runs are deterministic for a seed, so t
 
 import pytest
 
-from systems.common.config import TrainConfig, preset
+from systems.common.config import preset
 from systems.hts import system as hts
+from systems.hts.system import HTSConfig
 from systems.sync import system as sync
 
 BUDGET = 150_000
@@ -13,7 +14,7 @@ BUDGET = 150_000
 def _config(tmp_path, name):
     values = preset("classic", "ppo")
     values.update(num_envs=8, sync_interval=64, total_steps=BUDGET, learning_rate=1e-3)
-    return TrainConfig(
+    return HTSConfig(
         env_id="CartPole-v1", **values, num_actors=2, eval_episodes=10, eval_every=BUDGET // 3,
         eval_deterministic=True, quiet=True, logdir=str(tmp_path / name), seed=1,
     )

@@ -30,10 +30,11 @@ from agents.normalization import (
 )
 from agents.types import Rollout, TrainState
 from systems.common.checkpoint import list_checkpoints
-from systems.common.config import TrainConfig, preset
+from systems.common.config import preset
 from systems.common.restore import restore_run
-from systems.registry import ENTRIES
 from systems.hts import system as hts
+from systems.hts.system import HTSConfig
+from systems.registry import ENTRIES
 from systems.sync import system as sync
 
 
@@ -179,7 +180,7 @@ def _hopper_config(tmp_path, name, **overrides):
         normalize_obs=True, normalize_reward=True, clip_value_loss=True, logdir=str(tmp_path / name),
     )
     values.update(overrides)
-    return TrainConfig(**values)
+    return HTSConfig(**values)
 
 
 def test_hts_mujoco_normalized_runs_are_bit_identical_across_actors_and_batch_sizes(tmp_path):
@@ -216,7 +217,7 @@ def test_resume_restores_the_statistics_and_evaluation_uses_them(tmp_path):
     policy_out, _ = raw_net.apply({"params": restored.params["params"]}, normalize(stats, obs, config.obs_clip))
     np.testing.assert_allclose(actions, np.asarray(policy_out[0]), rtol=1e-5, atol=1e-6)
 
-    resumed = TrainConfig(**dict(config.__dict__, total_steps=8 * 32 * 4, resume=True))
+    resumed = HTSConfig(**dict(config.__dict__, total_steps=8 * 32 * 4, resume=True))
     sync.run(resumed)
     rows = _rows(config.logdir)
     step_of_first_resumed = [r for r in rows if int(r["env_steps"]) == 3 * 8 * 32][0]

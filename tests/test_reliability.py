@@ -32,6 +32,8 @@ from systems.common.evaluation import Evaluator
 from systems.common.finite import NonFiniteError, first_nonfinite, params_are_finite
 from systems.common.learner import build
 from systems.hts import system as hts
+from systems.hts.system import HTSConfig
+from systems.hts.system import validate as hts_validate
 from systems.sync import system as sync
 from tests.faults import start_run_dir_holder, wait_for_checkpoints
 
@@ -60,12 +62,12 @@ def _poison_updates_from(monkeypatch, first_bad_update: int) -> None:
     monkeypatch.setattr(run_lib, "build", poisoned_build)
 
 
-def _config(tmp_path, **overrides) -> config_lib.TrainConfig:
+def _config(tmp_path, **overrides) -> HTSConfig:
     values = dict(env_id="CartPole-v1", num_envs=4, sync_interval=16, total_steps=6 * 64, num_epochs=1,
                   num_minibatches=2, checkpoint_every=64, eval_every=128, eval_episodes=2, quiet=True,
                   logdir=str(tmp_path / "run"))
     values.update(overrides)
-    return config_lib.TrainConfig(**values)
+    return HTSConfig(**values)
 
 
 # --------------------------------------------------------------------------------------------- non-finite guard
@@ -227,10 +229,9 @@ def test_ctrl_c_at_any_moment_of_start_up_exits_130_with_one_line(tmp_path, mome
     ],
 )
 def test_nonsense_values_are_refused_with_one_line(overrides, message):
-    config = dataclasses.replace(config_lib.TrainConfig(env_id="CartPole-v1", num_envs=4, sync_interval=16),
-                                 **overrides)
+    config = dataclasses.replace(HTSConfig(env_id="CartPole-v1", num_envs=4, sync_interval=16), **overrides)
     with pytest.raises(config_lib.ConfigError, match=message.replace("(", r"\(")):
-        config_lib.validate(config)
+        hts_validate(config)  # the on-policy checks and HTS's own
 
 
 @pytest.mark.parametrize("module, extra", [

@@ -19,6 +19,7 @@ from launch import report as launch_report
 from systems.analysis import metrics, plots, tables
 from systems.common.config import TrainConfig
 from systems.common.outputs import EVAL_FIELDS, ON_POLICY_LOSSES, PPO_COLUMNS, PROGRESS_BASE
+from systems.hts.system import HTSConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = 2000  # bootstrap resamples where the exact interval does not matter (keeps the file fast)
@@ -41,7 +42,8 @@ def _write_run(
 ):
     """A run directory as the systems write it (config.json from the real TrainConfig, the real CSV columns)."""
     os.makedirs(run_dir, exist_ok=True)
-    cfg = TrainConfig(**{"env_id": "CartPole-v1", "seed": seed, "logdir": str(run_dir), **config})
+    config_cls = HTSConfig if system == "hts" else TrainConfig
+    cfg = config_cls(**{"env_id": "CartPole-v1", "seed": seed, "logdir": str(run_dir), **config})
     with open(os.path.join(run_dir, "config.json"), "w") as f:
         json.dump(dataclasses.asdict(cfg), f)
     with open(os.path.join(run_dir, "progress.csv"), "w", newline="") as f:
@@ -208,9 +210,9 @@ def test_bootstrap_ratio():
 
 def test_grouping_labels(tmp_path):
     runs = [_run(tmp_path, f"a{a}_s{s}", seed=s, num_actors=a) for a in (16, 4, 1) for s in (2, 1)]
-    runs.append(_run(tmp_path, "sync", system="sync", num_actors=1))
+    runs.append(_run(tmp_path, "sync", system="sync"))  # the sync baseline has no actor threads
     groups = metrics.group_runs(runs)
-    labels = ["hts num_actors=1", "hts num_actors=4", "hts num_actors=16", "sync num_actors=1"]
+    labels = ["hts num_actors=1", "hts num_actors=4", "hts num_actors=16", "sync"]
     assert [g.label for g in groups] == labels
     assert [[r.seed for r in g.runs] for g in groups] == [[1, 2], [1, 2], [1, 2], [1]]
     assert metrics.varying_fields(runs) == ["num_actors"]  # seed and logdir differ too but never group

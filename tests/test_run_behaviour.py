@@ -7,7 +7,7 @@ import pytest
 
 from systems.common import learner as learner_lib
 from systems.common import run as run_lib
-from systems.common.config import TrainConfig
+from systems.hts.system import HTSConfig
 from systems.common.evaluation import EvaluationRecord, final_metric, required_time
 from systems.hts import system as hts
 
@@ -36,7 +36,7 @@ def _tiny(tmp_path, **overrides):
         eval_episodes=2, quiet=True, logdir=str(tmp_path / "run"), num_actors=2,
     )
     values.update(overrides)
-    return TrainConfig(**values)
+    return HTSConfig(**values)
 
 
 def test_time_limit_stops_training_and_reports_the_final_time_metric(tmp_path):

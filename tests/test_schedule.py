@@ -5,14 +5,14 @@ on-policy (lag 0)."""
 import csv
 import os
 
-from systems.common.config import TrainConfig
+from systems.hts.system import HTSConfig
 from systems.hts import system as hts
 from systems.sync import system as sync
 
 
 def _rows(tmp_path, system):
     run_dir = str(tmp_path / system.SYSTEM)
-    config = TrainConfig(
+    config = HTSConfig(
         env_id="CartPole-v1", num_envs=4, sync_interval=8, total_steps=4 * 8 * 6, num_actors=2,
         num_epochs=1, num_minibatches=2, eval_episodes=0, quiet=True, logdir=run_dir,
     )

@@ -471,11 +471,13 @@ def duplicate_seeds(group: Group) -> list:
 
 
 def varying_fields(runs: Sequence[Run]) -> list[str]:
-    """Config fields (sorted) whose values are not the same in every run, seed and directories left out."""
+    """Config fields (sorted) whose values are not the same in every run that has the field, seed and directories
+    left out. A field only some systems' configs have (HTS's `num_actors`) does not vary by being absent elsewhere:
+    the runs are grouped by system anyway."""
     names = sorted(set().union(*(run.config for run in runs)) - NON_GROUPING_FIELDS)
     varying = []
     for name in names:
-        values = {_hashable(run.config.get(name, _MISSING)) for run in runs}
+        values = {_hashable(run.config[name]) for run in runs if name in run.config}
         if len(values) > 1:
             varying.append(name)
     return varying

@@ -37,13 +37,11 @@ class RunConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig(RunConfig):
-    """An on-policy run (HTS-RL, the synchronous baseline, and the data-parallel and gossip systems that extend it):
-    PPO / A2C hyperparameters, the network, and the env and round sizes. Sizes are per run, not per device."""
+    """An on-policy run (the synchronous baseline; HTS-RL, the data-parallel and gossip systems extend it with their
+    own layout): PPO / A2C hyperparameters, the network, and the env and round sizes. Sizes are per run, not per
+    device."""
 
     num_envs: int = 8  # parallel training environments
-    num_actors: int = 1  # HTS actor threads (ignored by the sync baseline)
-    env_batch_size: int = 0  # EnvPool batch size in async mode (0: num_envs // 2); HTS only
-    inference_batch: int = 0  # fixed actor forward-pass batch (0: num_envs // 2); keep it fixed for bit-identity
     sync_interval: int = 128  # alpha: steps per env in one round = rollout length of one update
     # total_steps (RunConfig) is rounded up to whole rounds.
     # Optimisation.
@@ -82,12 +80,9 @@ NORMALIZATION_SINGLE_LEARNER = (
 )
 
 
-def env_batch_size(config: TrainConfig) -> int:
-    return config.env_batch_size or max(1, config.num_envs // 2)
-
-
-def inference_batch(config: TrainConfig) -> int:
-    return config.inference_batch or max(1, config.num_envs // 2)
+# HTS-RL's layout fields, which every on-policy config carried until 2026-11-25 (now `systems.hts.system.HTSConfig`'s
+# alone): config.json files of other systems' older runs still hold them.
+RETIRED_HTS_FIELDS = frozenset({"num_actors", "env_batch_size", "inference_batch"})
 
 
 def steps_per_round(config: TrainConfig) -> int:
@@ -114,11 +109,11 @@ def require_finite_numbers(config) -> None:
 def validate(config: TrainConfig) -> None:
     """Raises ValueError with one clear line for the first bad value."""
     require_finite_numbers(config)
-    positive = ("num_envs", "num_actors", "sync_interval", "total_steps", "num_epochs", "num_minibatches")
+    positive = ("num_envs", "sync_interval", "total_steps", "num_epochs", "num_minibatches")
     for name in positive:
         if getattr(config, name) <= 0:
             raise ConfigError(f"--{name} must be positive, got {getattr(config, name)}")
-    for name in ("env_batch_size", "inference_batch", "eval_every", "eval_episodes", "checkpoint_every"):
+    for name in ("eval_every", "eval_episodes", "checkpoint_every"):
         if getattr(config, name) < 0:
             raise ConfigError(f"--{name} must be non-negative, got {getattr(config, name)}")
     if config.algo not in ("ppo", "a2c"):
@@ -127,10 +122,6 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got '{config.optimizer}'")
     if config.num_envs > MAX_ENVS:
         raise ConfigError(f"--num_envs={config.num_envs:,} is above the limit of {MAX_ENVS:,} envs per run")
-    if env_batch_size(config) > config.num_envs:
-        raise ConfigError(f"--env_batch_size={config.env_batch_size} exceeds --num_envs={config.num_envs}")
-    if config.inference_batch > config.num_envs:
-        raise ConfigError(f"--inference_batch={config.inference_batch} exceeds --num_envs={config.num_envs}")
     if config.total_steps < steps_per_round(config):
         raise ConfigError(
             f"--total_steps={config.total_steps:,} is less than one round (num_envs x sync_interval = "
@@ -219,5 +210,9 @@ PRESETS[("box2d", "ppo")] = PRESETS[("classic", "ppo")]
 PRESETS[("box2d", "a2c")] = PRESETS[("classic", "a2c")]
 
 
-def preset(family: str, algo: str) -> dict:
-    return dict(PRESETS.get((family, algo), PRESETS[("classic", algo)]))
+def preset(family: str, algo: str, config_cls: type = TrainConfig) -> dict:
+    """The preset of `family` and `algo`, restricted to the fields `config_cls` has (HTS's GFootball preset also
+    sets `num_actors`, which only `HTSConfig` holds)."""
+    fields = {field.name for field in dataclasses.fields(config_cls)}
+    values = PRESETS.get((family, algo), PRESETS[("classic", algo)])
+    return {name: value for name, value in values.items() if name in fields}

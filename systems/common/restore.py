@@ -49,7 +49,6 @@ from flax import serialization
 
 from envs.factory import EnvSpec, make_spec
 from systems.common import checkpoint as checkpoint_lib
-from systems.common import config as config_lib
 from systems.common.config import ConfigError
 from systems.common.evaluation import policy_act_fn
 from systems.common.registry import SystemEntry
@@ -244,11 +243,12 @@ def on_policy_act(apply_fn: Callable) -> Callable[[str], Callable]:
 # ------------------------------------------------------------------------------------------------ hts and sync
 
 
-def restore_train_state(run_dir: str, raw: dict, system: str) -> RestoredRun:
+def restore_train_state(run_dir: str, raw: dict, system: str, config_cls: type,
+                        retired: frozenset = frozenset()) -> RestoredRun:
     """hts and sync: `systems.common.learner.build`, the network and state `start_run` makes."""
     from systems.common.learner import build
 
-    config = config_from_json(config_lib.TrainConfig, raw)
+    config = config_from_json(config_cls, raw, retired)
     spec = spec_of(config)
     setup, target = build(config, spec)
     state, meta, path = restore_into(run_dir, system, target)

@@ -61,16 +61,16 @@ class RunContext:
         return compile_in_background(self.setup.update, state, state.params, collector.rollout_shapes())
 
 
-def start_run(system: str, config: config_lib.TrainConfig) -> RunContext:
-    """Validates `config` (ConfigError on a bad value) and prepares the run (restoring a checkpoint on resume)."""
+def start_run(system: str, config: config_lib.TrainConfig, *, may_change_on_resume: frozenset = frozenset()
+              ) -> RunContext:
+    """Validates `config` (ConfigError on a bad value) and prepares the run (restoring a checkpoint on resume;
+    `may_change_on_resume`: the system's fields a resumed run may change, `rundir.claim`)."""
     config_lib.validate(config)
     step_time = parse_step_time(config.step_time)
     spec = make_spec(config.env_id)
     setup, state = build(config, spec)
-    # HTS's parameters are bit-identical whatever the actor count or EnvPool batch: a resumed run may change them.
     monitor = Monitor(system, config, state, progress=Progress(metric_columns=on_policy_columns(config)),
-                      evaluator=on_policy_evaluator(config, spec, setup),
-                      may_change_on_resume=frozenset({"num_actors", "env_batch_size"}))
+                      evaluator=on_policy_evaluator(config, spec, setup), may_change_on_resume=may_change_on_resume)
     return RunContext(config=config, spec=spec, setup=setup, monitor=monitor, step_time=step_time)
 
 

@@ -8,9 +8,10 @@ def _restore(run_dir: str, raw: dict):
     """BA3C: the BA3C torso of width `hidden` on Atari and the large-batch optimizer, as `systems.datapar.run`
     builds them from the resolved config (learning rate already scaled, epsilon already chosen)."""
     from systems.common import restore as lib  # noqa: PLC0415 - JAX only when a run is restored
+    from systems.common.config import RETIRED_HTS_FIELDS  # noqa: PLC0415
     from systems.datapar import system as datapar  # noqa: PLC0415
 
-    config = lib.config_from_json(datapar.DataParallelConfig, raw)
+    config = lib.config_from_json(datapar.DataParallelConfig, raw, retired=RETIRED_HTS_FIELDS)
     spec, setup, target = datapar.make_agent(config)
     state, meta, path = lib.restore_into(run_dir, datapar.SYSTEM, target)
     return lib.RestoredRun(

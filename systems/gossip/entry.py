@@ -10,10 +10,11 @@ def _restore(run_dir: str, raw: dict):
     import numpy as np  # noqa: PLC0415 - JAX only when a run is restored
 
     from systems.common import restore as lib  # noqa: PLC0415
+    from systems.common.config import RETIRED_HTS_FIELDS  # noqa: PLC0415
     from systems.common.rollout import stack_host  # noqa: PLC0415
     from systems.gossip import system as gossip  # noqa: PLC0415
 
-    config = lib.config_from_json(gossip.GossipConfig, raw)
+    config = lib.config_from_json(gossip.GossipConfig, raw, retired=RETIRED_HTS_FIELDS)
     spec, setup, state = gossip.make_agent(config)
     pmap = config.gossip == "pmap"
     if pmap:

@@ -5,8 +5,9 @@ from systems.common.registry import SystemEntry
 
 def _restore(run_dir: str, raw: dict):
     from systems.common.restore import restore_train_state  # noqa: PLC0415 - JAX only when a run is restored
+    from systems.hts.system import HTSConfig  # noqa: PLC0415
 
-    return restore_train_state(run_dir, raw, "hts")
+    return restore_train_state(run_dir, raw, "hts", HTSConfig)
 
 
 ENTRY = SystemEntry(name="hts", launcher="hts", restore=_restore)

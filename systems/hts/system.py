@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import queue
 import threading
@@ -37,9 +38,47 @@ from systems.common.run import start_run
 SYSTEM = "hts"
 
 
-def run(config: config_lib.TrainConfig) -> dict:
+@dataclasses.dataclass(frozen=True)
+class HTSConfig(config_lib.TrainConfig):
+    """An HTS-RL run: the on-policy fields plus its actor threads and batches (section 4.1)."""
+
+    num_actors: int = 1  # actor threads
+    env_batch_size: int = 0  # EnvPool batch size in async mode (0: num_envs // 2)
+    inference_batch: int = 0  # fixed actor forward-pass batch (0: num_envs // 2); keep it fixed for bit-identity
+
+
+# The parameters are bit-identical whatever the actor count or EnvPool batch: a resumed run may change them.
+_MAY_CHANGE_ON_RESUME = frozenset({"num_actors", "env_batch_size"})
+
+
+def env_batch_size(config: HTSConfig) -> int:
+    return config.env_batch_size or max(1, config.num_envs // 2)
+
+
+def inference_batch(config: HTSConfig) -> int:
+    return config.inference_batch or max(1, config.num_envs // 2)
+
+
+def validate(config: HTSConfig) -> None:
+    """The on-policy checks (`config.validate`) and HTS's own; ConfigError with one clear line for the first."""
+    config_lib.validate(config)
+    if config.num_actors <= 0:
+        raise config_lib.ConfigError(f"--num_actors must be positive, got {config.num_actors}")
+    for name in ("env_batch_size", "inference_batch"):
+        if getattr(config, name) < 0:
+            raise config_lib.ConfigError(f"--{name} must be non-negative, got {getattr(config, name)}")
+    if env_batch_size(config) > config.num_envs:
+        raise config_lib.ConfigError(f"--env_batch_size={config.env_batch_size} exceeds --num_envs={config.num_envs}")
+    if config.inference_batch > config.num_envs:
+        raise config_lib.ConfigError(
+            f"--inference_batch={config.inference_batch} exceeds --num_envs={config.num_envs}"
+        )
+
+
+def run(config: HTSConfig) -> dict:
     """Trains with HTS-RL; returns the summary (also written to `<run dir>/summary.json`)."""
-    ctx = start_run(SYSTEM, config)
+    validate(config)
+    ctx = start_run(SYSTEM, config, may_change_on_resume=_MAY_CHANGE_ON_RESUME)
     monitor, start_round = ctx.monitor, ctx.start_round
     if start_round >= ctx.total_rounds:
         return monitor.finish()
@@ -47,9 +86,9 @@ def run(config: config_lib.TrainConfig) -> dict:
     group = ThreadGroup()
     handover = _Handover(state.params, start_round, group.stopping)
     reports: queue.Queue[LearnerReport] = queue.Queue()
-    executor = ctx.make_executor(config_lib.env_batch_size(config))
+    executor = ctx.make_executor(env_batch_size(config))
     collector = ctx.make_collector(
-        executor, inference_batch=config_lib.inference_batch(config), on_round_complete=handover.on_round_complete
+        executor, inference_batch=inference_batch(config), on_round_complete=handover.on_round_complete
     )
     wait_for_compile = ctx.compile_update_ahead(collector)  # overlaps the collection of the first round
     learner = functools.partial(_learner_loop, handover, ctx.setup.update, state, wait_for_compile, reports)
