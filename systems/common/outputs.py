@@ -41,9 +41,9 @@ OBS_NORM_COLUMN = "obs_norm_count"  # --normalize_obs: observations merged into 
 def on_policy_columns(config: Any) -> tuple[str, ...]:
     """The progress.csv metric columns of a PPO / A2C learner with `config`'s algorithm and normalization."""
     columns = ON_POLICY_LOSSES + (PPO_COLUMNS if config.algo == "ppo" else A2C_COLUMNS)
-    if getattr(config, "normalize_reward", False):
+    if config.normalize_reward:
         columns += (REWARD_SCALE_COLUMN,)
-    if getattr(config, "normalize_obs", False):
+    if config.normalize_obs:
         columns += (OBS_NORM_COLUMN,)
     return columns
 

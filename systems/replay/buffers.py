@@ -58,6 +58,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from systems.common.atomic import fsync_dir
 from systems.replay import sum_tree as _sum_tree
 from systems.replay.sum_tree import SumTree
 
@@ -642,12 +643,7 @@ def _write_atomically(path: str, write) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    with contextlib.suppress(OSError):  # make the rename itself durable (POSIX; best effort elsewhere)
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    fsync_dir(directory)  # make the rename itself durable (best effort)
 
 
 def _write_npy(archive: zipfile.ZipFile, name: str, array: np.ndarray) -> None:
