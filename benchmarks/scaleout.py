@@ -1,5 +1,6 @@
-"""Scale-out benchmark: data-parallel A2C (Distributed BA3C, seed 001) against its device count and FC width, and
-GALA (seed 004, Algorithm 1) against all-reduce A2C with the same learners and envs, on forced XLA CPU devices.
+"""Scale-out benchmark: data-parallel A2C (Distributed BA3C, seed 001) against its device count and FC width,
+GALA (seed 004, Algorithm 1) against all-reduce A2C with the same learners and envs, and HTS-RL (seed 000) with its
+learner over several devices and processes, on forced XLA CPU devices.
 
 Groups of rows:
 
@@ -12,6 +13,11 @@ Groups of rows:
   step times (mean 5 ms). Lock-step systems wait for the slowest of all 64 envs at every env step, an async GALA
   learner only for the slowest of its own 16: the zero-compute model of that is E[max of 64 Exp] / E[max of 16
   Exp] = H_64 / H_16 (harmonic numbers).
+* `hts` (seed 000, issue 15): `systems.hts.system.run`, HTS-PPO on CartPole-v1 (classic-control PPO preset, 16
+  envs x sync_interval 64 = 1,024 env steps per round, 2 actor threads on device 0) with its learner as 1, 2 and 4
+  data-parallel replicas in one process and as 2 processes x 2 replicas joined by `jax.distributed` on 127.0.0.1
+  (both processes started at once, output to files; the row reports process 0's run). Besides SPS: the median
+  time per round (= per learner update) and the parameter fingerprint.
 
 The device count of the XLA CPU platform is fixed when JAX starts, so every measurement runs in its own subprocess
 with `XLA_FLAGS=--xla_force_host_platform_device_count=N` (`device_env`) and a hard timeout. On a 2-core machine
@@ -21,11 +27,12 @@ parallel speed-up.
 SPS is the steady-state rate from the run's `progress.csv`: env steps between the first logged update and the last
 over the wall time between them, minus the time spent in evaluations inside that span (lock-step systems stop
 training while they evaluate), so JIT compilation, start-up and evaluation are excluded. One env step is one data
-point, learned from once (A2C).
+point, learned from once (A2C; HTS-PPO learns from it in each of its 4 epochs).
 
 Usage:
-  PYTHONPATH=. python -m benchmarks.scaleout            # full sweep (~21 min on 2 CPU cores)
-  PYTHONPATH=. python -m benchmarks.scaleout --quick    # short runs of every kind, 1 repeat (~4 min)
+  PYTHONPATH=. python -m benchmarks.scaleout            # full sweep (~25 min on 2 CPU cores)
+  PYTHONPATH=. python -m benchmarks.scaleout --quick    # short runs of every kind, 1 repeat (~5 min)
+  PYTHONPATH=. python -m benchmarks.scaleout --groups=hts --name=scaleout_hts_cpu   # HTS-RL rows only (~4 min)
 """
 
 from __future__ import annotations
@@ -37,19 +44,21 @@ import json
 import os
 import shlex
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
 import time
 
 from absl import app, flags
 
-from benchmarks.common import fmt, machine, median, run_job
+from benchmarks.common import background_cores, cpu_ticks_by_pid, fmt, machine, median, run_job
 
 _QUICK = flags.DEFINE_bool("quick", False, "Short runs of every row kind, 1 repeat; writes *_quick files.")
 _GROUPS = flags.DEFINE_list(
-    "groups", "devices,hidden,gala",
+    "groups", "devices,hidden,gala,hts",
     "Row groups to run: devices (data-parallel on 1/2/4 devices), hidden (BA3C FC width), gala (GALA vs "
-    "all-reduce A2C, with and without step times).",
+    "all-reduce A2C, with and without step times), hts (HTS-RL's learner on 1/2/4 devices and 2 processes x 2).",
 )
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Repeats of each CartPole row (median reported).")
 _HEAVY_REPEATS = flags.DEFINE_integer("heavy_repeats", 1, "Repeats of each Breakout-v5 row of the devices group.")
@@ -69,16 +78,22 @@ CARTPOLE_OPTIMIZER = dict(optimizer="rmsprop", learning_rate=7e-4, opt_eps=1e-5,
 BA3C_OPTIMIZER = dict(optimizer="adam_large_batch", learning_rate=1e-3, opt_eps=None, anneal_lr=False)
 NUM_LEARNERS = 4
 ENVS_PER_LEARNER = 16
+# HTS rows: (processes, forced devices per process); every process runs its actors on device 0 and a learner
+# replica on each of its devices.
+HTS_LAYOUTS = ((1, 1), (1, 2), (1, 4), (2, 2))
+HTS_NUM_ENVS = 16  # over all processes
+HTS_SYNC_INTERVAL = 64  # 16 x 64 = 1,024 env steps per round
+HTS_ACTORS = 2  # actor threads per process
 
 
 @dataclasses.dataclass(frozen=True)
 class Row:
     """One table row: a system configuration measured `repeats` times."""
 
-    group: str  # devices | hidden | gala
-    system: str  # datapar | gala
+    group: str  # devices | hidden | gala | hts
+    system: str  # datapar | gala | hts
     env_id: str
-    devices: int  # forced XLA CPU devices of the worker (datapar: num_devices; GALA pmap: one per learner)
+    devices: int  # forced XLA CPU devices of each worker (datapar: num_devices; GALA pmap: one per learner)
     total_steps: int
     mode: str = "all-reduce"  # all-reduce (datapar) | async | pmap (GALA)
     step_time: str = "none"
@@ -89,9 +104,20 @@ class Row:
     eval_episodes: int = 10
     heavy: bool = False  # Breakout: heavy_repeats (hidden group: hidden_repeats) instead of repeats
     timeout_s: int = 240
+    algo: str = "a2c"  # hts: ppo
+    processes: int = 1  # hts: processes of the jax.distributed job, each with `devices` forced devices
+    learner_devices: str = ""  # hts: local indices of each process's learner replicas
+
+    @property
+    def replicas(self) -> int:
+        """HTS learner replicas over all processes."""
+        return self.processes * len(self.learner_devices.split(",")) if self.learner_devices else 1
 
     @property
     def label(self) -> str:
+        if self.system == "hts":
+            layout = f"{self.processes}x{self.devices} devices"
+            return f"{self.group}: HTS-PPO {self.env_id} {layout}, {self.replicas} replicas"
         system = "all-reduce A2C" if self.system == "datapar" else f"GALA {self.mode}"
         return f"{self.group}: {system} {self.env_id} dev={self.devices} hidden={self.hidden} {self.step_time}"
 
@@ -110,6 +136,11 @@ def _breakout(group: str, devices: int, total_steps: int, hidden: int = 256) -> 
                eval_episodes=0, heavy=True, timeout_s=300)
 
 
+def _hts(processes: int, devices: int, total_steps: int) -> Row:
+    return Row("hts", "hts", CARTPOLE, devices, total_steps, sync_interval=HTS_SYNC_INTERVAL, timeout_s=300,
+               algo="ppo", processes=processes, learner_devices=",".join(str(i) for i in range(devices)))
+
+
 def full_rows() -> list[Row]:
     # Steps: CartPole 200k with an evaluation every 20k (10 evaluations, time to target); Breakout sized for
     # ~60-90 s runs on 2 cores (~90 SPS); GALA vs A2C with 5 ms exponential step times sized for about a minute
@@ -121,6 +152,7 @@ def full_rows() -> list[Row]:
         # The all-reduce A2C row at no step time is the devices group's 4-device run (same job: measured once).
         rows.append(_cartpole_datapar("gala", NUM_LEARNERS, steps, 20_000 if step_time == "none" else 0, step_time))
         rows += [_gala(mode, steps, step_time) for mode in ("async", "pmap")]
+    rows += [_hts(processes, devices, 60 * HTS_NUM_ENVS * HTS_SYNC_INTERVAL) for processes, devices in HTS_LAYOUTS]
     return rows
 
 
@@ -131,6 +163,7 @@ def quick_rows() -> list[Row]:
     for step_time, steps in (("none", 20_000), ("exp:0.005", 6_400)):
         rows.append(_cartpole_datapar("gala", NUM_LEARNERS, steps, 10_000 if step_time == "none" else 0, step_time))
         rows += [_gala(mode, steps, step_time) for mode in ("async", "pmap")]
+    rows += [_hts(processes, devices, 10 * HTS_NUM_ENVS * HTS_SYNC_INTERVAL) for processes, devices in HTS_LAYOUTS]
     return rows
 
 
@@ -150,6 +183,8 @@ def _make_config(job: dict):
     from envs.factory import family_of
     from systems.common.config import preset
 
+    if job["system"] == "hts":
+        return _hts_config(job)
     atari = family_of(job["env_id"]) == "atari"
     values = preset(family_of(job["env_id"]), "a2c")  # Kostrikov A2C: n-step returns, entropy 0.01, norm 0.5
     values.pop("num_envs")  # derived by each system
@@ -171,6 +206,40 @@ def _make_config(job: dict):
         config = GossipConfig(num_learners=NUM_LEARNERS, envs_per_learner=ENVS_PER_LEARNER, gossip=job["mode"],
                               lr_scaling="sqrt", **common, **values)
     return config, run
+
+
+def _hts_config(job: dict):
+    """HTS-PPO with the classic-control PPO preset (CleanRL ppo.py: Adam 2.5e-4 annealed, 4 epochs x 4 minibatches,
+    clip 0.2, GAE 0.95), actors on device 0 and the row's learner replicas (process `process_id` of the job)."""
+    from systems.common.config import preset
+    from systems.hts.system import HTSConfig, run
+
+    values = preset("classic", "ppo", HTSConfig)
+    values.update(num_envs=HTS_NUM_ENVS, sync_interval=job["sync_interval"], total_steps=job["total_steps"])
+    config = HTSConfig(
+        env_id=job["env_id"], algo=job["algo"], seed=SEED + job["repeat"], step_time=job["step_time"],
+        eval_every=job["eval_every"], eval_episodes=job["eval_episodes"], eval_deterministic=True,
+        target_return=TARGET_RETURN, checkpoint_every=0, logdir=job["logdir"], quiet=True, num_actors=HTS_ACTORS,
+        actor_devices="0", learner_devices=job["learner_devices"], num_processes=job["processes"],
+        process_id=job.get("process_id", 0), coordinator_address=job.get("coordinator_address", ""), **values,
+    )
+    return config, run
+
+
+def _learning_rate(job: dict, config) -> float:
+    """The learning rate as the system resolves it (HTS: not scaled, its replicas average their gradients)."""
+    from agents import scale_learning_rate
+
+    if job["system"] == "hts":
+        return config.learning_rate
+    learners = job["devices"] if job["system"] == "datapar" else NUM_LEARNERS
+    return scale_learning_rate(config.learning_rate, learners, config.lr_scaling)
+
+
+def round_seconds(progress: list[dict]) -> float | None:
+    """Median wall time between consecutive progress rows: seconds per round (per update, in steady state)."""
+    times = [float(r["wall_time"]) for r in progress]
+    return median(b - a for a, b in zip(times, times[1:]))
 
 
 def _read_csv(path: str) -> list[dict]:
@@ -200,8 +269,6 @@ def steady_sps(progress: list[dict], evaluations: list[dict]) -> tuple[float | N
 
 
 def _measure(job: dict) -> dict:
-    from agents import scale_learning_rate
-
     logdir = tempfile.mkdtemp(prefix=f"scaleout-{job['system']}-")
     job = dict(job, logdir=os.path.join(logdir, "run"))
     config, run = _make_config(job)
@@ -226,14 +293,15 @@ def _measure(job: dict) -> dict:
         "first_update_s": float(progress[0]["wall_time"]) if progress else None,
         "process_run_s": elapsed,
         "param_count": summary["param_count"],
-        "learning_rate": scale_learning_rate(config.learning_rate, job["devices"] if job["system"] == "datapar"
-                                             else NUM_LEARNERS, config.lr_scaling),  # as the system resolves it
+        "learning_rate": _learning_rate(job, config),  # as the system resolves it
         "time_to_target": reached[0] if reached else None,  # first evaluation >= target (wall time of its end)
         "required_time_avg10": summary["required_time"],  # seed 000's metric: running mean of the last 10 evals
         "final_return": returns[-1] if returns else None,
         "best_return": max(returns) if returns else None,
         "eval_returns": " ".join(f"{r:.0f}" for r in returns),
         "learner_iterations": " ".join(str(i) for i in summary.get("learner_iterations", [])),
+        "round_s": round_seconds(progress),
+        "fingerprint": summary.get("param_fingerprint", "")[:16],
     }
 
 
@@ -272,15 +340,18 @@ def zero_compute_sps(row: Row) -> float | None:
     return num_envs / (mean * harmonic(num_envs))
 
 
-RUN_FIELDS = ["group", "system", "mode", "env_id", "devices", "effective_batch", "hidden", "step_time",
-              "total_steps", "repeat", "seed", "sps", "summary_sps", "eval_s_in_span", "env_steps", "first_update_s",
-              "wall_s", "param_count", "learning_rate", "time_to_target", "required_time_avg10", "final_return",
-              "best_return", "eval_returns", "learner_iterations", "reused", "started", "background_cores", "error"]
+RUN_FIELDS = ["group", "system", "mode", "env_id", "devices", "processes", "learner_devices", "replicas",
+              "effective_batch", "hidden", "step_time", "total_steps", "repeat", "seed", "sps", "round_s",
+              "summary_sps", "eval_s_in_span", "env_steps", "first_update_s", "wall_s", "param_count",
+              "learning_rate", "time_to_target", "required_time_avg10", "final_return", "best_return", "eval_returns",
+              "learner_iterations", "fingerprint", "reused", "started", "background_cores", "error"]
 
 
 def effective_batch(row: Row) -> int:
     if row.system == "datapar":
         return row.devices * row.local_batch
+    if row.system == "hts":
+        return HTS_NUM_ENVS * row.sync_interval  # one round, over all replicas
     return NUM_LEARNERS * ENVS_PER_LEARNER * row.sync_interval  # summed over learners (each learns from 80)
 
 
@@ -327,15 +398,21 @@ def _run_repeat(row: Row, r: int, done: dict[str, dict]) -> tuple[dict, dict]:
                total_steps=row.total_steps, step_time=row.step_time, local_batch=row.local_batch,
                sync_interval=row.sync_interval, hidden=row.hidden, eval_every=row.eval_every,
                eval_episodes=row.eval_episodes, repeat=r)
+    hts = dict(algo=row.algo, processes=row.processes, learner_devices=row.learner_devices)
+    if row.system == "hts":
+        job.update(hts)
     key = json.dumps(job, sort_keys=True)
     reused = key in done
-    if not reused:
+    if not reused and row.processes > 1:
+        done[key] = run_processes(job, row.timeout_s, row.devices, row.processes)
+    elif not reused:
         done[key] = run_job("benchmarks.scaleout", job, row.timeout_s, env=device_env(row.devices))
     result = done[key]
     raw_row = {
         "group": row.group, "system": row.system, "mode": row.mode, "env_id": row.env_id,
         "devices": row.devices, "effective_batch": effective_batch(row), "hidden": row.hidden,
         "step_time": row.step_time, "total_steps": row.total_steps, "repeat": r, "seed": SEED + r,
+        **(dict(hts, replicas=row.replicas) if row.system == "hts" else {}),
         "reused": reused, **{k: result.get(k) for k in RUN_FIELDS if k in result},
     }
     print(f"{row.label:<75} rep {r}: SPS {fmt(result.get('sps'))}  final return "
@@ -346,9 +423,77 @@ def _run_repeat(row: Row, r: int, done: dict[str, dict]) -> tuple[dict, dict]:
     return result, raw_row
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _read_text(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _wait_all(procs: list[subprocess.Popen], timeout_s: float) -> str:
+    """Waits for every process: 'ok' when all exit 0; 'failed' (one exited non-zero: the others would wait for it
+    forever) or 'timeout', after killing the ones still running."""
+    deadline = time.perf_counter() + timeout_s
+    status = "timeout"
+    while time.perf_counter() < deadline:
+        codes = [proc.poll() for proc in procs]
+        if any(code not in (None, 0) for code in codes):
+            status = "failed"
+            break
+        if all(code == 0 for code in codes):
+            return "ok"
+        time.sleep(0.2)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    return status
+
+
+def run_processes(job: dict, timeout_s: float, num_devices: int, num_processes: int) -> dict:
+    """`job` as a `jax.distributed` job of `num_processes` workers on 127.0.0.1, `num_devices` forced devices
+    each, all started at once; returns process 0's result as `run_job` does (plus wall_s, started and
+    background_cores, every worker excluded), with 'error' on a timeout or a failed process. Output goes to files,
+    not pipes: a process blocked on a full pipe would never reach JAX's shutdown barrier."""
+    job = dict(job, coordinator_address=f"127.0.0.1:{free_port()}")
+    env = dict(device_env(num_devices), PYTHONWARNINGS="ignore")
+    started = time.strftime("%H:%M:%S")
+    cpu_before = cpu_ticks_by_pid()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="scaleout-processes-") as tmp:
+        procs, paths = [], []
+        for p in range(num_processes):
+            paths.append((os.path.join(tmp, f"process-{p}.out"), os.path.join(tmp, f"process-{p}.err")))
+            cmd = [sys.executable, "-m", "benchmarks.scaleout", f"--worker={json.dumps(dict(job, process_id=p))}"]
+            with open(paths[p][0], "w") as out, open(paths[p][1], "w") as err:
+                procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=env))
+        status = _wait_all(procs, timeout_s)
+        wall = time.perf_counter() - t0
+        exclude = {os.getpid(), *(proc.pid for proc in procs)}
+        meta = {"wall_s": wall, "started": started,
+                "background_cores": background_cores(cpu_before, cpu_ticks_by_pid(), wall, exclude)}
+        outputs = [tuple(_read_text(path) for path in pair) for pair in paths]
+    if status == "timeout":
+        return {"sps": None, "error": f"timeout after {timeout_s:.0f} s", **meta}
+    failed = [(p, proc.returncode) for p, proc in enumerate(procs) if proc.returncode != 0]
+    errors = [f"process {p} exit {code}: {' | '.join(outputs[p][1].strip().splitlines()[-3:])}"
+              for p, code in failed]
+    result = next((json.loads(line[len("RESULT "):]) for line in outputs[0][0].splitlines()
+                   if line.startswith("RESULT ")), None)
+    if result is None:
+        return {"sps": None, "error": "; ".join(errors) or "process 0 printed no RESULT", **meta}
+    return {**result, **({"error": "; ".join(errors)} if errors else {}), **meta}
+
+
 def _table_row(row: Row, repeats: int, results: list[dict]) -> dict:
     """The table entry of `row`: medians over its repeats (relative_sps is added by `_add_ratios`)."""
     reached = [x["time_to_target"] for x in results if x.get("time_to_target") is not None]
+    hts = dict(processes=row.processes, replicas=row.replicas, round_s=median(x.get("round_s") for x in results),
+               fingerprint=results[0].get("fingerprint") if results else None)  # repeat 0's
     return dict(
         group=row.group, system=row.system, mode=row.mode, env_id=row.env_id, devices=row.devices,
         effective_batch=effective_batch(row), hidden=row.hidden, step_time=row.step_time,
@@ -361,6 +506,7 @@ def _table_row(row: Row, repeats: int, results: list[dict]) -> dict:
         zero_compute_sps=zero_compute_sps(row),
         background_cores=median(x.get("background_cores") for x in results),
         errors="; ".join(sorted({x["error"] for x in results if x.get("error")})),
+        **(hts if row.system == "hts" else {}),
     )
 
 
@@ -373,7 +519,7 @@ def _write_outputs(name, raw_rows, table, command, started, sweep_s) -> tuple[st
         writer.writerows(raw_rows)
     csv_path = os.path.join(_OUT_DIR.value, f"{name}.csv")
     with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(table[0]))
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for t in table for k in t)))  # hts: more
         writer.writeheader()
         writer.writerows(table)
     md_path = os.path.join(_OUT_DIR.value, f"{name}.md")
@@ -383,10 +529,12 @@ def _write_outputs(name, raw_rows, table, command, started, sweep_s) -> tuple[st
 
 
 def _add_ratios(table: list[dict]) -> None:
-    """relative_sps: to the 1-device row of the same env (devices, hidden: to hidden 256) or to all-reduce A2C with
-    the same step time (gala)."""
+    """relative_sps: to the 1-device row of the same env (devices, hidden: to hidden 256), to all-reduce A2C with
+    the same step time (gala) or to the 1-replica row (hts)."""
     for t in table:
-        if t["group"] == "gala":
+        if t["group"] == "hts":
+            base = [b for b in table if b["group"] == "hts" and b["replicas"] == 1]
+        elif t["group"] == "gala":
             base = [b for b in table if b["group"] == "gala" and b["system"] == "datapar"
                     and b["step_time"] == t["step_time"]]
         elif t["group"] == "hidden":
@@ -399,38 +547,59 @@ def _add_ratios(table: list[dict]) -> None:
 
 def _markdown(table, command, started, sweep_s) -> str:
     lines = [
-        *_header_lines(command, started, sweep_s),
+        *_header_lines(command, started, sweep_s, {t["group"] for t in table}),
         *_devices_lines([t for t in table if t["group"] == "devices"]),
         *_hidden_lines([t for t in table if t["group"] == "hidden"]),
         *_gala_lines([t for t in table if t["group"] == "gala"]),
+        *_hts_lines([t for t in table if t["group"] == "hts"]),
     ]
     return "\n".join(lines)
 
 
-def _header_lines(command, started, sweep_s) -> list[str]:
-    """Machine, command and how SPS, the agents and the background load are measured."""
+def _header_lines(command, started, sweep_s, groups: set) -> list[str]:
+    """Machine, command and how SPS, the agents and the background load are measured (the A2C agent and job reuse
+    only with A2C/GALA rows; the HTS section describes its own agent)."""
+    a2c, hts = bool(groups - {"hts"}), "hts" in groups
+    subject = "data-parallel A2C (BA3C) and GALA"
+    if hts:
+        subject = "data-parallel A2C (BA3C), GALA and HTS-RL's learner" if a2c else "HTS-RL's learner"
+    points = " (= data points, each learned from once)" if not hts else (
+        " (= data points: A2C learns from each once, HTS-PPO in each of its 4 epochs)" if a2c else "")
     return [
-        "# Scale-out: data-parallel A2C (BA3C) and GALA on forced CPU devices",
+        f"# Scale-out: {subject} on forced CPU devices",
         "",
         f"- Machine: {machine()} (no GPU). Date: {started:%Y-%m-%d %H:%M} UTC. Sweep wall time: "
         f"{sweep_s / 60:.1f} min.",
         f"- Command: `{command}` (from the repository root).",
-        "- Every run is its own process with `XLA_FLAGS=--xla_force_host_platform_device_count=N` (N = devices "
-        "column). **Forced CPU devices share the machine's cores** (4 devices on 2 cores here), so more devices "
+        "- Every run is its own process with `XLA_FLAGS=--xla_force_host_platform_device_count=N` (N = "
+        f"{'devices column' if a2c else 'devices per process, in the layout column'}). **Forced CPU devices share "
+        "the machine's cores** (4 devices on 2 cores here), so more devices "
         "measure the system's per-device overhead, not a real parallel speed-up.",
-        "- SPS = env steps (= data points, each learned from once) per second in steady state: from `progress.csv`, "
+        f"- SPS = env steps{points} per second in steady state: from `progress.csv`, "
         "env steps between the first and last logged update over the wall time between them minus evaluation time, "
         "so JIT compilation, start-up and evaluations are excluded. Medians over the repeats (repeat r: seed 1 + r).",
+        *(_a2c_header_lines() if a2c else []),
+        "- background = median CPU cores used by *other* processes during the row's runs (from /proc): well above 0 "
+        "means a loaded machine and unreliable numbers.",
+        *(_reuse_header_lines() if a2c else []),
+        "",
+    ]
+
+
+def _a2c_header_lines() -> list[str]:
+    return [
         "- Agent: A2C (n-step returns, entropy 0.01, value 0.5, gradient norm 0.5, gamma 0.99: the Kostrikov "
         "preset). CartPole: MLP, RMSProp (PyTorch form) eps 1e-5, base learning rate 7e-4 (all-reduce A2C: not "
         "scaled; GALA: x sqrt(4 learners) = 1.4e-3, its default), no annealing. Breakout: BA3C network "
         "(`--hidden` as listed), BA3C large-batch Adam (lr 1e-3, beta 0.8/0.75, eps 1e-3 below batch 512).",
-        "- background = median CPU cores used by *other* processes during the row's runs (from /proc): well above 0 "
-        "means a loaded machine and unreliable numbers.",
+    ]
+
+
+def _reuse_header_lines() -> list[str]:
+    return [
         "- A job identical in two groups is measured once and reused (`reused` in the runs CSV): the hidden-256 row's "
         "first repeat is the devices group's 1-device Breakout run, the GALA table's all-reduce row without step "
         "times is the devices group's 4-device CartPole runs.",
-        "",
     ]
 
 
@@ -531,6 +700,63 @@ def _gala_lines(gala: list[dict]) -> list[str]:
         )
     lines.append("")
     return lines
+
+
+def _layout(t: dict) -> str:
+    processes, devices = t["processes"], t["devices"]
+    return f"{processes} process{'es' if processes > 1 else ''} x {devices} device{'s' if devices > 1 else ''}"
+
+
+def _hts_lines(hts: list[dict]) -> list[str]:
+    """HTS-RL learner over devices and processes section (nothing without `hts` rows)."""
+    if not hts:
+        return []
+    lines = [
+        "## HTS-RL learner over devices (issue 15)",
+        "",
+        f"CartPole-v1, HTS-PPO (`systems.hts`) with the classic-control PPO preset (CleanRL ppo.py: Adam 2.5e-4 "
+        f"annealed, 4 epochs x 4 minibatches, clip 0.2, GAE 0.95), {HTS_NUM_ENVS} envs x sync_interval "
+        f"{HTS_SYNC_INTERVAL} = {HTS_NUM_ENVS * HTS_SYNC_INTERVAL:,} env steps per round, {HTS_ACTORS} actor threads "
+        "per process on device 0 (`--actor_devices=0`), the learner on every device of its process "
+        "(`--learner_devices=0,..,N-1`): R replicas, each learning from 16/R envs' columns of the round, gradients "
+        "averaged before each optimizer step. 2 processes = a `jax.distributed` job on 127.0.0.1 (gloo), each "
+        "process stepping 8 of the envs; the row is process 0's run. No evaluation until the end (10 deterministic "
+        "episodes: final eval return). round time = median wall time between consecutive learner updates "
+        "(seconds per round in steady state). relative SPS = SPS / the 1-replica SPS.",
+        "",
+        "| layout | learner replicas | total steps | repeats | SPS | relative SPS | round time s | final eval return | "
+        "fingerprint (repeat 0) | background | errors |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
+    ]
+    for t in hts:
+        lines.append(
+            f"| {_layout(t)} | {t['replicas']} | {t['total_steps']:,} | {t['repeats']} | {fmt(t['sps'])} | "
+            f"{fmt(t['relative_sps'], 2)} | {fmt(t['round_s'], 3)} | {fmt(t['final_return'], 1)} | "
+            f"`{t['fingerprint'] or 'n/a'}` | {fmt(t['background_cores'], 2)} | {t['errors']} |"
+        )
+    lines += ["", _hts_note(hts), ""]
+    return lines
+
+
+def _hts_note(hts: list[dict]) -> str:
+    """What the HTS rows measure, and whether the 1x4 and 2x2 runs of repeat 0 ended with the same fingerprint."""
+    four = {t["processes"]: t["fingerprint"] for t in hts if t["replicas"] == 4 and t["fingerprint"]}
+    if len(four) < 2:
+        verdict = "(one of the two rows is missing here, so there is nothing to compare)"
+    elif four[1] == four[2]:
+        verdict = "and in this sweep their fingerprints agree"
+    else:
+        verdict = ("and in this sweep their fingerprints differ: the fingerprint hashes every bit, so a "
+                   "difference in the last bits of one sum, carried through every later update, changes it; it "
+                   "does not say how far apart the parameters are")
+    return (
+        "The forced CPU devices (and the two processes) share the machine's 2 cores, so more replicas measure the "
+        "overhead of splitting the learner (more, smaller per-device programs plus the all-reduce), not a speed-up. "
+        "For a fixed seed and number of replicas the parameters do not depend on how the replicas are spread over "
+        "processes: the 1 x 4 and 2 x 2 rows compute the same parameters up to the all-reduce's summation order "
+        f"(gloo's across the processes, XLA's within one), {verdict}. Runs with different numbers of replicas "
+        "split each minibatch differently and are not expected to match."
+    )
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def run_schedule(launcher_flags: flags.FlagValues, total_steps: int) -> dict:
 
 
 def multihost_values(launcher_flags: flags.FlagValues) -> dict:
-    """The scale-out group's multi-host fields (launch.ba3c and launch.gala)."""
+    """The multi-host fields (launch.hts, launch.ba3c and launch.gala)."""
     f = launcher_flags
     return dict(coordinator_address=f.coordinator_address, num_processes=f.num_processes, process_id=f.process_id)
 
@@ -163,16 +163,24 @@ def run_main(
             print("waiting for the update's compile to finish before exiting (XLA cannot stop one midway)",
                   file=sys.stderr)
         status = EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
-        if checkpoint:  # the run stopped cleanly: a normal exit runs multiprocessing's finalizers (Spreeze)
+        if checkpoint and not _multi_process():  # stopped cleanly: a normal exit runs multiprocessing's finalizers
             sys.exit(status)
         _exit_without_finalizing(status)
+
+
+def _multi_process() -> bool:
+    """A `jax.distributed` job: a stopped process must not wait at JAX's shutdown barrier for the others, nor tear
+    JAX down under a learner thread blocked in a collective they will never join (it aborted, exit 134)."""
+    jax = sys.modules.get("jax")
+    return jax is not None and jax.process_count() > 1
 
 
 def _exit_without_finalizing(status: int) -> None:
     """Exits once every background compile is done, skipping the interpreter's finalization: after a Ctrl-C that
     interrupted a compile in the main thread (the network's initializer, seconds into start-up), XLA segfaulted
-    while Python tore it down (exit -11 instead of 130). Used only for a stop before the run could save anything,
-    so nothing is lost; EnvPool's own threads, if any, end with the process."""
+    while Python tore it down (exit -11 instead of 130). Used for a stop before the run could save anything, so
+    nothing is lost, and for a process of a multi-process job once it has saved (`_multi_process`); EnvPool's own
+    threads, if any, end with the process."""
     from systems.common.learner import wait_for_compiles  # noqa: PLC0415 - JAX starts after the XLA flags
 
     wait_for_compiles()

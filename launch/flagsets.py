@@ -3,7 +3,8 @@ exactly the flags that launcher takes, grouped, with their defaults, and a flag 
 one line naming who takes it.
 
 Groups: RUN (every training launcher), ON_POLICY / PPO / NORMALIZATION (the PPO / A2C launchers), HTS (actor
-threads and batches of launch.hts), SCALE_OUT (launch.ba3c and launch.gala), OFF_POLICY (launch.pal and
+threads and batches of launch.hts), HTS_DEVICES (its actor and learner devices), MULTI_HOST (launch.hts, and within
+the scale-out group launch.ba3c and launch.gala), SCALE_OUT (launch.ba3c and launch.gala), OFF_POLICY (launch.pal and
 launch.spreeze), and one group per launcher for what only it takes. Hyperparameter flags default to None: the
 preset of the env family and algorithm (`systems.common.config.PRESETS`, `launch.pal.PRESETS`, ...).
 
@@ -128,6 +129,21 @@ HTS = [
     _i("env_batch_size", 0, "EnvPool async batch size (0: num_envs // 2)."),
     _i("inference_batch", 0, "Fixed actor forward-pass batch (0: num_envs // 2). Changing it changes results' bits."),
 ]
+HTS_DEVICES = [
+    _s("actor_devices", "",
+       "Local device indices of the actors' forward passes, e.g. 0 (default: the first device)."),
+    _s("learner_devices", "",
+       "Local device indices of the learner's data-parallel replicas, e.g. 1,2,3 (default: one device -> shared "
+       "with the actors; several -> the rest, as many as split the envs evenly)."),
+    _b("debug", False, "Check after every update that all learner replicas are bit-identical."),
+]
+
+
+MULTI_HOST = [
+    _s("coordinator_address", "", "host:port of process 0 for jax.distributed (multi-host runs only)."),
+    _i("num_processes", 1, "Processes (hosts) in the job; 1 runs on this host only."),
+    _i("process_id", 0, "This process's index in [0, num_processes)."),
+]
 
 
 def scale_out_group(*, lr_scaling_default: str, multiplier: str) -> list[Spec]:
@@ -135,9 +151,7 @@ def scale_out_group(*, lr_scaling_default: str, multiplier: str) -> list[Spec]:
     multi-host run start the same command on every host with its own --process_id; process 0's address is the
     coordinator."""
     return [
-        _s("coordinator_address", "", "host:port of process 0 for jax.distributed (multi-host runs only)."),
-        _i("num_processes", 1, "Processes (hosts) in the job; 1 runs on this host only."),
-        _i("process_id", 0, "This process's index in [0, num_processes)."),
+        *MULTI_HOST,
         _e("lr_scaling", None, LR_SCALING_RULES,
            f"Scale the learning rate by the batch multiplier ({multiplier}): none, linear or sqrt "
            f"(default: {lr_scaling_default})."),
@@ -229,7 +243,9 @@ _ON_POLICY_ALGOS = ("ppo", "a2c")
 # Each training launcher's flag groups, in --help order: (section title, flags).
 LAUNCHERS: dict[str, list[tuple[str, list[Spec]]]] = {
     "hts": [("run", run_group()), ("PPO / A2C", on_policy_group(algos=_ON_POLICY_ALGOS)), ("PPO only", PPO),
-            ("observation and reward normalization", NORMALIZATION), ("HTS-RL actors and batches", HTS)],
+            ("observation and reward normalization", NORMALIZATION), ("HTS-RL actors and batches", HTS),
+            ("devices", HTS_DEVICES),
+            ("multi-host (the same command on every host with its own --process_id)", MULTI_HOST)],
     "sync": [("run", run_group()), ("PPO / A2C", on_policy_group(algos=_ON_POLICY_ALGOS)), ("PPO only", PPO),
              ("observation and reward normalization", NORMALIZATION)],
     "ba3c": [("run", run_group()), ("A2C", on_policy_group(algos=("a2c",), num_envs=False)),

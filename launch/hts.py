@@ -1,7 +1,11 @@
 """`python -m launch.hts --game=Breakout`: train with High-Throughput Synchronous RL (seed 000).
 
 Flags (`--help` lists them with their defaults): the run group, PPO / A2C hyperparameters, observation and reward
-normalization, and HTS-RL's actor threads and batches (`launch.flagsets`)."""
+normalization, HTS-RL's actor threads and batches, its devices and the multi-host start-up (`launch.flagsets`).
+
+Devices: one device -> actors and learner share it; several -> actors on the first, the learner's data-parallel
+replicas on the rest (`--actor_devices=0 --learner_devices=1,2,3` chooses). Several hosts: the same command on every
+host with `--num_processes=N --process_id=I --coordinator_address=HOST:PORT`."""
 
 from launch import cli
 
@@ -14,7 +18,11 @@ FLAGS = flagsets.flag_values("hts")
 
 
 def make_config() -> system.HTSConfig:
-    config = common.config_from_flags(FLAGS, system.HTSConfig, validate=False)
+    config = common.config_from_flags(
+        FLAGS, system.HTSConfig, validate=False,
+        extra=dict(actor_devices=FLAGS.actor_devices, learner_devices=FLAGS.learner_devices, debug=FLAGS.debug,
+                   **common.multihost_values(FLAGS)),
+    )
     system.validate(config)
     return config
 

@@ -33,10 +33,12 @@ class RunContext:
     def total_rounds(self) -> int:
         return config_lib.total_rounds(self.config)
 
-    def make_executor(self, batch_size: int) -> Executor:
+    def make_executor(self, batch_size: int, *, num_envs: int | None = None, first_env: int = 0) -> Executor:
+        """The run's envs, or (multi-process) `num_envs` of them from global env id `first_env` on: env i is seeded
+        with `seed + i` whichever process steps it."""
         return Executor(
-            self.spec, num_envs=self.config.num_envs, batch_size=batch_size, seed=self.config.seed,
-            step_time=self.step_time, clip_actions=self.config.clip_actions,
+            self.spec, num_envs=num_envs or self.config.num_envs, batch_size=batch_size,
+            seed=self.config.seed + first_env, step_time=self.step_time, clip_actions=self.config.clip_actions,
         )
 
     def make_collector(
@@ -45,11 +47,15 @@ class RunContext:
         *,
         inference_batch: int,
         on_round_complete: Callable[[RoundStorage, bool], tuple | None],
+        policy_fn: Callable | None = None,
+        params=None,
     ) -> RoundCollector:
+        """The round collector of `executor`; a system may give its own `policy_fn` (and the `params` it takes)."""
         return RoundCollector(
-            executor, policy_fn=self.setup.policy, run_key=self.setup.action_key,
+            executor, policy_fn=policy_fn or self.setup.policy, run_key=self.setup.action_key,
             sync_interval=self.config.sync_interval, inference_batch=inference_batch, first_round=self.start_round,
-            total_rounds=self.total_rounds, params=self.monitor.state.params, version=self.start_round,
+            total_rounds=self.total_rounds, params=self.monitor.state.params if params is None else params,
+            version=self.start_round,
             on_round_complete=on_round_complete, action_shape=self.setup.action_shape,
             action_dtype=self.setup.action_dtype,
         )
@@ -61,15 +67,16 @@ class RunContext:
         return compile_in_background(self.setup.update, state, state.params, collector.rollout_shapes())
 
 
-def start_run(system: str, config: config_lib.TrainConfig, *, may_change_on_resume: frozenset = frozenset()
-              ) -> RunContext:
+def start_run(system: str, config: config_lib.TrainConfig, *, may_change_on_resume: frozenset = frozenset(),
+              header: str = "") -> RunContext:
     """Validates `config` (ConfigError on a bad value) and prepares the run (restoring a checkpoint on resume;
-    `may_change_on_resume`: the system's fields a resumed run may change, `rundir.claim`)."""
+    `may_change_on_resume`: the system's fields a resumed run may change, `rundir.claim`; `header`: lines the
+    progress output starts with, after the run's own)."""
     config_lib.validate(config)
     step_time = parse_step_time(config.step_time)
     spec = make_spec(config.env_id)
     setup, state = build(config, spec)
-    monitor = Monitor(system, config, state, progress=Progress(metric_columns=on_policy_columns(config)),
+    monitor = Monitor(system, config, state, progress=Progress(metric_columns=on_policy_columns(config), header=header),
                       evaluator=on_policy_evaluator(config, spec, setup), may_change_on_resume=may_change_on_resume)
     return RunContext(config=config, spec=spec, setup=setup, monitor=monitor, step_time=step_time)
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 
 import jax
 import numpy as np
@@ -141,17 +140,6 @@ def resolve(config: DataParallelConfig, num_global_devices: int) -> DataParallel
     return resolved
 
 
-def make_replica_check(devices: list):
-    """pmapped params -> largest pmax - pmin over every leaf and every device (0.0 iff replicas are identical)."""
-
-    def spread(params):
-        leaves = jax.tree_util.tree_leaves(params)
-        gaps = [jax.numpy.max(jax.lax.pmax(x, DEVICE_AXIS) - jax.lax.pmin(x, DEVICE_AXIS)) for x in leaves]
-        return jax.numpy.max(jax.numpy.stack(gaps))
-
-    return jax.pmap(spread, axis_name=DEVICE_AXIS, devices=distributed.pmap_devices(devices))
-
-
 def make_agent(config: DataParallelConfig):
     """Spec, learner setup and initial state of a resolved config: the BA3C torso of width `hidden` on Atari and the
     large-batch optimizer (learning rate already scaled, epsilon already chosen by `resolve`)."""
@@ -181,9 +169,7 @@ def run(config: DataParallelConfig) -> dict:
     num_global = num_local * jax.process_count()
     config = resolve(config, num_global)
     process = jax.process_index()
-    if process > 0:  # process 0 owns the run directory and the evaluations
-        run_dir = os.path.join(config.logdir or "runs", f"process-{process}")
-        config = dataclasses.replace(config, logdir=run_dir, eval_episodes=0, quiet=True)
+    config = distributed.per_process_config(config)  # process 0 owns the run directory and the evaluations
 
     spec, setup, state = make_agent(config)
     e = envs_per_device(config)
@@ -201,7 +187,8 @@ def run(config: DataParallelConfig) -> dict:
         functools.partial(setup.update_fn, axis_name=DEVICE_AXIS), axis_name=DEVICE_AXIS,
         devices=distributed.pmap_devices(devices),
     )
-    replica_spread = make_replica_check(devices) if config.debug else None
+    replica_spread = (distributed.make_replica_check(distributed.pmap_devices(devices), DEVICE_AXIS)
+                      if config.debug else None)
     replicated = place_on_axis(stack_host(monitor.state, num_local), distributed.pmap_devices(devices), DEVICE_AXIS)
     holder = {"state": replicated, "version": start_round}  # version: updates applied so far (a host int)
 

@@ -257,7 +257,7 @@ def _run_pmap(config: GossipConfig) -> dict:
     every completed round is one iteration of all learners (`_LockstepGossip.on_round_complete`)."""
     devices = _pmap_local_devices(config.num_learners)
     first = jax.process_index() * len(devices)  # this process's first learner
-    config = _per_process(config)
+    config = distributed.per_process_config(config)
     spec, setup, state = make_agent(config)
     topology = make_topology(config.topology, config.num_learners, config.num_peers)
     monitor = Monitor(
@@ -296,16 +296,6 @@ def _pmap_local_devices(n: int) -> list:
     if jax.process_count() > 1 and num_local != len(local):
         raise config_lib.ConfigError("with several processes every local device hosts one learner")
     return local[:num_local]
-
-
-def _per_process(config: GossipConfig) -> GossipConfig:
-    """Processes after the first write to their own run directory and neither evaluate nor print."""
-    process = jax.process_index()
-    if process == 0:
-        return config
-    return dataclasses.replace(
-        config, logdir=os.path.join(config.logdir or "runs", f"process-{process}"), eval_episodes=0, quiet=True
-    )
 
 
 def _pmap_initial_state(state: TrainState, num_local: int, num_peers: int) -> GossipState:

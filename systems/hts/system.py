@@ -15,6 +15,14 @@
 * Determinism: randomness is owned by (env, step), storage is indexed by (step, env), inference uses a fixed
   padded shape, and the learner's key chain is fixed, so `--seed` fixes the parameters bit for bit whatever
   `--num_actors`, `--env_batch_size` or thread timing.
+* Devices and hosts (`systems.hts.layout`; beyond the paper, which trains on one desktop): actor threads run their
+  forward passes on `--actor_devices`, the learner is `--learner_devices` data-parallel replicas (the storage split
+  by env, gradients averaged before each optimizer step, parameters identical on every replica; `--debug` checks
+  it after every update). With `--num_processes` > 1 every process steps its own share of the envs with its own
+  executor and actors, and the replicas of all processes form one pmap over `jax.distributed` (gloo on CPU, NCCL on
+  GPU); no other traffic crosses hosts. For a fixed seed and number of replicas the parameters do not depend on
+  the actor threads, the EnvPool batch or the split over processes (up to the all-reduce's summation order: on
+  CPU, gloo's across processes against XLA's within one). One replica is the single-device update, bit for bit.
 """
 
 from __future__ import annotations
@@ -24,16 +32,29 @@ import functools
 import queue
 import threading
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 
-from agents import TrainState
+from agents import DEVICE_AXIS, TrainState
 from envs.executor import Executor
 from systems.common import config as config_lib
+from systems.common import distributed
 from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
+from systems.common.learner import LearnerSetup, compile_in_background
 from systems.common.monitor import LearnerReport, Monitor
-from systems.common.rollout import RoundCollector, RoundStorage
+from systems.common.rollout import (
+    RoundCollector,
+    RoundStorage,
+    place_on_axis,
+    replica,
+    shard_rollout,
+    sharded_shapes,
+    stack_host,
+)
 from systems.common.run import start_run
+from systems.hts import layout as layout_lib
 
 SYSTEM = "hts"
 
@@ -45,14 +66,26 @@ class HTSConfig(config_lib.TrainConfig):
     num_actors: int = 1  # actor threads
     env_batch_size: int = 0  # EnvPool batch size in async mode (0: num_envs // 2)
     inference_batch: int = 0  # fixed actor forward-pass batch (0: num_envs // 2); keep it fixed for bit-identity
+    actor_devices: str = ""  # local device indices of the actors' forward passes ("": `layout.resolve`'s default)
+    learner_devices: str = ""  # local device indices of the learner's replicas ("": `layout.resolve`'s default)
+    coordinator_address: str = ""  # host:port of process 0 (multi-host)
+    num_processes: int = 1
+    process_id: int = 0
+    debug: bool = False  # check after every update that all learner replicas hold bit-identical parameters
 
 
-# The parameters are bit-identical whatever the actor count or EnvPool batch: a resumed run may change them.
-_MAY_CHANGE_ON_RESUME = frozenset({"num_actors", "env_batch_size"})
+# The parameters are bit-identical whatever the actor count, EnvPool batch or actor devices (and the coordinator's
+# address): a resumed run may change them.
+_MAY_CHANGE_ON_RESUME = frozenset({"num_actors", "env_batch_size", "actor_devices", "coordinator_address", "debug"})
+
+
+def local_envs(config: HTSConfig) -> int:
+    """Envs this process steps (all of them in a single-process run)."""
+    return config.num_envs // max(config.num_processes, 1)
 
 
 def env_batch_size(config: HTSConfig) -> int:
-    return config.env_batch_size or max(1, config.num_envs // 2)
+    return config.env_batch_size or max(1, local_envs(config) // 2)
 
 
 def inference_batch(config: HTSConfig) -> int:
@@ -67,38 +100,173 @@ def validate(config: HTSConfig) -> None:
     for name in ("env_batch_size", "inference_batch"):
         if getattr(config, name) < 0:
             raise config_lib.ConfigError(f"--{name} must be non-negative, got {getattr(config, name)}")
-    if env_batch_size(config) > config.num_envs:
-        raise config_lib.ConfigError(f"--env_batch_size={config.env_batch_size} exceeds --num_envs={config.num_envs}")
+    if config.num_processes < 1:
+        raise config_lib.ConfigError(f"--num_processes must be >= 1, got {config.num_processes}")
+    if config.num_envs % config.num_processes:
+        raise config_lib.ConfigError(
+            f"--num_envs={config.num_envs} does not split evenly over --num_processes={config.num_processes}"
+        )
+    if env_batch_size(config) > local_envs(config):
+        raise config_lib.ConfigError(
+            f"--env_batch_size={config.env_batch_size} exceeds the {local_envs(config)} envs of each process"
+            if config.num_processes > 1 else
+            f"--env_batch_size={config.env_batch_size} exceeds --num_envs={config.num_envs}"
+        )
     if config.inference_batch > config.num_envs:
         raise config_lib.ConfigError(
             f"--inference_batch={config.inference_batch} exceeds --num_envs={config.num_envs}"
         )
+    if config.num_processes > 1 and config.time_limit:
+        raise config_lib.ConfigError(
+            "--time_limit with several processes would stop them at different rounds (their learners must take "
+            "the same number of updates): set --total_steps instead"
+        )
+
+
+def _resolve_layout(config: HTSConfig) -> tuple[HTSConfig, layout_lib.Layout]:
+    """Joins the job (multi-host), picks the devices, and records them in the config (config.json); process p > 0
+    gets its own run directory (`distributed.per_process_config`)."""
+    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id)
+    layout = layout_lib.resolve(config)
+    if layout.num_replicas > 1 and (config.normalize_obs or config.normalize_reward):
+        raise config_lib.ConfigError(
+            "--normalize_obs and --normalize_reward need one learner replica (the running statistics are not kept "
+            f"in lock step over {layout.num_replicas} replicas): pass --learner_devices with one device index"
+        )
+    config = dataclasses.replace(
+        config, actor_devices=layout_lib.indices_text(layout.actor_devices),
+        learner_devices=layout_lib.indices_text(layout.learner_devices),
+    )
+    return distributed.per_process_config(config), layout
 
 
 def run(config: HTSConfig) -> dict:
     """Trains with HTS-RL; returns the summary (also written to `<run dir>/summary.json`)."""
     validate(config)
-    ctx = start_run(SYSTEM, config, may_change_on_resume=_MAY_CHANGE_ON_RESUME)
+    config, layout = _resolve_layout(config)
+    ctx = start_run(SYSTEM, config, may_change_on_resume=_MAY_CHANGE_ON_RESUME, header=layout.describe())
     monitor, start_round = ctx.monitor, ctx.start_round
     if start_round >= ctx.total_rounds:
         return monitor.finish()
-    state = monitor.state
+    learner = _Learner(ctx.setup, layout, monitor.state, debug=config.debug)
     group = ThreadGroup()
-    handover = _Handover(state.params, start_round, group.stopping)
+    handover = _Handover(learner.published(learner.state.params), start_round, group.stopping)
     reports: queue.Queue[LearnerReport] = queue.Queue()
-    executor = ctx.make_executor(env_batch_size(config))
+    executor = ctx.make_executor(env_batch_size(config), num_envs=layout.local_envs, first_env=layout.first_env)
+    policy = _ActorPolicy(ctx.setup.policy, len(layout.actor_devices), env_id_offset=layout.first_env)
     collector = ctx.make_collector(
-        executor, inference_batch=inference_batch(config), on_round_complete=handover.on_round_complete
+        executor, inference_batch=inference_batch(config), on_round_complete=handover.on_round_complete,
+        policy_fn=policy, params=handover.store.latest()[1].actors,
     )
-    wait_for_compile = ctx.compile_update_ahead(collector)  # overlaps the collection of the first round
-    learner = functools.partial(_learner_loop, handover, ctx.setup.update, state, wait_for_compile, reports)
-    actor = functools.partial(_actor_loop, executor, collector, group.stopping, config.num_envs)
-    workers = [*((f"actor-{i}", actor) for i in range(config.num_actors)), ("learner", learner)]
+    wait_for_compile = learner.compile_ahead(collector.rollout_shapes())  # overlaps the first round's collection
+    learn = functools.partial(_learner_loop, handover, learner, wait_for_compile, reports, start_round)
+    workers = [*((f"actor-{i}", functools.partial(_actor_loop, executor, collector, policy, group.stopping, i))
+                 for i in range(config.num_actors)), ("learner", learn)]
+    _check_same_start(start_round)
     interrupted = _train(workers, group, executor, reports, monitor, ctx.total_rounds - start_round)
     summary = monitor.finish(interrupted=interrupted is not None)
     if interrupted is not None:
         raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
     return summary
+
+
+def _check_same_start(start_round: int) -> None:
+    """Multi-process: every process must start from the same round (their learners join the same collectives);
+    ConfigError otherwise, e.g. `--resume` of process directories whose newest checkpoints differ."""
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils  # noqa: PLC0415
+
+    rounds = multihost_utils.process_allgather(np.int32(start_round))
+    if len(set(rounds.tolist())) > 1:
+        raise config_lib.ConfigError(
+            f"the processes start from different rounds {rounds.tolist()} (their newest checkpoints differ): resume "
+            "every process directory from the same round"
+        )
+
+
+class _Published(NamedTuple):
+    """One parameter version as the learner holds it (replicated over its devices) and as each actor device does."""
+
+    learner: Any
+    actors: tuple
+
+
+class _Learner:
+    """The learner's update over its devices (`systems.hts.layout`): one replica is the jitted update on its device;
+    R > 1 replicas are a pmap over `DEVICE_AXIS` whose gradients are averaged before each optimizer step (the
+    update's `axis_name`), each replica learning from its own envs' columns of the round (`shard_rollout`)."""
+
+    def __init__(self, setup: LearnerSetup, layout: layout_lib.Layout, state: TrainState, *, debug: bool):
+        self._layout = layout
+        self._num_local = len(layout.learner_devices)
+        self._replicated = layout.num_replicas > 1
+        self._spread = None
+        if self._replicated:
+            devices = list(layout.pmap_devices)
+            self.update = jax.pmap(functools.partial(setup.update_fn, axis_name=DEVICE_AXIS),
+                                   axis_name=DEVICE_AXIS, devices=devices)
+            self.state = place_on_axis(stack_host(state, self._num_local), devices, DEVICE_AXIS)
+            self._spread = distributed.make_replica_check(devices, DEVICE_AXIS) if debug else None
+        else:
+            self.update = setup.update
+            self.state = _on_device(state, layout.learner_devices[0])
+
+    def compile_ahead(self, rollout_shapes) -> Callable[[], None]:
+        """Compiles the update in the background while the first round is collected (`compile_in_background`)."""
+        if self._replicated:
+            rollout_shapes = sharded_shapes(rollout_shapes, self._num_local)
+        return compile_in_background(self.update, self.state, self.state.params, rollout_shapes)
+
+    def learn(self, state: TrainState, behaviour_params, storage: RoundStorage) -> tuple[TrainState, dict]:
+        """One update on the round's storage; with `--debug`, RuntimeError unless every replica holds the same bits."""
+        rollout = shard_rollout(storage, self._num_local) if self._replicated else storage.to_rollout()
+        state, metrics = self.update(state, behaviour_params, rollout)
+        if self._spread is not None:
+            gap = float(replica(self._spread(state.params)))
+            if gap != 0.0:
+                raise RuntimeError(f"learner replicas diverged (max |difference| {gap:g})")
+        return state, metrics
+
+    def host_view(self, tree: Any) -> Any:
+        """What the monitor keeps: one replica's values (read from this process's first learner device)."""
+        return replica(tree) if self._replicated else tree
+
+    def published(self, params) -> _Published:
+        """The learner's parameters and a copy on every actor device (made here, off the actors' path)."""
+        if self._replicated:
+            one = replica(params)
+            return _Published(params, tuple(jax.device_put(one, device) for device in self._layout.actor_devices))
+        return _Published(params, tuple(_on_device(params, device) for device in self._layout.actor_devices))
+
+
+def _on_device(tree: Any, device) -> Any:
+    """`tree` committed to `device`; unchanged where the single-device run keeps it (the default device), so that
+    run stays today's program, bit for bit."""
+    if device == jax.devices()[0] and all(not isinstance(x, jax.Array) or x.devices() == {device}
+                                          for x in jax.tree_util.tree_leaves(tree)):
+        return tree
+    return jax.device_put(tree, device)
+
+
+class _ActorPolicy:
+    """The actors' forward pass: actor thread i on actor device i mod k (its own copy of the parameters), with
+    action keys from global env ids (this process's first env id + local id). Every device runs the same program
+    on the same padded batch shape, so the actions do not depend on which device computed them."""
+
+    def __init__(self, policy: Callable, num_devices: int, *, env_id_offset: int):
+        self._policy = policy
+        self._num_devices = num_devices
+        self._offset = env_id_offset
+        self._thread = threading.local()
+
+    def bind(self, actor_index: int) -> None:
+        """Called by actor thread `actor_index` before it acts."""
+        self._thread.slot = actor_index % self._num_devices
+
+    def __call__(self, params: tuple, obs, env_ids, env_steps, run_key):
+        slot = getattr(self._thread, "slot", 0)
+        return self._policy(params[slot], obs, env_ids + self._offset, env_steps, run_key)
 
 
 class _Handover:
@@ -110,7 +278,7 @@ class _Handover:
     learner takes the storages in round order; `None` follows the last one.
     """
 
-    def __init__(self, params, start_round: int, stopping: threading.Event):
+    def __init__(self, params: _Published, start_round: int, stopping: threading.Event):
         self.store = ParameterStore(params, version=start_round)
         self._start_round = start_round
         self._stopping = stopping
@@ -126,45 +294,52 @@ class _Handover:
         if last:
             self._jobs.put(None)
             return None
-        return self.store.latest()
+        version, published = self.store.latest()
+        return version, published.actors
 
     def next_batch(self) -> RoundStorage | None:
-        """The learner's next storage (None after the last round); StopRequested once the run is stopping."""
-        while True:
+        """The learner's next storage (None after the last round); StopRequested once the run is stopping (no update
+        starts after that)."""
+        while not self._stopping.is_set():
             try:
                 return self._jobs.get(timeout=0.05)
             except queue.Empty:
-                if self._stopping.is_set():
-                    raise StopRequested from None
+                pass
+        raise StopRequested
 
 
-def _actor_loop(executor: Executor, collector: RoundCollector, stopping: threading.Event, num_envs: int) -> None:
+def _actor_loop(executor: Executor, collector: RoundCollector, policy: _ActorPolicy, stopping: threading.Event,
+                actor_index: int) -> None:
     """One actor thread: takes whatever observations are ready and runs one batched forward pass on them."""
+    policy.bind(actor_index)
     while not stopping.is_set() and not collector.finished.is_set():
-        results = executor.take(max_items=num_envs, timeout=0.05)
+        results = executor.take(max_items=executor.num_envs, timeout=0.05)
         if results is not None:
             collector.process(results)
 
 
-def _learner_loop(handover: _Handover, update: Callable, state: TrainState, wait_for_compile: Callable[[], None],
-                  reports: queue.Queue) -> None:
+def _learner_loop(handover: _Handover, learner: _Learner, wait_for_compile: Callable[[], None], reports: queue.Queue,
+                  start_round: int) -> None:
     """The learner thread: learns from each handed-over storage with that round's behaviour parameters (Eq. 6),
     publishes the new parameters as the next version and reports both versions (the policy lag)."""
+    state, learner_version = learner.state, start_round
     while (storage := handover.next_batch()) is not None:
-        learner_version = int(state.update_step)
-        behaviour_params = handover.store.get(storage.behaviour_version)
+        behaviour_params = handover.store.get(storage.behaviour_version).learner
         wait_for_compile()
-        state, metrics = update(state, behaviour_params, storage.to_rollout())
-        metrics = jax.device_get(metrics)
-        handover.store.publish(state.params, learner_version + 1)
-        reports.put(LearnerReport(state, metrics, storage.behaviour_version, learner_version))
+        state, metrics = learner.learn(state, behaviour_params, storage)
+        metrics = jax.device_get(learner.host_view(metrics))
+        handover.store.publish(learner.published(state.params), learner_version + 1)
+        reports.put(LearnerReport(learner.host_view(state), metrics, storage.behaviour_version, learner_version))
+        learner_version += 1
 
 
 def _train(workers: list[tuple[str, Callable[[], None]]], group: ThreadGroup, executor: Executor,
            reports: queue.Queue, monitor: Monitor, num_rounds: int) -> KeyboardInterrupt | None:
     """Starts the worker threads and the executor and hands the learner's reports to the monitor until the last
     round or an early stop; returns the Ctrl-C (or launch.common.Terminated, SIGTERM) that stopped the run, if one
-    did. A worker's error is re-raised here."""
+    did. A worker's error is re-raised here. In a multi-process job a failed collective (another process stopped)
+    stops this one the same way, after a checkpoint."""
+    stopped: KeyboardInterrupt | None = None
     try:
         for name, target in workers:
             group.spawn(name, target)
@@ -175,12 +350,36 @@ def _train(workers: list[tuple[str, Callable[[], None]]], group: ThreadGroup, ex
                 break
     except KeyboardInterrupt as stop:
         monitor.outputs.print("[hts] interrupted: saving a checkpoint of the newest parameters")
-        return stop
+        stopped = stop
+    except jax.errors.JaxRuntimeError as error:
+        if jax.process_count() == 1:
+            raise
+        # Another process of the job stopped (Ctrl-C, SIGTERM, a failure): the learners' collective cannot complete.
+        reason = str(error).strip().splitlines()[0]
+        monitor.outputs.print(f"[hts] a collective with the other processes failed ({reason}): another process "
+                              "stopped; saving a checkpoint of the newest parameters")
+        stopped = KeyboardInterrupt()
     finally:
-        group.stop()
+        group.stop()  # joins the learner: an update whose collective is under way completes (or fails) first
         executor.close()
+    if stopped is not None:
+        if jax.process_count() > 1:
+            _log_finished_updates(reports, monitor)
+        return stopped
     group.check()
     return None
+
+
+def _log_finished_updates(reports: queue.Queue, monitor: Monitor) -> None:
+    """Multi-process stop: logs the updates the learner finished but the monitor had not taken yet, so every process
+    checkpoints the same newest update (an update's collective completes on all processes or on none) and the job
+    resumes from one round (`_check_same_start` refuses to resume otherwise)."""
+    while True:
+        try:
+            report = reports.get_nowait()
+        except queue.Empty:
+            return
+        monitor.on_report(report, [])
 
 
 def _next_report(reports: queue.Queue, group: ThreadGroup, executor: Executor, monitor: Monitor) -> LearnerReport:

@@ -1,0 +1,159 @@
+"""HTS-RL over several devices and processes (`systems.hts.layout`): the learner's replicas stay bit-identical, the
+parameters do not depend on the actor threads, the EnvPool batch or the actor devices, one replica on another device
+is the single-device run bit for bit, and 2 processes x 2 devices end where 1 process x 4 devices ends.
+
+Each multi-device run happens in a child process (the device count is fixed when JAX starts)."""
+
+import json
+
+import numpy as np
+import pytest
+from multidevice import free_port, run_processes, run_python
+
+from launch import hts as launch_hts
+from systems.common.config import ConfigError
+from systems.hts import layout
+from systems.hts import system as hts
+from systems.hts.system import HTSConfig
+from tests.launchers import run_launcher
+
+# One child process, several runs: prints one JSON line per run (fingerprint, lag, the recorded layout).
+_RUNS = """
+import dataclasses, json, sys
+import numpy as np
+from flax import serialization
+from systems.common.checkpoint import list_checkpoints
+from systems.hts import system
+from systems.hts.system import HTSConfig
+base = HTSConfig(
+    env_id="CartPole-v1", num_envs=8, inference_batch=4, sync_interval=16, total_steps=8 * 16 * 6, num_epochs=2,
+    num_minibatches=4, eval_episodes=0, quiet=True, seed=3, debug=True, {base}
+)
+for i, changes in enumerate({runs}):
+    config = dataclasses.replace(base, logdir=f"{{sys.argv[1]}}/run{{i}}", **changes)
+    summary = system.run(config)
+    with open(list_checkpoints(summary["run_dir"])[-1], "rb") as f:
+        params = serialization.msgpack_restore(f.read())["state"]["params"]
+    np.save(f"{{sys.argv[1]}}/run{{i}}.npy", np.concatenate([np.ravel(x) for x in __import__("jax").tree.leaves(params)]))
+    with open(f"{{summary['run_dir']}}/config.json") as f:
+        recorded = json.load(f)
+    print(json.dumps({{"fingerprint": summary["param_fingerprint"], "updates": summary["updates"],
+                      "max_policy_lag": summary["max_policy_lag"], "actor_devices": recorded["actor_devices"],
+                      "learner_devices": recorded["learner_devices"]}}))
+"""
+
+
+def _runs(tmp_path, num_devices: int, runs: list[dict], base: str = "") -> list[dict]:
+    code = f"import sys; sys.argv = ['x', {str(tmp_path)!r}]\n" + _RUNS.format(base=base, runs=repr(runs))
+    out = run_python(code, num_devices=num_devices)
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def test_two_learner_replicas_bit_identical_across_actor_threads_batches_and_actor_devices(tmp_path):
+    runs = [dict(num_actors=1, env_batch_size=4), dict(num_actors=2, env_batch_size=2),
+            dict(num_actors=3, env_batch_size=1), dict(num_actors=3, env_batch_size=3, actor_devices="0,1", learner_devices="1,2")]
+    results = _runs(tmp_path, 3, runs)  # --debug: the replicas were compared after every update
+    assert [r["updates"] for r in results] == [6] * 4
+    assert all(r["max_policy_lag"] == 1 for r in results)
+    assert [(r["actor_devices"], r["learner_devices"]) for r in results[:3]] == [("0", "1,2")] * 3  # the default
+    assert len({r["fingerprint"] for r in results}) == 1, results
+
+
+def test_one_learner_replica_on_another_device_is_the_single_device_run(tmp_path):
+    single = hts.run(HTSConfig(
+        env_id="CartPole-v1", num_envs=8, inference_batch=4, sync_interval=16, total_steps=8 * 16 * 6, num_epochs=2,
+        num_minibatches=4, eval_episodes=0, quiet=True, seed=3, logdir=str(tmp_path / "single"),
+    ))
+    moved = _runs(tmp_path, 3, [dict(actor_devices="1", learner_devices="2"), dict(actor_devices="0,1",
+                                                                                  learner_devices="0")])
+    assert [r["fingerprint"] for r in moved] == [single["param_fingerprint"]] * 2
+    # Two replicas are another (data-parallel) run: the fingerprint does see the layout.
+    two = _runs(tmp_path / "two", 2, [dict(learner_devices="0,1")])
+    assert two[0]["fingerprint"] != single["param_fingerprint"]
+
+
+def test_two_processes_equal_one_process_over_four_learner_devices(tmp_path):
+    (single,) = _runs(tmp_path / "single", 4, [dict(actor_devices="0", learner_devices="0,1,2,3")])
+    port = free_port()
+    codes = []
+    for pid in range(2):
+        base = f'coordinator_address="127.0.0.1:{port}", num_processes=2, process_id={pid}'
+        runs = [dict(actor_devices="0", learner_devices="0,1")]
+        codes.append(f"import sys; sys.argv = ['x', {str(tmp_path / 'multi')!r}]\n"
+                     + _RUNS.format(base=base, runs=repr(runs)))
+    (tmp_path / "multi").mkdir()
+    outputs = [[json.loads(line) for line in out.splitlines() if line.startswith("{")][-1]
+               for out in run_processes(codes, num_devices=2, workdir=str(tmp_path))]
+    assert [o["updates"] for o in outputs] == [single["updates"]] * 2
+    assert all(o["max_policy_lag"] == 1 for o in outputs)
+    # Every replica of both processes holds the same bits ...
+    assert outputs[0]["fingerprint"] == outputs[1]["fingerprint"]
+    # ... equal to one process over 4 learner devices up to the all-reduce's summation order (gloo across processes,
+    # XLA's own within one).
+    multi = np.load(tmp_path / "multi" / "run0.npy")
+    np.testing.assert_allclose(multi, np.load(tmp_path / "single" / "run0.npy"), rtol=1e-5, atol=1e-6)
+
+
+def test_debug_check_finds_replicas_that_differ():
+    out = run_python("""
+        import jax, numpy as np
+        from systems.common import distributed
+        spread = distributed.make_replica_check(jax.local_devices(), "device")
+        place = jax.pmap(lambda x: x, devices=jax.local_devices())
+        same = place(np.ones((2, 3), np.float32))
+        differ = place(np.array([[1, 1, 1], [1, 1.5, 1]], np.float32))
+        print(float(spread({"w": same})[0]), float(spread({"w": differ})[0]))
+    """, num_devices=2)
+    assert out.split() == ["0.0", "0.5"]
+
+
+class _Device:
+    def __init__(self, id_):
+        self.id, self.platform = id_, "cpu"
+
+
+def _config(**changes) -> HTSConfig:
+    values = dict(env_id="CartPole-v1", num_envs=8, sync_interval=16, num_minibatches=4)
+    return HTSConfig(**{**values, **changes})
+
+
+def test_default_roles_share_one_device_and_split_several():
+    assert layout.default_roles(1, 1, _config()) == ((0,), (0,))
+    assert layout.default_roles(4, 1, _config()) == ((0,), (1, 2))  # 3 spare devices, 8 envs: 2 replicas
+    assert layout.default_roles(5, 1, _config()) == ((0,), (1, 2, 3, 4))
+    # PPO: each replica's rows must split into the minibatches (8 envs x 2 steps / 4 replicas = 4 rows, 8 batches).
+    assert layout.default_roles(5, 1, _config(sync_interval=2, num_minibatches=8)) == ((0,), (1, 2))
+
+
+def test_layout_from_flags():
+    devices = [_Device(i) for i in range(4)]
+    resolved = layout.resolve(_config(learner_devices="2,3"), devices)
+    assert [d.id for d in resolved.actor_devices] == [0] and resolved.num_replicas == 2
+    resolved = layout.resolve(_config(actor_devices="4"), [*devices, _Device(4)])
+    assert [d.id for d in resolved.learner_devices] == [0, 1, 2, 3]  # every device the actors leave
+    assert "actors on cpu:4; 4 learner replica(s) on cpu:0,cpu:1,cpu:2,cpu:3; 2 envs per replica" in resolved.describe()
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(learner_devices="0,7"), "device 7 does not exist"),
+    (dict(learner_devices="1,1"), "names a device twice"),
+    (dict(actor_devices="a"), "comma-separated device indices"),
+    (dict(learner_devices="0,1,2"), "8 envs do not split evenly over 3 learner replicas"),
+    (dict(learner_devices="0,1", num_minibatches=128), "not divisible by --num_minibatches=128"),
+])
+def test_bad_layouts_are_one_line(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        layout.resolve(_config(**changes), [_Device(i) for i in range(4)])
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(learner_devices="3"), "--learner_devices=3: device 3 does not exist; this process has 1 device(s)"),
+    (dict(num_processes=3), "--num_envs=8 does not split evenly over --num_processes=3"),
+    (dict(num_processes=2, coordinator_address="127.0.0.1:1", time_limit=60), "--time_limit with several processes"),
+])
+def test_launcher_refuses_bad_device_flags(tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as exit_info:
+        run_launcher(launch_hts.main, env="CartPole-v1", num_envs=8, logdir=str(tmp_path / "run"), **flags)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
