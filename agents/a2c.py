@@ -72,6 +72,7 @@ def a2c_update(
     config: A2CConfig,
     axis_name: str | None = None,
     return_grads: bool = False,
+    ordered_mean: bool = False,
 ) -> tuple[TrainState, dict]:
     """One delayed-gradient A2C update (Eq. 6).
 
@@ -88,6 +89,8 @@ def a2c_update(
         concatenated rollout when every replica has the same number of valid rows.
       return_grads: also return the (averaged) gradient pytree as ``metrics["grads"]`` (GALA's
         gradient-similarity log, seed 004 Fig. 2b).
+      ordered_mean: average over ``axis_name`` in a fixed replica order (``mean_over_axis(ordered=True)``):
+        bit-identical however the replicas are split over processes.
 
     Returns:
       ``(new_state, metrics)``; ``new_state.params = theta_j + optimizer(grad at theta_{j-1})``,
@@ -106,7 +109,7 @@ def a2c_update(
     )
     grads, metrics = _delayed_gradient(behaviour_params, batch, apply_fn=apply_fn, config=config)
     # The one cross-replica reduction: identical averaged gradients give identical updates everywhere.
-    grads, metrics, advantage_mean = mean_over_axis((grads, metrics, advantage_mean), axis_name)
+    grads, metrics, advantage_mean = mean_over_axis((grads, metrics, advantage_mean), axis_name, ordered=ordered_mean)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = dict(

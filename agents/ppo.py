@@ -79,6 +79,7 @@ def _minibatch_step(
     optimizer: optax.GradientTransformation,
     config: PPOConfig,
     axis_name: str | None,
+    ordered_mean: bool,
 ):
     """One clipped-surrogate optimizer step on ``minibatch``; gradient and metrics averaged over ``axis_name``."""
     params, opt_state = carry
@@ -98,7 +99,7 @@ def _minibatch_step(
         behaviour_values=minibatch.behaviour_values,
         clip_value_loss=config.clip_value_loss,
     )
-    grads, metrics = mean_over_axis((grads, metrics), axis_name)
+    grads, metrics = mean_over_axis((grads, metrics), axis_name, ordered=ordered_mean)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
@@ -115,6 +116,7 @@ def _epoch_step(
     optimizer: optax.GradientTransformation,
     config: PPOConfig,
     axis_name: str | None,
+    ordered_mean: bool,
 ):
     """One pass over ``batch``: a fresh row permutation from ``epoch_key``, then a scan of ``_minibatch_step``."""
     num_rows = config.num_minibatches * minibatch_size
@@ -124,7 +126,8 @@ def _epoch_step(
         batch,
     )  # each leaf [M, N / M, ...]
     minibatch_step = functools.partial(
-        _minibatch_step, apply_fn=apply_fn, optimizer=optimizer, config=config, axis_name=axis_name
+        _minibatch_step, apply_fn=apply_fn, optimizer=optimizer, config=config, axis_name=axis_name,
+        ordered_mean=ordered_mean,
     )
     return jax.lax.scan(minibatch_step, carry, minibatches, unroll=config.unroll_minibatches)
 
@@ -138,6 +141,7 @@ def ppo_update(
     optimizer: optax.GradientTransformation,
     config: PPOConfig,
     axis_name: str | None = None,
+    ordered_mean: bool = False,
 ) -> tuple[TrainState, dict]:
     """``num_epochs x num_minibatches`` clipped-surrogate steps starting from ``state.params``.
 
@@ -154,6 +158,8 @@ def ppo_update(
         optimizer step (data-parallel); None for a single replica. Every replica draws its minibatch
         permutation from the same ``state.key`` over its own rows, and advantage normalisation stays
         per replica minibatch, so this is a data-parallel PPO, not a bit-exact copy of one device's.
+      ordered_mean: average over ``axis_name`` in a fixed replica order (``mean_over_axis(ordered=True)``):
+        bit-identical however the replicas are split over processes.
 
     Returns:
       ``(new_state, metrics)`` with the next key and ``update_step + 1``. Metrics are means over all
@@ -180,6 +186,7 @@ def ppo_update(
         apply_fn=apply_fn,
         optimizer=optimizer,
         axis_name=axis_name,
+        ordered_mean=ordered_mean,
     )
     # Loop forms: see ``PPOConfig.unroll_epochs`` (convolutions want unrolled loops on XLA CPU, MLPs
     # with many minibatches must stay rolled or the program grows with every step).
@@ -189,7 +196,7 @@ def ppo_update(
         epoch_step, (state.params, state.opt_state), epoch_keys, unroll=config.unroll_epochs
     )  # metrics leaves [E, M]
     metrics = jax.tree.map(jnp.mean, metrics)
-    metrics["advantage_mean"] = mean_over_axis(advantage_mean, axis_name)
+    metrics["advantage_mean"] = mean_over_axis(advantage_mean, axis_name, ordered=ordered_mean)
     new_state = TrainState(
         params=params,
         opt_state=opt_state,

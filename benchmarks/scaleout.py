@@ -16,8 +16,10 @@ Groups of rows:
 * `hts` (seed 000, issue 15): `systems.hts.system.run`, HTS-PPO on CartPole-v1 (classic-control PPO preset, 16
   envs x sync_interval 64 = 1,024 env steps per round, 2 actor threads on device 0) with its learner as 1, 2 and 4
   data-parallel replicas in one process and as 2 processes x 2 replicas joined by `jax.distributed` on 127.0.0.1
-  (both processes started at once, output to files; the row reports process 0's run). Besides SPS: the median
-  time per round (= per learner update) and the parameter fingerprint.
+  (both processes started at once, output to files; the row reports process 0's run), the two 4-replica layouts
+  again with `--ordered_reduction`, and Breakout-v5 (Atari PPO preset) on 1 shared device against actors on device
+  0 and 2 learner replicas on devices 1 and 2. Besides SPS: the median time per round (= per learner update) and
+  the parameter fingerprint.
 
 The device count of the XLA CPU platform is fixed when JAX starts, so every measurement runs in its own subprocess
 with `XLA_FLAGS=--xla_force_host_platform_device_count=N` (`device_env`) and a hard timeout. On a 2-core machine
@@ -107,6 +109,8 @@ class Row:
     algo: str = "a2c"  # hts: ppo
     processes: int = 1  # hts: processes of the jax.distributed job, each with `devices` forced devices
     learner_devices: str = ""  # hts: local indices of each process's learner replicas
+    ordered: bool = False  # hts: --ordered_reduction (gradients gathered and added up in replica order)
+    num_envs: int = 0  # hts: envs over all processes
 
     @property
     def replicas(self) -> int:
@@ -116,7 +120,7 @@ class Row:
     @property
     def label(self) -> str:
         if self.system == "hts":
-            layout = f"{self.processes}x{self.devices} devices"
+            layout = f"{self.processes}x{self.devices} devices" + (", ordered" if self.ordered else "")
             return f"{self.group}: HTS-PPO {self.env_id} {layout}, {self.replicas} replicas"
         system = "all-reduce A2C" if self.system == "datapar" else f"GALA {self.mode}"
         return f"{self.group}: {system} {self.env_id} dev={self.devices} hidden={self.hidden} {self.step_time}"
@@ -136,9 +140,26 @@ def _breakout(group: str, devices: int, total_steps: int, hidden: int = 256) -> 
                eval_episodes=0, heavy=True, timeout_s=300)
 
 
-def _hts(processes: int, devices: int, total_steps: int) -> Row:
+def _hts(processes: int, devices: int, total_steps: int, ordered: bool = False) -> Row:
     return Row("hts", "hts", CARTPOLE, devices, total_steps, sync_interval=HTS_SYNC_INTERVAL, timeout_s=300,
-               algo="ppo", processes=processes, learner_devices=",".join(str(i) for i in range(devices)))
+               algo="ppo", processes=processes, learner_devices=",".join(str(i) for i in range(devices)),
+               ordered=ordered, num_envs=HTS_NUM_ENVS)
+
+
+def _hts_breakout(devices: int, rounds: int) -> Row:
+    """HTS-PPO on Breakout-v5 with the Atari preset (8 envs x 128 steps, Nature CNN): one device shared by actors
+    and learner, or actors on device 0 and 2 learner replicas on devices 1 and 2."""
+    return Row("hts", "hts", BREAKOUT, devices, rounds * 8 * 128, sync_interval=128, eval_episodes=0, heavy=True,
+               timeout_s=420, algo="ppo", learner_devices="0" if devices == 1 else "1,2", num_envs=8)
+
+
+def _hts_rows(rounds: int, breakout_rounds: int) -> list[Row]:
+    """The CartPole layouts with pmean, the two 4-replica layouts again with --ordered_reduction, the Breakout
+    pair."""
+    steps = rounds * HTS_NUM_ENVS * HTS_SYNC_INTERVAL
+    rows = [_hts(processes, devices, steps) for processes, devices in HTS_LAYOUTS]
+    rows += [_hts(processes, devices, steps, ordered=True) for processes, devices in ((1, 4), (2, 2))]
+    return rows + [_hts_breakout(devices, breakout_rounds) for devices in (1, 3)]
 
 
 def full_rows() -> list[Row]:
@@ -152,7 +173,7 @@ def full_rows() -> list[Row]:
         # The all-reduce A2C row at no step time is the devices group's 4-device run (same job: measured once).
         rows.append(_cartpole_datapar("gala", NUM_LEARNERS, steps, 20_000 if step_time == "none" else 0, step_time))
         rows += [_gala(mode, steps, step_time) for mode in ("async", "pmap")]
-    rows += [_hts(processes, devices, 60 * HTS_NUM_ENVS * HTS_SYNC_INTERVAL) for processes, devices in HTS_LAYOUTS]
+    rows += _hts_rows(60, 40)
     return rows
 
 
@@ -163,7 +184,7 @@ def quick_rows() -> list[Row]:
     for step_time, steps in (("none", 20_000), ("exp:0.005", 6_400)):
         rows.append(_cartpole_datapar("gala", NUM_LEARNERS, steps, 10_000 if step_time == "none" else 0, step_time))
         rows += [_gala(mode, steps, step_time) for mode in ("async", "pmap")]
-    rows += [_hts(processes, devices, 10 * HTS_NUM_ENVS * HTS_SYNC_INTERVAL) for processes, devices in HTS_LAYOUTS]
+    rows += _hts_rows(10, 4)
     return rows
 
 
@@ -209,19 +230,24 @@ def _make_config(job: dict):
 
 
 def _hts_config(job: dict):
-    """HTS-PPO with the classic-control PPO preset (CleanRL ppo.py: Adam 2.5e-4 annealed, 4 epochs x 4 minibatches,
-    clip 0.2, GAE 0.95), actors on device 0 and the row's learner replicas (process `process_id` of the job)."""
+    """HTS-PPO with the env family's PPO preset (CartPole: CleanRL ppo.py, Adam 2.5e-4 annealed, 4 epochs x 4
+    minibatches, clip 0.2, GAE 0.95; Breakout: CleanRL's Atari PPO), the row's envs and rollout length, actors on
+    device 0 and the row's learner replicas (process `process_id` of the job)."""
+    from envs.factory import family_of
     from systems.common.config import preset
     from systems.hts.system import HTSConfig, run
 
-    values = preset("classic", "ppo", HTSConfig)
-    values.update(num_envs=HTS_NUM_ENVS, sync_interval=job["sync_interval"], total_steps=job["total_steps"])
+    atari = family_of(job["env_id"]) == "atari"
+    values = preset(family_of(job["env_id"]), "ppo", HTSConfig)
+    values.update(num_envs=job["num_envs"], sync_interval=job["sync_interval"], total_steps=job["total_steps"])
     config = HTSConfig(
         env_id=job["env_id"], algo=job["algo"], seed=SEED + job["repeat"], step_time=job["step_time"],
         eval_every=job["eval_every"], eval_episodes=job["eval_episodes"], eval_deterministic=True,
-        target_return=TARGET_RETURN, checkpoint_every=0, logdir=job["logdir"], quiet=True, num_actors=HTS_ACTORS,
+        target_return=None if atari else TARGET_RETURN, checkpoint_every=0, logdir=job["logdir"], quiet=True,
+        num_actors=HTS_ACTORS,
         actor_devices="0", learner_devices=job["learner_devices"], num_processes=job["processes"],
-        process_id=job.get("process_id", 0), coordinator_address=job.get("coordinator_address", ""), **values,
+        process_id=job.get("process_id", 0), coordinator_address=job.get("coordinator_address", ""),
+        ordered_reduction=job["ordered"], **values,
     )
     return config, run
 
@@ -340,7 +366,7 @@ def zero_compute_sps(row: Row) -> float | None:
     return num_envs / (mean * harmonic(num_envs))
 
 
-RUN_FIELDS = ["group", "system", "mode", "env_id", "devices", "processes", "learner_devices", "replicas",
+RUN_FIELDS = ["group", "system", "mode", "env_id", "devices", "processes", "learner_devices", "ordered", "replicas",
               "effective_batch", "hidden", "step_time", "total_steps", "repeat", "seed", "sps", "round_s",
               "summary_sps", "eval_s_in_span", "env_steps", "first_update_s", "wall_s", "param_count",
               "learning_rate", "time_to_target", "required_time_avg10", "final_return", "best_return", "eval_returns",
@@ -351,7 +377,7 @@ def effective_batch(row: Row) -> int:
     if row.system == "datapar":
         return row.devices * row.local_batch
     if row.system == "hts":
-        return HTS_NUM_ENVS * row.sync_interval  # one round, over all replicas
+        return row.num_envs * row.sync_interval  # one round, over all replicas
     return NUM_LEARNERS * ENVS_PER_LEARNER * row.sync_interval  # summed over learners (each learns from 80)
 
 
@@ -398,7 +424,8 @@ def _run_repeat(row: Row, r: int, done: dict[str, dict]) -> tuple[dict, dict]:
                total_steps=row.total_steps, step_time=row.step_time, local_batch=row.local_batch,
                sync_interval=row.sync_interval, hidden=row.hidden, eval_every=row.eval_every,
                eval_episodes=row.eval_episodes, repeat=r)
-    hts = dict(algo=row.algo, processes=row.processes, learner_devices=row.learner_devices)
+    hts = dict(algo=row.algo, processes=row.processes, learner_devices=row.learner_devices, ordered=row.ordered,
+               num_envs=row.num_envs)
     if row.system == "hts":
         job.update(hts)
     key = json.dumps(job, sort_keys=True)
@@ -492,7 +519,8 @@ def run_processes(job: dict, timeout_s: float, num_devices: int, num_processes: 
 def _table_row(row: Row, repeats: int, results: list[dict]) -> dict:
     """The table entry of `row`: medians over its repeats (relative_sps is added by `_add_ratios`)."""
     reached = [x["time_to_target"] for x in results if x.get("time_to_target") is not None]
-    hts = dict(processes=row.processes, replicas=row.replicas, round_s=median(x.get("round_s") for x in results),
+    hts = dict(processes=row.processes, replicas=row.replicas, ordered=row.ordered,
+               round_s=median(x.get("round_s") for x in results),
                fingerprint=results[0].get("fingerprint") if results else None)  # repeat 0's
     return dict(
         group=row.group, system=row.system, mode=row.mode, env_id=row.env_id, devices=row.devices,
@@ -533,7 +561,7 @@ def _add_ratios(table: list[dict]) -> None:
     the same step time (gala) or to the 1-replica row (hts)."""
     for t in table:
         if t["group"] == "hts":
-            base = [b for b in table if b["group"] == "hts" and b["replicas"] == 1]
+            base = [b for b in table if b["group"] == "hts" and b["replicas"] == 1 and b["env_id"] == t["env_id"]]
         elif t["group"] == "gala":
             base = [b for b in table if b["group"] == "gala" and b["system"] == "datapar"
                     and b["step_time"] == t["step_time"]]
@@ -704,7 +732,8 @@ def _gala_lines(gala: list[dict]) -> list[str]:
 
 def _layout(t: dict) -> str:
     processes, devices = t["processes"], t["devices"]
-    return f"{processes} process{'es' if processes > 1 else ''} x {devices} device{'s' if devices > 1 else ''}"
+    layout = f"{processes} process{'es' if processes > 1 else ''} x {devices} device{'s' if devices > 1 else ''}"
+    return layout + (", ordered reduction" if t.get("ordered") else "")
 
 
 def _hts_lines(hts: list[dict]) -> list[str]:
@@ -722,15 +751,20 @@ def _hts_lines(hts: list[dict]) -> list[str]:
         "averaged before each optimizer step. 2 processes = a `jax.distributed` job on 127.0.0.1 (gloo), each "
         "process stepping 8 of the envs; the row is process 0's run. No evaluation until the end (10 deterministic "
         "episodes: final eval return). round time = median wall time between consecutive learner updates "
-        "(seconds per round in steady state). relative SPS = SPS / the 1-replica SPS.",
+        "(seconds per round in steady state). relative SPS = SPS / the 1-replica SPS of the same env. ordered "
+        "reduction = `--ordered_reduction` (each gradient gathered from every replica and added up in replica "
+        "order instead of `pmean`). Breakout-v5 rows: the Atari PPO preset (8 envs x 128 steps, Nature CNN, 4 x 4 "
+        "minibatches), no evaluation; 1 device shared by actors and learner against actors on device 0 and 2 "
+        "learner replicas on devices 1 and 2 (`--learner_devices=1,2`), the same rows and optimizer steps per round.",
         "",
-        "| layout | learner replicas | total steps | repeats | SPS | relative SPS | round time s | final eval return | "
-        "fingerprint (repeat 0) | background | errors |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
+        "| env | layout | learner replicas | total steps | repeats | SPS | relative SPS | round time s | "
+        "final eval return | fingerprint (repeat 0) | background | errors |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
     ]
     for t in hts:
         lines.append(
-            f"| {_layout(t)} | {t['replicas']} | {t['total_steps']:,} | {t['repeats']} | {fmt(t['sps'])} | "
+            f"| {t['env_id']} | {_layout(t)} | {t['replicas']} | {t['total_steps']:,} | {t['repeats']} | "
+            f"{fmt(t['sps'])} | "
             f"{fmt(t['relative_sps'], 2)} | {fmt(t['round_s'], 3)} | {fmt(t['final_return'], 1)} | "
             f"`{t['fingerprint'] or 'n/a'}` | {fmt(t['background_cores'], 2)} | {t['errors']} |"
         )
@@ -740,7 +774,15 @@ def _hts_lines(hts: list[dict]) -> list[str]:
 
 def _hts_note(hts: list[dict]) -> str:
     """What the HTS rows measure, and whether the 1x4 and 2x2 runs of repeat 0 ended with the same fingerprint."""
-    four = {t["processes"]: t["fingerprint"] for t in hts if t["replicas"] == 4 and t["fingerprint"]}
+    four = {t["processes"]: t["fingerprint"] for t in hts if t["replicas"] == 4 and t["fingerprint"]
+            and not t.get("ordered")}
+    ordered = {t["processes"]: t["fingerprint"] for t in hts if t["replicas"] == 4 and t["fingerprint"]
+               and t.get("ordered")}
+    if len(ordered) == 2:
+        same = "agree, bit for bit" if ordered[1] == ordered[2] else "DIFFER (the ordered sum should not)"
+        ordered_verdict = f" With `--ordered_reduction` the two fingerprints {same}."
+    else:
+        ordered_verdict = ""
     if len(four) < 2:
         verdict = "(one of the two rows is missing here, so there is nothing to compare)"
     elif four[1] == four[2]:
@@ -754,8 +796,8 @@ def _hts_note(hts: list[dict]) -> str:
         "overhead of splitting the learner (more, smaller per-device programs plus the all-reduce), not a speed-up. "
         "For a fixed seed and number of replicas the parameters do not depend on how the replicas are spread over "
         "processes: the 1 x 4 and 2 x 2 rows compute the same parameters up to the all-reduce's summation order "
-        f"(gloo's across the processes, XLA's within one), {verdict}. Runs with different numbers of replicas "
-        "split each minibatch differently and are not expected to match."
+        f"(gloo's across the processes, XLA's within one), {verdict}.{ordered_verdict} Runs with different numbers "
+        "of replicas split each minibatch differently and are not expected to match."
     )
 
 

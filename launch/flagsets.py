@@ -136,9 +136,10 @@ HTS_DEVICES = [
        "Local device indices of the learner's data-parallel replicas, e.g. 1,2,3 (default: one device -> shared "
        "with the actors; several -> the rest, as many as split the envs evenly)."),
     _b("debug", False, "Check after every update that all learner replicas are bit-identical."),
+    _b("ordered_reduction", False,
+       "Average the replicas' gradients by gathering them and adding them up in replica order: bit-identical "
+       "however the replicas are split over processes (R x the memory and traffic of an all-reduce)."),
 ]
-
-
 MULTI_HOST = [
     _s("coordinator_address", "", "host:port of process 0 for jax.distributed (multi-host runs only)."),
     _i("num_processes", 1, "Processes (hosts) in the job; 1 runs on this host only."),

@@ -21,6 +21,7 @@ def make_config() -> system.HTSConfig:
     config = common.config_from_flags(
         FLAGS, system.HTSConfig, validate=False,
         extra=dict(actor_devices=FLAGS.actor_devices, learner_devices=FLAGS.learner_devices, debug=FLAGS.debug,
+                   ordered_reduction=FLAGS.ordered_reduction,
                    **common.multihost_values(FLAGS)),
     )
     system.validate(config)

@@ -29,6 +29,16 @@ def test_mean_over_axis():
     assert agents.DEVICE_AXIS == "device" and agents.LEARNER_AXIS == "learner"
 
 
+def test_ordered_mean_adds_replicas_left_to_right():
+    rng = np.random.default_rng(0)
+    values = jnp.asarray(rng.normal(size=(4, 5)) * 10.0 ** rng.integers(-6, 6, size=(4, 5)), jnp.float32)
+    ordered = jax.vmap(lambda x: agents.mean_over_axis(x, "r", ordered=True), axis_name="r")(values)
+    expected = (((values[0] + values[1]) + values[2]) + values[3]) / 4  # the order the docstring promises
+    np.testing.assert_array_equal(ordered, jnp.broadcast_to(expected, (4, 5)))
+    pmean = jax.vmap(lambda x: agents.mean_over_axis(x, "r"), axis_name="r")(values)
+    np.testing.assert_allclose(ordered, pmean, rtol=1e-6, atol=1e-6 * float(jnp.max(jnp.abs(values))))
+
+
 def _rollout(net, params, rng, num_steps, num_envs):
     obs = jnp.asarray(rng.normal(size=(num_steps + 1, num_envs, 4)), jnp.float32)
     keys = jax.random.split(jax.random.key(7), num_steps * num_envs).reshape(num_steps, num_envs)

@@ -34,7 +34,7 @@ for i, changes in enumerate({runs}):
     summary = system.run(config)
     with open(list_checkpoints(summary["run_dir"])[-1], "rb") as f:
         params = serialization.msgpack_restore(f.read())["state"]["params"]
-    np.save(f"{{sys.argv[1]}}/run{{i}}.npy", np.concatenate([np.ravel(x) for x in __import__("jax").tree.leaves(params)]))
+    np.save(f"{{summary['run_dir']}}.npy", np.concatenate([np.ravel(x) for x in __import__("jax").tree.leaves(params)]))
     with open(f"{{summary['run_dir']}}/config.json") as f:
         recorded = json.load(f)
     print(json.dumps({{"fingerprint": summary["param_fingerprint"], "updates": summary["updates"],
@@ -73,25 +73,32 @@ def test_one_learner_replica_on_another_device_is_the_single_device_run(tmp_path
 
 
 def test_two_processes_equal_one_process_over_four_learner_devices(tmp_path):
-    (single,) = _runs(tmp_path / "single", 4, [dict(actor_devices="0", learner_devices="0,1,2,3")])
+    """pmean: equal up to the summation order; --ordered_reduction: bit for bit."""
+    layout = dict(actor_devices="0", learner_devices="0,1,2,3")
+    single, single_ordered = _runs(tmp_path / "single", 4, [layout, dict(layout, ordered_reduction=True)])
     port = free_port()
     codes = []
     for pid in range(2):
         base = f'coordinator_address="127.0.0.1:{port}", num_processes=2, process_id={pid}'
-        runs = [dict(actor_devices="0", learner_devices="0,1")]
+        runs = [dict(actor_devices="0", learner_devices="0,1"),
+                dict(actor_devices="0", learner_devices="0,1", ordered_reduction=True)]
         codes.append(f"import sys; sys.argv = ['x', {str(tmp_path / 'multi')!r}]\n"
                      + _RUNS.format(base=base, runs=repr(runs)))
     (tmp_path / "multi").mkdir()
-    outputs = [[json.loads(line) for line in out.splitlines() if line.startswith("{")][-1]
+    results = [[json.loads(line) for line in out.splitlines() if line.startswith("{")]
                for out in run_processes(codes, num_devices=2, workdir=str(tmp_path))]
+    outputs, outputs_ordered = [r[0] for r in results], [r[1] for r in results]
     assert [o["updates"] for o in outputs] == [single["updates"]] * 2
     assert all(o["max_policy_lag"] == 1 for o in outputs)
     # Every replica of both processes holds the same bits ...
     assert outputs[0]["fingerprint"] == outputs[1]["fingerprint"]
     # ... equal to one process over 4 learner devices up to the all-reduce's summation order (gloo across processes,
-    # XLA's own within one).
-    multi = np.load(tmp_path / "multi" / "run0.npy")
-    np.testing.assert_allclose(multi, np.load(tmp_path / "single" / "run0.npy"), rtol=1e-5, atol=1e-6)
+    # XLA's own within one) ...
+    multi, single_params = (np.load(tmp_path / name / "run0.npy") for name in ("multi", "single"))
+    np.testing.assert_allclose(multi, single_params, rtol=1e-5, atol=1e-6)
+    # ... and bit for bit with --ordered_reduction (the order of the sum is the program's): run1 of each job.
+    assert outputs_ordered[0]["fingerprint"] == outputs_ordered[1]["fingerprint"] == single_ordered["fingerprint"]
+    np.testing.assert_array_equal(np.load(tmp_path / "multi" / "run1.npy"), np.load(tmp_path / "single" / "run1.npy"))
 
 
 def test_debug_check_finds_replicas_that_differ():
@@ -157,3 +164,63 @@ def test_launcher_refuses_bad_device_flags(tmp_path, capsys, flags, message):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+
+
+def _start_job(run_dir, port: int, *extra: str) -> list:
+    import subprocess
+    import sys
+
+    from multidevice import ROOT, device_env
+
+    procs = []
+    for pid in range(2):
+        log = open(f"{run_dir}.p{pid}{'-resume' if extra else ''}.log", "w")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "launch.hts", "--env=CartPole-v1", "--num_envs=8", "--total_steps=4000000",
+             "--num_processes=2", f"--process_id={pid}", f"--coordinator_address=127.0.0.1:{port}",
+             f"--logdir={run_dir}", "--eval_episodes=0", "--quiet", *extra],
+            cwd=ROOT, env=device_env(2), stdout=log, stderr=subprocess.STDOUT))
+    return procs
+
+
+def _newest_checkpoint(directory) -> str:
+    from systems.common.checkpoint import list_checkpoints
+
+    return __import__("os").path.basename(list_checkpoints(str(directory))[-1])
+
+
+def test_sigterm_of_a_two_process_job_checkpoints_one_round_and_resumes(tmp_path):
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    procs = _start_job(run_dir, free_port())
+    try:
+        deadline = time.time() + 240
+        while not (run_dir / "progress.csv").exists() or (run_dir / "progress.csv").read_text().count("\n") < 4:
+            assert time.time() < deadline and all(p.poll() is None for p in procs), "the job did not start"
+            time.sleep(0.5)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        codes = [proc.wait(timeout=120) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    assert codes == [143, 143]  # JAX's preemption notifier does not swallow SIGTERM
+    newest = _newest_checkpoint(run_dir)
+    assert newest == _newest_checkpoint(run_dir / "process-1")  # the same round on both processes
+    resumed = _start_job(run_dir, free_port(), "--resume", f"--total_steps={int(newest[5:17]) + 8 * 128 * 2}")
+    assert [proc.wait(timeout=240) for proc in resumed] == [0, 0]
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (run_dir, run_dir / "process-1")]
+    assert summaries[0]["param_fingerprint"] == summaries[1]["param_fingerprint"]
+    assert summaries[0]["updates"] == int(newest[5:17]) // (8 * 128) + 2
+
+
+def test_hts_own_fields_are_ignored_when_another_system_restores_a_run():
+    import dataclasses
+
+    from systems.common.config import RETIRED_HTS_FIELDS, TrainConfig
+
+    own = {f.name for f in dataclasses.fields(HTSConfig)} - {f.name for f in dataclasses.fields(TrainConfig)}
+    assert own <= RETIRED_HTS_FIELDS, own - RETIRED_HTS_FIELDS

@@ -80,9 +80,13 @@ NORMALIZATION_SINGLE_LEARNER = (
 )
 
 
-# HTS-RL's layout fields, which every on-policy config carried until 2026-11-25 (now `systems.hts.system.HTSConfig`'s
-# alone): config.json files of other systems' older runs still hold them.
-RETIRED_HTS_FIELDS = frozenset({"num_actors", "env_batch_size", "inference_batch"})
+# HTS-RL's own fields (`systems.hts.system.HTSConfig`'s alone): config.json files of other systems' runs may hold
+# them, older runs (every on-policy config carried the first three until 2026-11-25) and runs a program started with
+# an `HTSConfig`; a system that has a field of the same name (BA3C's `debug`, ...) keeps its own.
+RETIRED_HTS_FIELDS = frozenset({
+    "num_actors", "env_batch_size", "inference_batch", "actor_devices", "learner_devices", "coordinator_address",
+    "num_processes", "process_id", "debug", "ordered_reduction",
+})
 
 
 def steps_per_round(config: TrainConfig) -> int:

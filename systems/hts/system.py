@@ -22,7 +22,9 @@
   executor and actors, and the replicas of all processes form one pmap over `jax.distributed` (gloo on CPU, NCCL on
   GPU); no other traffic crosses hosts. For a fixed seed and number of replicas the parameters do not depend on
   the actor threads, the EnvPool batch or the split over processes (up to the all-reduce's summation order: on
-  CPU, gloo's across processes against XLA's within one). One replica is the single-device update, bit for bit.
+  CPU, gloo's across processes against XLA's within one; `--ordered_reduction` fixes that order in the program,
+  `agents.parallel.mean_over_axis`, and the split no longer shows in any bit). One replica is the single-device
+  update, bit for bit.
 """
 
 from __future__ import annotations
@@ -72,11 +74,15 @@ class HTSConfig(config_lib.TrainConfig):
     num_processes: int = 1
     process_id: int = 0
     debug: bool = False  # check after every update that all learner replicas hold bit-identical parameters
+    ordered_reduction: bool = False  # average gradients in replica order: the same bits whatever the process split
 
 
 # The parameters are bit-identical whatever the actor count, EnvPool batch or actor devices (and the coordinator's
-# address): a resumed run may change them.
-_MAY_CHANGE_ON_RESUME = frozenset({"num_actors", "env_batch_size", "actor_devices", "coordinator_address", "debug"})
+# address): a resumed run may change them. It may also change the learner's devices (a resumed run is not
+# bit-identical to an uninterrupted one anyway: the envs restart), so a run moves to another machine; config.json
+# records the layout it started with.
+_MAY_CHANGE_ON_RESUME = frozenset({"num_actors", "env_batch_size", "actor_devices", "learner_devices",
+                                   "coordinator_address", "debug"})
 
 
 def local_envs(config: HTSConfig) -> int:
@@ -148,7 +154,7 @@ def run(config: HTSConfig) -> dict:
     monitor, start_round = ctx.monitor, ctx.start_round
     if start_round >= ctx.total_rounds:
         return monitor.finish()
-    learner = _Learner(ctx.setup, layout, monitor.state, debug=config.debug)
+    learner = _Learner(ctx.setup, layout, monitor.state, debug=config.debug, ordered=config.ordered_reduction)
     group = ThreadGroup()
     handover = _Handover(learner.published(learner.state.params), start_round, group.stopping)
     reports: queue.Queue[LearnerReport] = queue.Queue()
@@ -197,15 +203,16 @@ class _Learner:
     R > 1 replicas are a pmap over `DEVICE_AXIS` whose gradients are averaged before each optimizer step (the
     update's `axis_name`), each replica learning from its own envs' columns of the round (`shard_rollout`)."""
 
-    def __init__(self, setup: LearnerSetup, layout: layout_lib.Layout, state: TrainState, *, debug: bool):
+    def __init__(self, setup: LearnerSetup, layout: layout_lib.Layout, state: TrainState, *, debug: bool,
+                 ordered: bool):
         self._layout = layout
         self._num_local = len(layout.learner_devices)
         self._replicated = layout.num_replicas > 1
         self._spread = None
         if self._replicated:
             devices = list(layout.pmap_devices)
-            self.update = jax.pmap(functools.partial(setup.update_fn, axis_name=DEVICE_AXIS),
-                                   axis_name=DEVICE_AXIS, devices=devices)
+            update = functools.partial(setup.update_fn, axis_name=DEVICE_AXIS, ordered_mean=ordered)
+            self.update = jax.pmap(update, axis_name=DEVICE_AXIS, devices=devices)
             self.state = place_on_axis(stack_host(state, self._num_local), devices, DEVICE_AXIS)
             self._spread = distributed.make_replica_check(devices, DEVICE_AXIS) if debug else None
         else:
