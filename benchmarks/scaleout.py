@@ -791,9 +791,16 @@ def _hts_note(hts: list[dict]) -> str:
         verdict = ("and in this sweep their fingerprints differ: the fingerprint hashes every bit, so a "
                    "difference in the last bits of one sum, carried through every later update, changes it; it "
                    "does not say how far apart the parameters are")
+    breakout = [t for t in hts if t["env_id"] == BREAKOUT and t["replicas"] > 1 and t["relative_sps"]]
+    breakout_note = (
+        f" Breakout-v5 is the exception measured here: actors on device 0 and 2 replicas on devices 1 and 2 ran at "
+        f"{breakout[0]['relative_sps']:.2f}x the SPS of one shared device (one run each; the cause is not profiled, "
+        "a guess: the two devices' programs run side by side on the 2 cores, which one device's convolutions "
+        "do not keep busy, issue 17)." if breakout else "")
     return (
         "The forced CPU devices (and the two processes) share the machine's 2 cores, so more replicas measure the "
-        "overhead of splitting the learner (more, smaller per-device programs plus the all-reduce), not a speed-up. "
+        "overhead of splitting the learner (more, smaller per-device programs plus the all-reduce), not a speed-up."
+        f"{breakout_note} "
         "For a fixed seed and number of replicas the parameters do not depend on how the replicas are spread over "
         "processes: the 1 x 4 and 2 x 2 rows compute the same parameters up to the all-reduce's summation order "
         f"(gloo's across the processes, XLA's within one), {verdict}.{ordered_verdict} Runs with different numbers "
