@@ -250,7 +250,7 @@ class _Learner:
 def _on_device(tree: Any, device) -> Any:
     """`tree` committed to `device`; unchanged where the single-device run keeps it (the default device), so that
     run stays today's program, bit for bit."""
-    if device == jax.devices()[0] and all(not isinstance(x, jax.Array) or x.devices() == {device}
+    if device == jax.local_devices()[0] and all(not isinstance(x, jax.Array) or x.devices() == {device}
                                           for x in jax.tree_util.tree_leaves(tree)):
         return tree
     return jax.device_put(tree, device)
