@@ -223,7 +223,8 @@ class Monitor:
         }
         self.outputs.log_progress(row)
         self._last_output = time.perf_counter()
-        self.outputs.progress_line(row, self.total_steps, force=steps >= self.total_steps)
+        self.outputs.progress_line(row, self.total_steps, force=steps >= self.total_steps,
+                                   time_limit=self.config.time_limit)
         if steps >= self._next_eval:
             self.evaluate()
             self._next_eval = (steps // self.config.eval_every + 1) * self.config.eval_every

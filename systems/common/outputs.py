@@ -3,6 +3,7 @@ progress line, evaluation CSV and `summary.json` with a SHA-256 fingerprint of t
 
 from __future__ import annotations
 
+import collections
 import csv
 import dataclasses
 import hashlib
@@ -101,6 +102,7 @@ class RunOutputs:
         self._evals = self._open_csv("evaluations.csv", EVAL_FIELDS, append)
         self._tb = TensorBoardScalars(os.path.join(run_dir, "tb"))
         self._last_line = 0.0
+        self._recent = collections.deque(maxlen=_ETA_WINDOW)  # (wall_time, env_steps) of the latest rows
 
     def _open_csv(self, name, fields, append):
         path = os.path.join(self.run_dir, name)
@@ -139,8 +141,10 @@ class RunOutputs:
             f"return {row['mean_return']:.2f} +- {row['std_return']:.2f} over {row['episodes']} episodes"
         )
 
-    def progress_line(self, row: dict, total_steps: int, force: bool = False) -> None:
-        """One line per call at most every 2 s (or when forced): steps, SPS, return, losses, policy lag."""
+    def progress_line(self, row: dict, total_steps: int, force: bool = False, time_limit: float = 0.0) -> None:
+        """One line per call at most every 2 s (or when forced): steps, SPS, return, losses, policy lag, and the time
+        left (`eta_seconds`; `time_limit`: the run's --time_limit, 0 for none)."""
+        self._recent.append((float(row["wall_time"]), int(row["env_steps"])))
         now = time.monotonic()
         if not force and now - self._last_line < 2.0:
             return
@@ -151,7 +155,8 @@ class RunOutputs:
         self.print(
             f"steps {int(row['env_steps']):>10,} ({pct:5.1f}%)  sps {row['sps']:8.0f}  return {ret_text}  "
             f"loss {_num(_first(row, 'total_loss', 'loss', 'critic_loss'))}  entropy {_num(row.get('entropy'))}  "
-            f"lag {row.get('policy_lag', 0)}  t {row['wall_time']:7.1f}s"
+            f"lag {row.get('policy_lag', 0)}  t {row['wall_time']:7.1f}s  "
+            f"eta {format_duration(eta_seconds(self._recent, total_steps, time_limit))}"
         )
 
     def print(self, text: str) -> None:
@@ -167,6 +172,39 @@ class RunOutputs:
         for handle, _ in (self._progress, self._evals):
             handle.close()
         self._tb.close()
+
+
+# Rows the time-left estimate looks back over: the recent rate, not the average since the start (which counts the
+# first update's compile and any evaluation pauses long ago).
+_ETA_WINDOW = 20
+
+
+def eta_seconds(recent, total_steps: int, time_limit: float = 0.0) -> float | None:
+    """Seconds until `total_steps` at the rate of the `recent` (wall time, env steps) rows, or until `time_limit`
+    if that comes first; None while there is no rate yet (a single row)."""
+    wall, steps = recent[-1]
+    left = None
+    if len(recent) >= 2:
+        first_wall, first_steps = recent[0]
+        rate = (steps - first_steps) / (wall - first_wall) if wall > first_wall else 0.0
+        if rate > 0:
+            left = max(total_steps - steps, 0) / rate
+    if time_limit:
+        by_limit = max(time_limit - wall, 0.0)
+        left = by_limit if left is None else min(left, by_limit)
+    return left
+
+
+def format_duration(seconds: float | None) -> str:
+    """'45s', '12m05s', '3h07m'; 'n/a' for None."""
+    if seconds is None:
+        return "n/a"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def _drop_torn_last_line(path: str) -> None:
