@@ -25,3 +25,20 @@ def test_eta_is_unknown_without_a_rate_and_capped_by_the_time_limit():
 def test_durations_read_as_seconds_minutes_hours():
     assert [format_duration(s) for s in (None, 0.4, 45, 59.6, 725, 3599, 3600, 11_220)] == [
         "n/a", "0s", "45s", "1m00s", "12m05s", "59m59s", "1h00m", "3h07m"]
+
+
+def test_a_mujoco_run_prints_no_warning(tmp_path):
+    """No warning a user cannot act on: a MuJoCo run's terminal (stdout and stderr) holds none."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    result = subprocess.run(
+        [sys.executable, "-m", "launch.hts", "--env=Hopper-v4", "--total_steps=2048", "--eval_episodes=1",
+         f"--logdir={tmp_path / 'run'}"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    output = result.stdout + result.stderr
+    assert "warn" not in output.lower(), output
+    assert "eta " in output  # the progress line with the time left
