@@ -29,8 +29,9 @@ _PRESET_FIELDS = (
     "orthogonal_init", "log_std_init",
 )
 # Run and layout fields read from the launcher's flag when it has one (the config's default otherwise).
+TRACKING_FIELDS = ("track", "wandb_project", "wandb_entity", "wandb_group")
 _PLAIN_FIELDS = ("env_batch_size", "inference_batch", "logdir", "resume", "eval_episodes", "eval_deterministic",
-                 "time_limit", "target_return", "step_time", "quiet")
+                 "time_limit", "target_return", "step_time", "quiet", *TRACKING_FIELDS)
 NO_NORMALIZATION = dict(normalize_obs=False, normalize_reward=False)
 
 
@@ -129,6 +130,10 @@ def run_main(
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         config = make_config()
+        if getattr(config, "track", False):
+            from systems.common.tracking import require_wandb  # noqa: PLC0415 - JAX starts after the XLA flags
+
+            require_wandb()
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

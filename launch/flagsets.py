@@ -74,6 +74,11 @@ def run_group(*, checkpoints: bool = True, default_eval_every: str = "total_step
         _f("time_limit", 0.0, "Stop training after this many seconds (final time metric)."),
         _f("target_return", None, "Evaluation return for the required time metric."),
         _b("quiet", False, "No progress line on the terminal."),
+        _b("track", False, 'Log to Weights & Biases (needs: pip install -e ".[wandb]"; WANDB_MODE=offline: no '
+           "account or network)."),
+        _s("wandb_project", "htsrl", "W&B project of --track."),
+        _s("wandb_entity", "", "W&B entity (team or user) of --track (default: the account's)."),
+        _s("wandb_group", "", "W&B group of --track, e.g. one per sweep."),
     ]
     if checkpoints:
         group.insert(9, _i("checkpoint_every", None,

@@ -58,7 +58,10 @@ def per_process_config(config):
     if process == 0:
         return config
     run_dir = os.path.join(config.logdir or "runs", f"process-{process}")
-    return dataclasses.replace(config, logdir=run_dir, eval_episodes=0, quiet=True)
+    values = dict(logdir=run_dir, eval_episodes=0, quiet=True)
+    if hasattr(config, "track"):
+        values["track"] = False  # one W&B run per job: process 0's
+    return dataclasses.replace(config, **values)
 
 
 def make_replica_check(devices: list | None, axis_name: str):

@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from systems.common.atomic import naming_the_file, write_atomic
+from systems.common.tracking import Tracker, require_wandb
 
 # The progress.csv columns every system writes; each system adds its own metrics' columns (`Monitor`'s `Progress`).
 PROGRESS_BASE = (
@@ -94,6 +95,8 @@ class RunOutputs:
                  progress_fields: tuple[str, ...] = PROGRESS_BASE):
         """`progress_fields`: progress.csv's columns (the system's schema). A resumed run keeps the columns its
         progress.csv already has, so a run from before a schema change stays one consistent table."""
+        if getattr(config, "track", False):
+            require_wandb()  # before anything is written
         self.run_dir = run_dir
         os.makedirs(run_dir, exist_ok=True)
         self.quiet = quiet
@@ -103,6 +106,7 @@ class RunOutputs:
         self._tb = TensorBoardScalars(os.path.join(run_dir, "tb"))
         self._last_line = 0.0
         self._recent = collections.deque(maxlen=_ETA_WINDOW)  # (wall_time, env_steps) of the latest rows
+        self._tracker = Tracker(run_dir, config) if getattr(config, "track", False) else None
 
     def _open_csv(self, name, fields, append):
         path = os.path.join(self.run_dir, name)
@@ -125,10 +129,14 @@ class RunOutputs:
             writer.writerow({k: _fmt(row.get(k)) for k in writer.fieldnames})
             handle.flush()
         step = int(row["env_steps"])
+        scalars = {}
         for key, value in row.items():
             numeric = isinstance(value, (int, float, np.floating, np.integer))
             if key != "env_steps" and numeric and np.isfinite(value):
                 self._tb.add_scalar(f"train/{key}", float(value), step)
+                scalars[f"train/{key}"] = float(value)
+        if self._tracker is not None:
+            self._tracker.log(scalars, step)
 
     def log_evaluation(self, row: dict) -> None:
         handle, writer = self._evals
@@ -136,6 +144,9 @@ class RunOutputs:
             writer.writerow({k: _fmt(row.get(k)) for k in writer.fieldnames})
             handle.flush()
         self._tb.add_scalar("eval/mean_return", float(row["mean_return"]), int(row["env_steps"]))
+        if self._tracker is not None:
+            self._tracker.log({"eval/mean_return": float(row["mean_return"]),
+                               "eval/std_return": float(row["std_return"])}, int(row["env_steps"]))
         self.print(
             f"[eval] steps {int(row['env_steps']):,}  policy v{row['policy_version']}  "
             f"return {row['mean_return']:.2f} +- {row['std_return']:.2f} over {row['episodes']} episodes"
@@ -166,12 +177,17 @@ class RunOutputs:
     def write_summary(self, summary: dict) -> str:
         path = os.path.join(self.run_dir, "summary.json")
         write_json_atomic(path, summary)
+        if self._tracker is not None:
+            self._tracker.summarize(summary)
         return path
 
     def close(self) -> None:
         for handle, _ in (self._progress, self._evals):
             handle.close()
         self._tb.close()
+        if self._tracker is not None:
+            self._tracker.finish()
+            self._tracker = None
 
 
 # Rows the time-left estimate looks back over: the recent rate, not the average since the start (which counts the

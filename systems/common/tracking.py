@@ -1,0 +1,66 @@
+"""Experiment tracking with Weights & Biases (`--track`, as CleanRL and Cleanba users expect): the run's config, its
+progress rows, its evaluations and its summary go to one W&B run beside the CSVs and TensorBoard files.
+
+W&B is an optional extra (`python -m pip install -e ".[wandb]"`): without it `--track` stops with one line saying
+what to install. `WANDB_MODE=offline` keeps everything in `<run dir>/wandb` (no account, no network; `wandb sync`
+uploads it later). A resumed run continues the same W&B run: its id is kept in `<run dir>/wandb_run_id`. In a
+multi-process job only process 0 tracks."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+from typing import Any
+
+from systems.common.atomic import write_atomic
+from systems.common.config import ConfigError
+
+WANDB_MISSING = '--track needs Weights & Biases, an optional extra: python -m pip install -e ".[wandb]"'
+_RUN_ID_FILE = "wandb_run_id"
+
+
+def require_wandb() -> None:
+    """ConfigError (one line) when the wandb package is not installed."""
+    try:
+        import wandb  # noqa: F401, PLC0415 - an optional extra
+    except ImportError:
+        raise ConfigError(WANDB_MISSING) from None
+
+
+class Tracker:
+    """One W&B run for one run directory (`RunOutputs` calls it next to its CSVs and TensorBoard scalars)."""
+
+    def __init__(self, run_dir: str, config: Any):
+        require_wandb()
+        import wandb  # noqa: PLC0415 - an optional extra
+
+        run_id = _run_id(run_dir)
+        self._run = wandb.init(
+            project=config.wandb_project, entity=config.wandb_entity or None, group=config.wandb_group or None,
+            name=os.path.basename(os.path.normpath(run_dir)), id=run_id, resume="allow", dir=run_dir,
+            config=dataclasses.asdict(config), settings=wandb.Settings(console="off", silent=True),
+        )
+
+    def log(self, values: dict, step: int) -> None:
+        """Numeric `values` at env step `step` (W&B drops a step below one it has seen: rows a resume repeats)."""
+        if step >= self._run.step:
+            self._run.log(values, step=step)
+
+    def summarize(self, summary: dict) -> None:
+        self._run.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))})
+
+    def finish(self) -> None:
+        self._run.finish()
+
+
+def _run_id(run_dir: str) -> str:
+    """The W&B run id of `run_dir` (16 random hex digits): kept in a file, so a resumed run logs into the same W&B
+    run."""
+    path = os.path.join(run_dir, _RUN_ID_FILE)
+    if os.path.exists(path):
+        with open(path) as f:
+            return f.read().strip()
+    run_id = secrets.token_hex(8)
+    write_atomic(path, run_id.encode())
+    return run_id

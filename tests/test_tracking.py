@@ -1,0 +1,45 @@
+"""`--track`: Weights & Biases logging of the config, progress rows, evaluations and summary, tested in W&B's
+offline mode (no account, no network); a resumed run continues the same W&B run; without the wandb extra,
+`--track` is one line saying what to install."""
+
+import glob
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _launch(run_dir, *flags: str, preamble: str = "") -> subprocess.CompletedProcess:
+    code = (f"{preamble}import sys, runpy; sys.argv = ['launch.hts', *{list(flags)!r}, '--logdir={run_dir}']\n"
+            "runpy.run_module('launch.hts', run_name='__main__')")
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_track_logs_config_progress_evaluations_and_summary_offline(tmp_path):
+    run_dir = tmp_path / "run"
+    flags = ("--env=CartPole-v1", "--num_envs=4", "--total_steps=2048", "--eval_episodes=1", "--eval_every=1024",
+             "--track", "--wandb_project=test")
+    first = _launch(run_dir, *flags)
+    assert first.returncode == 0, first.stderr
+    (run,) = glob.glob(str(run_dir / "wandb" / "offline-run-*" / "run-*.wandb"))
+    records = open(run, "rb").read()
+    for key in (b"sync_interval", b"train/sps", b"train/policy_loss", b"eval/mean_return", b"param_fingerprint"):
+        assert key in records, key  # config, progress, evaluation, summary
+    run_id = (run_dir / "wandb_run_id").read_text()
+    assert run.endswith(f"run-{run_id}.wandb")
+    resumed = _launch(run_dir, *flags[:2], "--total_steps=3072", *flags[3:], "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    runs = glob.glob(str(run_dir / "wandb" / "offline-run-*" / "run-*.wandb"))
+    assert len(runs) == 2 and all(path.endswith(f"run-{run_id}.wandb") for path in runs)  # the same W&B run
+
+
+def test_track_without_wandb_is_one_line(tmp_path):
+    result = _launch(tmp_path / "run", "--env=CartPole-v1", "--track",
+                     preamble="import sys; sys.modules['wandb'] = None  # as if not installed\n")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        'error: --track needs Weights & Biases, an optional extra: python -m pip install -e ".[wandb]"']
+    assert not (tmp_path / "run").exists()  # refused before anything was written
