@@ -49,7 +49,7 @@ from absl import app, flags
 
 from systems.analysis import grid as grid_lib
 from systems.common import rundir
-from systems.common.outputs import write_json_atomic
+from systems.common.outputs import format_duration, write_json_atomic
 from systems.registry import LAUNCHERS
 
 SYSTEMS = LAUNCHERS  # hts, sync, ba3c, gala, pal, spreeze
@@ -254,15 +254,6 @@ class RunEntry:
     started: float = 0.0
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
 def _number(value) -> str:
     return "n/a" if value is None else f"{float(value):.4g}"
 
@@ -318,8 +309,8 @@ class Runner:
         self.counts = {"done": 0, "skipped": 0, "failed": 0, "interrupted": 0, "not started": 0}
 
     def say(self, entry: RunEntry, text: str) -> None:
-        width = len(str(self.total))
-        print(f"[{entry.index:>{width}}/{self.total} +{_duration(time.monotonic() - self.t0)}] {text}", flush=True)
+        width, elapsed = len(str(self.total)), format_duration(time.monotonic() - self.t0)
+        print(f"[{entry.index:>{width}}/{self.total} +{elapsed}] {text}", flush=True)
 
     def write_manifest(self) -> None:
         self.manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -356,16 +347,16 @@ class Runner:
         if finished:
             status = "finished"
             self.counts["done"] += 1
-            self.say(entry, f"done   {entry.run.name} in {_duration(elapsed)}: {_outcome(summary)}")
+            self.say(entry, f"done   {entry.run.name} in {format_duration(elapsed)}: {_outcome(summary)}")
         elif stopping:
             status = "interrupted"
             self.counts["interrupted"] += 1
-            self.say(entry, f"stopped {entry.run.name} after {_duration(elapsed)} (exit {code})")
+            self.say(entry, f"stopped {entry.run.name} after {format_duration(elapsed)} (exit {code})")
         else:
             status = "failed"
             self.counts["failed"] += 1
             why = _last_line(os.path.join(entry.run_dir, "launch.log")) if code else "no finished summary.json"
-            self.say(entry, f"FAILED {entry.run.name} after {_duration(elapsed)}, exit {code}: {why} "
+            self.say(entry, f"FAILED {entry.run.name} after {format_duration(elapsed)}, exit {code}: {why} "
                             f"(log: {os.path.join(entry.run_dir, 'launch.log')})")
         entry.record.update(status=status, exit_code=code, elapsed_s=round(elapsed, 3),
                             final_metric=(summary or {}).get("final_metric"), sps=(summary or {}).get("sps"))
@@ -474,7 +465,7 @@ def main(argv):
         return
     runner, completed = _run_locked(plan, passthrough, entries, _PARALLEL.value)
     counts = ", ".join(f"{n} {what}" for what, n in runner.counts.items() if n or what in ("done", "failed"))
-    print(f"sweep: {counts} of {len(entries)} runs in {_duration(time.monotonic() - runner.t0)}; sweep_dir "
+    print(f"sweep: {counts} of {len(entries)} runs in {format_duration(time.monotonic() - runner.t0)}; sweep_dir "
           f"{plan.sweep_dir}" + ("" if completed else f" (continue: rerun with --sweep_dir={plan.sweep_dir})"),
           flush=True)
     if not completed:

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from systems.common.atomic import naming_the_file, write_atomic
-from systems.common.tracking import Tracker, require_wandb
+from systems.common.tracking import Tracker
 
 # The progress.csv columns every system writes; each system adds its own metrics' columns (`Monitor`'s `Progress`).
 PROGRESS_BASE = (
@@ -95,10 +95,10 @@ class RunOutputs:
                  progress_fields: tuple[str, ...] = PROGRESS_BASE):
         """`progress_fields`: progress.csv's columns (the system's schema). A resumed run keeps the columns its
         progress.csv already has, so a run from before a schema change stays one consistent table."""
-        if getattr(config, "track", False):
-            require_wandb()  # before anything is written
         self.run_dir = run_dir
         os.makedirs(run_dir, exist_ok=True)
+        # First: without the wandb extra this stops with one line before any file is written.
+        self._tracker = Tracker(run_dir, config) if getattr(config, "track", False) else None
         self.quiet = quiet
         write_json_atomic(os.path.join(run_dir, "config.json"), dataclasses.asdict(config))
         self._progress = self._open_csv("progress.csv", progress_fields, append)
@@ -106,7 +106,6 @@ class RunOutputs:
         self._tb = TensorBoardScalars(os.path.join(run_dir, "tb"))
         self._last_line = 0.0
         self._recent = collections.deque(maxlen=_ETA_WINDOW)  # (wall_time, env_steps) of the latest rows
-        self._tracker = Tracker(run_dir, config) if getattr(config, "track", False) else None
 
     def _open_csv(self, name, fields, append):
         path = os.path.join(self.run_dir, name)
