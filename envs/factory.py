@@ -185,6 +185,7 @@ def make_pool(
     num_threads: int | None = None,
     evaluation: bool = False,
     extra_envs: int = 0,
+    render: bool = False,
 ):
     """A raw EnvPool gymnasium pool with num_envs + extra_envs environments.
 
@@ -200,6 +201,8 @@ def make_pool(
         (EnvPool's own default is batch_size, which is slow for batch_size 1.)
       evaluation: Atari only: no life-loss episode ends and no reward clipping.
       extra_envs: spare environments appended at ids num_envs..num_envs + extra_envs - 1.
+      render: EnvPool's `render_mode="rgb_array"`: `pool.render()` gives env 0's real frame
+        (`envs.rendering`); stepping is unchanged.
     """
     total = num_envs + extra_envs
     if num_envs < 1 or extra_envs < 0:
@@ -222,4 +225,5 @@ def make_pool(
         num_threads=num_threads,
         seed=seed,
         **_pool_kwargs(spec.family, evaluation),
+        **({"render_mode": "rgb_array"} if render else {}),
     )

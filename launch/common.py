@@ -29,9 +29,9 @@ _PRESET_FIELDS = (
     "orthogonal_init", "log_std_init",
 )
 # Run and layout fields read from the launcher's flag when it has one (the config's default otherwise).
-TRACKING_FIELDS = ("track", "wandb_project", "wandb_entity", "wandb_group")
+OUTPUT_FIELDS = ("capture_video", "track", "wandb_project", "wandb_entity", "wandb_group")
 _PLAIN_FIELDS = ("env_batch_size", "inference_batch", "logdir", "resume", "eval_episodes", "eval_deterministic",
-                 "time_limit", "target_return", "step_time", "quiet", *TRACKING_FIELDS)
+                 "time_limit", "target_return", "step_time", "quiet", *OUTPUT_FIELDS)
 NO_NORMALIZATION = dict(normalize_obs=False, normalize_reward=False)
 
 

@@ -16,11 +16,15 @@ Flags (all prefixed `eval_`, so none reads like the training launchers' `--eval_
 * `--eval_seed`: env seeds (env i gets seed + i) and the action keys; default: the run's own evaluation seed.
 * `--eval_learner`: GALA only: the learner whose parameters x_i are played (default 0, as the GALA run's own
   evaluations), or `mean` for the average xbar of all learners (seed 004, Proposition 1).
-* `--eval_gif=PATH`: also save one episode of the same policy as an animated GIF (`--eval_gif_frames` caps the
-  frames; longer episodes are subsampled evenly). Frames are drawn from the observation, since EnvPool renders no
-  real frames here: Atari's newest frame of the (4, 84, 84) stack, upscaled; GFootball's (72, 96, 4) super mini
-  map as a coloured pitch (left team yellow, right team blue, active player red, ball white); vector observations
-  with `systems.spreeze.render` (the pendulum itself, or bar charts).
+* `--capture_video=PATH` (.mp4 or .gif): also film one episode of the same policy (the evaluation's env 0), in
+  real frames where the simulator gives them: Atari's colour screen at 210x160, classic control and Box2D pictures,
+  MuJoCo scenes with the `mujoco` package (`systems.common.video`, `envs.rendering`). MP4 needs the video extra
+  (`pip install -e ".[video]"`); without it the video is written as a GIF beside the asked-for name.
+* `--eval_gif=PATH`: also save one episode as an animated GIF of what the policy *sees*, drawn from the observation
+  (`--eval_gif_frames` caps the frames; longer episodes are subsampled evenly): Atari's newest frame of the
+  (4, 84, 84) stack, upscaled; GFootball's (72, 96, 4) super mini map as a coloured pitch (left team yellow, right
+  team blue, active player red, ball white); vector observations as `systems.common.drawing` draws them (the
+  pendulum itself, or bar charts).
 * `--eval_out`: JSON with the returns, mean, std, checkpoint and policy mode (written atomically); default
   `<run>/evaluation.json`.
 
@@ -36,21 +40,19 @@ import sys
 import time
 import warnings
 
-import chex
 import jax
 import numpy as np
 from absl import app, flags, logging
-from PIL import Image, ImageDraw
 
 from envs.episodes import EpisodeTracker
 from envs.factory import EnvSpec, make_pool
 from launch import cli
+from systems.common import drawing, video
 from systems.common import restore as restore_lib
 from systems.common.config import ConfigError
 from systems.common.evaluation import Evaluator
 from systems.common.outputs import params_fingerprint, write_json_atomic
 from systems.registry import ENTRIES
-from systems.spreeze import render
 
 _RUN = flags.DEFINE_string("run", None, "Run directory to evaluate (written by launch.hts/sync/ba3c/gala/pal/"
                            "spreeze).")
@@ -66,101 +68,11 @@ _LEARNER = flags.DEFINE_string("eval_learner", "0", "GALA: learner index to eval
 _GIF = flags.DEFINE_string("eval_gif", None, "Also save one episode of the policy as an animated GIF at this path.")
 _GIF_FRAMES = flags.DEFINE_integer("eval_gif_frames", 1000, "Most frames in the GIF (longer episodes are "
                                    "subsampled).")
+_VIDEO = flags.DEFINE_string("capture_video", None, "Also film one episode of the policy in real frames (where "
+                             "the simulator gives them) to this .mp4 or .gif file.")
 _OUT = flags.DEFINE_string("eval_out", None, "Result JSON (default: <run>/evaluation.json).")
 
 SEED_MAX = 2**31 - 1  # EnvPool seeds are int32 and env i gets seed + i
-ATARI_SCALE = 3  # 84 x 84 -> 252 x 252
-SMM_SCALE = 4  # 72 x 96 -> 288 x 384
-CAPTION = 16  # pixel rows of the text line under an image frame
-# GIF frame time per env step (real time where there is one): Atari 4 frames at 60 Hz, GFootball 10 steps/s.
-FRAME_MS = {"atari": 67, "gfootball": 100}
-# Super-mini-map planes (gfootball observation_preprocessing: 0 left team, 1 right team, 2 ball, 3 active player),
-# drawn in this order so the active player and the ball stay visible over the teams.
-PITCH = (40, 110, 50)
-SMM_COLOURS = ((0, (250, 210, 0)), (1, (70, 150, 255)), (3, (230, 40, 40)), (2, (255, 255, 255)))
-SMM_MARKER = 1  # each marker pixel is grown by this many pixels on every side (SMM markers are one or two pixels)
-
-
-# ----------------------------------------------------------------------------------------------------- frames
-
-
-def _captioned(image: Image.Image, text: str) -> Image.Image:
-    framed = Image.new("RGB", (image.width, image.height + CAPTION), render.BACKGROUND)
-    framed.paste(image.convert("RGB"), (0, 0))
-    ImageDraw.Draw(framed).text((4, image.height + 2), text, fill=render.TEXT)
-    return framed
-
-
-def _caption(step: int, action, ret: float) -> str:
-    shown = "-" if action is None else np.array2string(np.asarray(action), precision=2, separator=",")
-    return f"step {step}  action {shown}  return {ret:.1f}"
-
-
-def draw_atari(obs, action, step: int, ret: float) -> Image.Image:
-    """The newest frame of a (4, 84, 84) uint8 stack (EnvPool stacks oldest first), upscaled, with a caption."""
-    chex.assert_rank(obs, 3)  # [4, 84, 84]
-    frame = np.asarray(obs)[-1]  # [84, 84]
-    image = Image.fromarray(frame, mode="L").resize(
-        (frame.shape[1] * ATARI_SCALE, frame.shape[0] * ATARI_SCALE), Image.Resampling.NEAREST
-    )
-    return _captioned(image, _caption(step, action, ret))
-
-
-def _grow(plane: np.ndarray, radius: int) -> np.ndarray:
-    """[H, W] -> [H, W]: the maximum over each pixel's (2 radius + 1)^2 neighbourhood (a square dilation)."""
-    height, width = plane.shape
-    padded = np.pad(plane, radius)
-    return np.max([padded[dy : dy + height, dx : dx + width] for dy in range(2 * radius + 1)
-                   for dx in range(2 * radius + 1)], axis=0)
-
-
-def smm_picture(obs) -> np.ndarray:
-    """[72, 96, 4] uint8 super mini map -> [72, 96, 3] uint8 RGB: each plane (markers grown by SMM_MARKER) blended
-    over the pitch in its colour, with its value / 255 as opacity."""
-    chex.assert_shape(obs, (None, None, 4))
-    planes = np.asarray(obs, np.float32) / 255.0  # [H, W, 4]
-    picture = np.broadcast_to(np.asarray(PITCH, np.float32), (*planes.shape[:2], 3)).copy()
-    for plane, colour in SMM_COLOURS:
-        alpha = _grow(planes[..., plane], SMM_MARKER)[..., None]  # [H, W, 1]
-        picture = picture * (1.0 - alpha) + np.asarray(colour, np.float32) * alpha
-    return np.clip(np.rint(picture), 0, 255).astype(np.uint8)
-
-
-def draw_smm(obs, action, step: int, ret: float) -> Image.Image:
-    picture = smm_picture(obs)
-    image = Image.fromarray(picture, mode="RGB").resize(
-        (picture.shape[1] * SMM_SCALE, picture.shape[0] * SMM_SCALE), Image.Resampling.NEAREST
-    )
-    return _captioned(image, _caption(step, action, ret))
-
-
-def frame_drawer(spec: EnvSpec):
-    """`draw(obs, action, step, reward, ret) -> PIL.Image` for one observation of `spec` (module docstring)."""
-    if spec.family == "atari" and len(spec.obs_shape) == 3:
-        return lambda obs, action, step, reward, ret: draw_atari(obs, action, step, ret)
-    if spec.family == "gfootball" and len(spec.obs_shape) == 3:
-        return lambda obs, action, step, reward, ret: draw_smm(obs, action, step, ret)
-    return render.frame_drawer(spec)
-
-
-class FrameSampler:
-    """Keeps at most `cap` evenly spaced frames of a sequence of unknown length: every `stride`-th one, the stride
-    doubling (and every other kept frame dropped) whenever the cap would be passed. Frames are made only when kept."""
-
-    def __init__(self, cap: int):
-        self.cap = max(2, cap)
-        self.stride = 1
-        self.frames: list = []
-        self._seen = 0
-
-    def offer(self, make_frame) -> None:
-        """Frame number `seen`: `make_frame()` is called (and its frame kept) iff it falls on the stride."""
-        if self._seen % self.stride == 0:
-            self.frames.append(make_frame())
-            if len(self.frames) > self.cap:
-                self.frames = self.frames[::2]
-                self.stride *= 2
-        self._seen += 1
 
 
 def record_episode(spec: EnvSpec, act, params, *, seed: int, max_frames: int):
@@ -169,10 +81,10 @@ def record_episode(spec: EnvSpec, act, params, *, seed: int, max_frames: int):
     the return including its reward (Atari evaluation pools do not clip rewards); the last frame shows the final
     state. Returns (frames, steps per kept frame, episode return, episode length), return and length from
     `envs.episodes.EpisodeTracker`."""
-    draw = frame_drawer(spec)
+    draw = drawing.observation_drawer(spec)
     pool = make_pool(spec, num_envs=1, batch_size=1, seed=seed, num_threads=1, evaluation=True)
     tracker = EpisodeTracker(1, spec.family, spec.max_episode_steps)
-    sampler = FrameSampler(max_frames - 1)
+    sampler = drawing.FrameSampler(max_frames - 1)
     key = jax.random.PRNGKey(seed)
     finished: list = []
     ret, step = 0.0, 0
@@ -226,6 +138,11 @@ def _validate_flags() -> None:
         raise ConfigError(f"--eval_gif_frames must be at least 2, got {_GIF_FRAMES.value}")
     if _GIF.value is not None and not _GIF.value.lower().endswith(".gif"):
         raise ConfigError(f"--eval_gif must name a .gif file, got '{_GIF.value}'")
+    if _VIDEO.value is not None:
+        try:
+            video.check_path(_VIDEO.value)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
 
 
 def evaluate() -> dict:
@@ -268,6 +185,7 @@ def evaluate() -> dict:
         "fingerprint_matches_summary": None if expected is None else fingerprint == expected,
         "wall_time": time.perf_counter() - start,
         "gif": None,
+        "video": None,
     }
     if _GIF.value:
         frames, stride, gif_return, gif_length = record_episode(
@@ -275,10 +193,16 @@ def evaluate() -> dict:
         )
         directory = os.path.dirname(os.path.abspath(_GIF.value))
         os.makedirs(directory, exist_ok=True)
-        frame_ms = FRAME_MS.get(restored.spec.family, render.FRAME_MS) * stride
-        written = render.save_gif(frames, _GIF.value, frame_ms=frame_ms, max_frames=len(frames))
+        frame_ms = drawing.FAMILY_FRAME_MS.get(restored.spec.family, drawing.FRAME_MS) * stride
+        written = drawing.save_gif(frames, _GIF.value, frame_ms=frame_ms, max_frames=len(frames))
         result["gif"] = {"path": _GIF.value, "frames": written, "steps_per_frame": stride,
                          "episode_return": gif_return, "episode_length": gif_length}
+    if _VIDEO.value:
+        film = evaluator.record_video(params, _VIDEO.value)
+        result["video"] = {"path": film.path, "frames": film.frames, "fps": film.fps,
+                           "steps_per_frame": film.steps_per_frame, "episode_return": film.episode_return,
+                           "episode_length": film.episode_length, "complete": film.complete,
+                           "real_frames": film.real_frames, "note": film.note}
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     write_json_atomic(out, result)
     result["out"] = out
@@ -299,6 +223,11 @@ def describe(result: dict) -> str:
     if result["gif"] is not None:
         gif = result["gif"]
         line += f"\n[evaluate] GIF: {gif['path']} ({gif['frames']} frames, return {gif['episode_return']:.2f})"
+    if result["video"] is not None:
+        film = result["video"]
+        cut = "" if film["complete"] else ", cut short"
+        line += (f"\n[evaluate] video: {film['path']} ({film['frames']} frames, return {film['episode_return']:.2f}"
+                 f"{cut}; {film['note']})")
     return line + f"\n[evaluate] written: {result['out']}"
 
 

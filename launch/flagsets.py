@@ -74,6 +74,8 @@ def run_group(*, checkpoints: bool = True, default_eval_every: str = "total_step
         _f("time_limit", 0.0, "Stop training after this many seconds (final time metric)."),
         _f("target_return", None, "Evaluation return for the required time metric."),
         _b("quiet", False, "No progress line on the terminal."),
+        _b("capture_video", False, "Film one evaluation episode at each evaluation: <run dir>/videos/*.mp4 (real "
+           "frames where the simulator gives them; GIF without the video extra), also to TensorBoard and W&B."),
         _b("track", False, 'Log to Weights & Biases (needs: pip install -e ".[wandb]"; WANDB_MODE=offline: no '
            "account or network)."),
         _s("wandb_project", "htsrl", "W&B project of --track."),

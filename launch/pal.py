@@ -78,7 +78,7 @@ def make_config() -> system.PALConfig:
         action_noise=f.action_noise, allocate=f.allocate, cores=f.cores, profile_seconds=f.profile_seconds,
         checkpoint_buffer=f.checkpoint_buffer, stop_at_target=f.stop_at_target, logdir=f.logdir, resume=f.resume,
         eval_episodes=f.eval_episodes, time_limit=f.time_limit, target_return=f.target_return, quiet=f.quiet,
-        **{name: f[name].value for name in common.TRACKING_FIELDS}, **values,
+        **{name: f[name].value for name in common.OUTPUT_FIELDS}, **values,
     )
     system.validate(config)
     return dataclasses.replace(config, num_envs=config.num_actors * config.envs_per_actor)

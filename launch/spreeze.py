@@ -54,7 +54,7 @@ def make_config() -> system.SpreezeConfig:
         stop_at_target=f.stop_at_target, tune_seconds=f.tune_seconds, render=f.render, render_every=f.render_every,
         logdir=f.logdir, resume=f.resume, eval_episodes=f.eval_episodes, time_limit=f.time_limit,
         target_return=f.target_return, quiet=f.quiet, checkpoint_every=0,
-        **{name: f[name].value for name in common.TRACKING_FIELDS}, **values,
+        **{name: f[name].value for name in common.OUTPUT_FIELDS}, **values,
     )
     system.validate(config)
     return dataclasses.replace(config, num_envs=max(1, config.num_samplers) * config.envs_per_sampler)

@@ -15,6 +15,7 @@ from PIL import Image
 from launch import evaluate as launch_evaluate
 from launch import gala as launch_gala
 from launch import hts as launch_hts
+from systems.common import drawing
 from systems.common.checkpoint import list_checkpoints, save_checkpoint
 from systems.common.evaluation import Evaluator
 from systems.common.learner import build
@@ -80,7 +81,7 @@ def test_gif_is_one_episode_of_the_policy(hts_run, tmp_path):
     result = _evaluate(hts_run, tmp_path / "eval.json", eval_num_episodes=2, eval_policy="greedy", eval_seed=5,
                        eval_gif=str(gif), eval_gif_frames=12)
     with Image.open(gif) as image:
-        assert image.format == "GIF" and image.is_animated and image.size == (320, 240)  # render.draw_vector
+        assert image.format == "GIF" and image.is_animated and image.size == (320, 240)  # drawing.draw_vector
         frames = image.n_frames
     info = result["gif"]
     assert info["path"] == str(gif) and 1 < info["frames"] == frames <= 12
@@ -90,8 +91,24 @@ def test_gif_is_one_episode_of_the_policy(hts_run, tmp_path):
     assert frames == len(range(0, info["episode_length"], info["steps_per_frame"])) + 1
 
 
+@pytest.mark.filterwarnings(r"ignore:os\.fork\(\) was called:RuntimeWarning")  # imageio's reader: fork + exec ffmpeg
+def test_video_is_the_evaluations_first_episode_in_real_frames(hts_run, tmp_path):
+    path = tmp_path / "videos" / "episode.mp4"  # the folder is created
+    result = _evaluate(hts_run, tmp_path / "eval.json", eval_num_episodes=2, eval_policy="greedy", eval_seed=5,
+                       capture_video=str(path))
+    info = result["video"]
+    assert info["path"] == str(path) and info["real_frames"] and info["complete"]
+    assert info["episode_return"] == result["returns"][0] == info["episode_length"]  # the evaluation's env 0
+    import imageio  # noqa: PLC0415 - the video extra (in the test extra)
+
+    with imageio.get_reader(str(path)) as reader:
+        frames = [np.asarray(f) for f in reader]
+    assert len(frames) == info["frames"] == len(range(0, info["episode_length"], info["steps_per_frame"])) + 1
+    assert frames[0].shape == (400 + drawing.CAPTION, 600, 3)  # EnvPool's CartPole picture, captioned
+
+
 def test_frame_sampler_keeps_evenly_spaced_frames_and_draws_only_those():
-    sampler = launch_evaluate.FrameSampler(10)
+    sampler = drawing.FrameSampler(10)
     drawn = []
     for i in range(1000):
         sampler.offer(lambda i=i: drawn.append(i) or i)
@@ -105,22 +122,22 @@ def test_image_frames_are_drawn_from_the_observation():
     stack = np.zeros((4, 84, 84), np.uint8)
     stack[-1, 10, 20] = 200  # only the newest frame of the stack is drawn
     stack[0, 30, 30] = 255
-    image = np.asarray(launch_evaluate.draw_atari(stack, 3, 7, 1.0))
-    chex.assert_shape(image, (84 * launch_evaluate.ATARI_SCALE + launch_evaluate.CAPTION,
-                              84 * launch_evaluate.ATARI_SCALE, 3))
-    scale = launch_evaluate.ATARI_SCALE
+    image = np.asarray(drawing.draw_atari(stack, 3, 7, 1.0))
+    chex.assert_shape(image, (84 * drawing.ATARI_SCALE + drawing.CAPTION,
+                              84 * drawing.ATARI_SCALE, 3))
+    scale = drawing.ATARI_SCALE
     assert tuple(image[10 * scale + 1, 20 * scale + 1]) == (200, 200, 200)
     assert tuple(image[30 * scale + 1, 30 * scale + 1]) == (0, 0, 0)
 
     smm = np.zeros((72, 96, 4), np.uint8)
     smm[40, 50, 2] = 255  # the ball
     smm[10, 10, 0] = 255  # a left-team player
-    picture = launch_evaluate.smm_picture(smm)
+    picture = drawing.smm_picture(smm)
     chex.assert_shape(picture, (72, 96, 3))
-    colours = dict((plane, colour) for plane, colour in launch_evaluate.SMM_COLOURS)
+    colours = dict((plane, colour) for plane, colour in drawing.SMM_COLOURS)
     assert tuple(picture[40, 50]) == colours[2] and tuple(picture[41, 51]) == colours[2]  # grown marker
     assert tuple(picture[10, 10]) == colours[0]
-    assert tuple(picture[60, 80]) == launch_evaluate.PITCH
+    assert tuple(picture[60, 80]) == drawing.PITCH
 
 
 def test_gala_learners_and_their_average(tmp_path):
@@ -176,9 +193,10 @@ def _other_env(tmp_path, hts_run):
         (lambda tmp, run: run, dict(eval_learner="1"), "one parameter set"),
         (lambda tmp, run: run, dict(eval_num_episodes=0), "--eval_num_episodes"),
         (lambda tmp, run: "", {}, "--run is required"),
+        (lambda tmp, run: run, dict(capture_video="ep.avi"), "--capture_video must name an .mp4 or .gif"),
     ],
     ids=["missing-dir", "no-config", "no-checkpoint", "unsupported-system", "other-network", "learner", "episodes",
-         "no-run"],
+         "no-run", "video-format"],
 )
 def test_bad_input_is_one_line_and_exit_2(hts_run, tmp_path, capsys, make_run, flags, message):
     run_dir = make_run(tmp_path, hts_run)

@@ -3,8 +3,8 @@ number of actor threads, EnvPool's async batch size or thread timing."""
 
 import pytest
 
-from systems.hts.system import HTSConfig
 from systems.hts import system as hts
+from systems.hts.system import HTSConfig
 
 
 def _fingerprint(tmp_path, env_id, *, num_actors, env_batch_size, sync_interval, rounds, seed=3):

@@ -7,9 +7,9 @@ import pytest
 
 from systems.common import learner as learner_lib
 from systems.common import run as run_lib
-from systems.hts.system import HTSConfig
 from systems.common.evaluation import EvaluationRecord, final_metric, required_time
 from systems.hts import system as hts
+from systems.hts.system import HTSConfig
 
 
 def _record(i, returns):

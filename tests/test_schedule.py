@@ -5,8 +5,8 @@ on-policy (lag 0)."""
 import csv
 import os
 
-from systems.hts.system import HTSConfig
 from systems.hts import system as hts
+from systems.hts.system import HTSConfig
 from systems.sync import system as sync
 
 

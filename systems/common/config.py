@@ -33,6 +33,7 @@ class RunConfig:
     time_limit: float = 0.0  # seconds of training before stopping (0: none); gives the final time metric
     target_return: float | None = None  # evaluation return for the required time metric
     quiet: bool = False  # no terminal progress line
+    capture_video: bool = False  # film one episode at each evaluation (`systems.common.video`)
     track: bool = False  # log to Weights & Biases (`systems.common.tracking`; the optional wandb extra)
     wandb_project: str = "htsrl"
     wandb_entity: str = ""  # "" : the account's default entity

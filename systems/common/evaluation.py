@@ -21,6 +21,7 @@ import numpy as np
 from agents import distributions
 from envs.episodes import EpisodeTracker
 from envs.factory import EnvSpec, make_pool
+from systems.common import video
 
 LAST_POLICIES = 10
 
@@ -56,11 +57,16 @@ class Evaluator:
         `act_fn(params, obs, key) -> actions` (jitted) instead and `apply_fn=None`."""
         self.spec = spec
         self.episodes = episodes
+        self.seed = seed
         self._pool = make_pool(spec, num_envs=episodes, batch_size=episodes, seed=seed, evaluation=True)
         self._key = jax.random.PRNGKey(seed)
         self._deterministic = deterministic
 
         self._act = act_fn if act_fn is not None else policy_act_fn(apply_fn, deterministic=deterministic)
+
+    def record_video(self, params: Any, path: str) -> video.Video:
+        """One episode of the same policy on the evaluation's env 0, filmed to `path` (`systems.common.video`)."""
+        return video.record_episode(self.spec, self._act, params, seed=self.seed, path=path)
 
     def run(self, params: Any) -> np.ndarray:
         """Returns the `episodes` episode returns (each env's first complete episode). An env whose reward is not

@@ -262,6 +262,15 @@ class Monitor:
             "env_steps": record.env_steps, "wall_time": record.wall_time, "policy_version": record.policy_version,
             "episodes": len(returns), "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
         })
+        if self.config.capture_video:
+            self.film(self.evaluator, self.policy_params(self.state))
+
+    def film(self, evaluator: Any, params: Any) -> None:
+        """`--capture_video`: one episode of `params` filmed to `<run dir>/videos/eval-<env steps>-v<version>.mp4` (the
+        policy version of the evaluation line), and logged."""
+        name = f"eval-{self.env_steps:012d}-v{int(self.state.update_step)}.mp4"
+        path = os.path.join(self.run_dir, "videos", name)
+        self.outputs.log_video(evaluator.record_video(params, path), self.env_steps)
 
     def _nonfinite(self, state: Any, problem: str) -> NonFiniteError:
         return NonFiniteError(

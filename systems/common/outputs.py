@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from systems.common import video as video_lib
 from systems.common.atomic import naming_the_file, write_atomic
 from systems.common.tracking import Tracker
 
@@ -105,6 +106,7 @@ class RunOutputs:
         self._evals = self._open_csv("evaluations.csv", EVAL_FIELDS, append)
         self._tb = TensorBoardScalars(os.path.join(run_dir, "tb"))
         self._last_line = 0.0
+        self._video_noted = False
         self._recent = collections.deque(maxlen=_ETA_WINDOW)  # (wall_time, env_steps) of the latest rows
 
     def _open_csv(self, name, fields, append):
@@ -150,6 +152,19 @@ class RunOutputs:
             f"[eval] steps {int(row['env_steps']):,}  policy v{row['policy_version']}  "
             f"return {row['mean_return']:.2f} +- {row['std_return']:.2f} over {row['episodes']} episodes"
         )
+
+    def log_video(self, video: video_lib.Video, step: int) -> None:
+        """A filmed episode (`systems.common.video.Video`): its preview to TensorBoard (`eval/video`), the file to
+        W&B, and a line naming it (the first line also says which frames and format)."""
+        if video.preview:
+            gif = video_lib.preview_gif(video.preview, video.fps)
+            self._tb.add_gif("eval/video", gif, step, video.preview[0].shape)
+        if self._tracker is not None:
+            self._tracker.video("eval/video", video.path, video.fps, step)
+        cut = "" if video.complete else f", cut at {video.frames} frames"
+        self.print(f"[video] {video.path}  ({video.frames} frames, return {video.episode_return:.2f} over "
+                   f"{video.episode_length} steps{cut})" + ("" if self._video_noted else f"  {video.note}"))
+        self._video_noted = True
 
     def progress_line(self, row: dict, total_steps: int, force: bool = False, time_limit: float = 0.0) -> None:
         """One line per call at most every 2 s (or when forced): steps, SPS, return, losses, policy lag, and the time
@@ -266,6 +281,19 @@ class TensorBoardScalars:
             if time.monotonic() >= self._next_flush:
                 self._writer.flush()
                 self._next_flush = time.monotonic() + self._flush_every_s
+
+    def add_gif(self, tag: str, gif: bytes, step: int, shape: tuple) -> None:
+        """An animated GIF as an image summary: how TensorBoard shows a video (tensorboardX's `add_video` makes the
+        same summary, through moviepy)."""
+        from tensorboardX.proto.event_pb2 import Event  # noqa: PLC0415
+        from tensorboardX.proto.summary_pb2 import Summary  # noqa: PLC0415
+
+        height, width, channels = shape
+        image = Summary.Image(height=height, width=width, colorspace=channels, encoded_image_string=gif)
+        summary = Summary(value=[Summary.Value(tag=tag, image=image)])
+        with naming_the_file(self.directory):
+            self._writer.write_event(Event(wall_time=time.time(), step=int(step), summary=summary))
+            self._writer.flush()
 
     def close(self) -> None:
         with naming_the_file(self.directory):

@@ -47,6 +47,14 @@ class Tracker:
         if step >= self._run.step:
             self._run.log(values, step=step)
 
+    def video(self, key: str, path: str, fps: float, step: int) -> None:
+        """A video file (MP4 or GIF) at env step `step`."""
+        import wandb  # noqa: PLC0415 - an optional extra
+
+        if step >= self._run.step:
+            fmt = os.path.splitext(path)[1].lstrip(".").lower()
+            self._run.log({key: wandb.Video(path, fps=max(1, round(fps)), format=fmt)}, step=step)
+
     def summarize(self, summary: dict) -> None:
         self._run.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))})
 

@@ -378,6 +378,8 @@ def _evaluate_final_policy(config: SpreezeConfig, spec, agent, monitor: Monitor,
                           act_fn=agent.eval_act)
     returns = evaluator.run(agent.policy_params(monitor.state.agent))
     _record_evaluation(monitor, collected, monitor.wall_time(), updates, [float(r) for r in returns])
+    if config.capture_video:  # the test process has no video: the final policy is filmed here
+        monitor.film(evaluator, agent.policy_params(monitor.state.agent))
 
 
 class _Learner:
