@@ -18,14 +18,23 @@ both heads.
   only: widths, ReLU instead of tanh, the initial log-std, and PyTorch's default initializer instead of the
   orthogonal one (SB3's ``ortho_init=False``, used by rl-zoo3's tuned MuJoCo PPO; departure: biases start at
   0, where PyTorch draws them like the weights).
+
+The CNNs' convolutions have `nn.Conv`'s parameters and function, computed in the forms of a convolution plan
+(`agents.conv`; issue 17): on a CPU the fastest exact forms XLA CPU runs (`CPU_CONV_PLANS`, measured by
+`benchmarks/cnn_cpu.py`), elsewhere XLA's own convolution (cuDNN on a GPU).
 """
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import chex
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
+
+from agents import conv as conv_lib
 
 _TORSO_GAIN = float(np.sqrt(2.0))
 # CleanRL: a tiny policy-head init makes the initial policy close to uniform / zero-mean,
@@ -48,62 +57,102 @@ def _dense(features: int, gain: float, orthogonal: bool = True) -> nn.Dense:
     return nn.Dense(features, kernel_init=kernel_init, bias_init=nn.initializers.zeros)
 
 
-def _conv(features: int, kernel: int, stride: int) -> nn.Conv:
-    return nn.Conv(
-        features,
-        (kernel, kernel),
-        strides=(stride, stride),
-        padding="VALID",
-        kernel_init=nn.initializers.orthogonal(_TORSO_GAIN),
-        bias_init=nn.initializers.zeros,
-    )
+class LayerForms(NamedTuple):
+    """The `agents.conv` forms of one convolution: `actor` for a forward pass at a small batch (at most
+    `SMALL_BATCH` rows: the actors' inference), `forward` and `backward` for larger batches (the learner)."""
+
+    actor: str
+    forward: str
+    backward: str
 
 
-class Conv8x8Stride4(nn.Module):
-    """A VALID 8x8 convolution with stride 4, computed as space-to-depth plus one matrix product.
+ConvPlan = tuple  # one LayerForms per convolution of the torso, first to last
+SMALL_BATCH = 32
 
-    Same function and same parameters (``kernel [8, 8, C, O]``, ``bias [O]``, same initialisation) as
-    ``nn.Conv(O, (8, 8), strides=(4, 4), padding="VALID")``, but much faster to differentiate on XLA CPU
-    (measured: Nature CNN gradient on 256 frames 0.42 s -> 0.28 s on two cores): the input is cut into 4x4
-    blocks (``[B, H/4, W/4, 16 C]``), each output pixel reads a 2x2 neighbourhood of blocks, and the kernel is
-    rearranged to match. Needs H and W divisible by 4 (84x84 Atari, 72x96 GFootball).
-    """
+
+def uniform_conv_plan(form: str, layers: int = 3) -> ConvPlan:
+    return (LayerForms(form, form, form),) * layers
+
+
+# What every backend ran before issue 17: the first convolution as space-to-depth, the others as XLA's convolution.
+PREVIOUS_CPU_PLAN = (LayerForms("space_to_depth", "space_to_depth", "space_to_depth"),
+                     LayerForms("direct", "direct", "direct"), LayerForms("direct", "direct", "direct"))
+# XLA CPU's fastest exact forms, measured by `benchmarks/cnn_cpu.py` (`benchmarks/results/cnn_cpu.md`, 2 cores):
+# the actors' small batches run XLA's convolution in NHWC (about 1 ms for 4 frames, the fastest whole network);
+# the learner's minibatches run channels-major, the first two layers as space-to-depth (whole Nature CNN value and
+# gradient at 256 frames: 172 ms against 314 ms before and 473 ms with XLA's convolution). Per-layer winners in
+# NHWC (a shift_add gradient under XLA's forward pass) did not add up to a fast whole network (363 ms), so the plan
+# is chosen by whole-network time. GPUs keep XLA's convolution (cuDNN).
+_CPU_PLAN = (LayerForms("direct", "cm_space_to_depth", "cm_space_to_depth"),
+             LayerForms("direct", "cm_space_to_depth", "cm_space_to_depth"),
+             LayerForms("direct", "cm_slices", "cm_slices"))
+# BA3C's stride-1 SAME convolutions at 84x84 and 42x42: im2col's patch matrices are gigabytes at the learner's batch
+# (forward 1.6-1.9 s against XLA's 0.23 s at 256 frames), but XLA's convolution gradient is slower still (value and
+# gradient 5.8 s), so its forward pass is kept and its gradient taken through im2col by slices (3.4 s).
+_BA3C_CPU_PLAN = (LayerForms("direct", "direct", "slices"),) * 4
+CPU_CONV_PLANS = {"nature": _CPU_PLAN, "gfootball": _CPU_PLAN, "ba3c": _BA3C_CPU_PLAN}
+
+
+def default_conv_plan(network: str) -> ConvPlan:
+    """The plan of `network` ("nature", "gfootball" or "ba3c") on the default backend: CPU_CONV_PLANS on a CPU,
+    XLA's convolution everywhere else."""
+    if jax.default_backend() == "cpu":
+        return CPU_CONV_PLANS[network]
+    return uniform_conv_plan("direct", layers=len(CPU_CONV_PLANS[network]))
+
+
+class Conv(nn.Module):
+    """``nn.Conv(features, (kernel, kernel), strides=(stride, stride), padding="VALID")`` with the same parameters
+    (``kernel [k, k, C, O]``, ``bias [O]``, orthogonal init with gain sqrt(2), zero bias) and the same function up to
+    float rounding, computed in the given `agents.conv` forms (NHWC, or channels-major for the `cm_` forms)."""
 
     features: int
+    kernel: int
+    stride: int
 
     @nn.compact
-    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-        batch, height, width, channels = x.shape
-        if height % 4 or width % 4:
-            raise ValueError(f"Conv8x8Stride4 needs H and W divisible by 4, got {height}x{width}")
-        kernel = self.param(
-            "kernel", nn.initializers.orthogonal(_TORSO_GAIN), (8, 8, channels, self.features)
-        )
+    def __call__(self, x: jnp.ndarray, forward: str = "direct", backward: str | None = None) -> jnp.ndarray:
+        chex.assert_rank(x, 4)  # [B, H, W, C], or [C, B, H, W] channels-major
+        channels = x.shape[0] if conv_lib.channels_major(forward) else x.shape[-1]
+        kernel = self.param("kernel", nn.initializers.orthogonal(_TORSO_GAIN),
+                            (self.kernel, self.kernel, channels, self.features))
         bias = self.param("bias", nn.initializers.zeros, (self.features,))
-        blocks = x.reshape(batch, height // 4, 4, width // 4, 4, channels)
-        blocks = blocks.transpose(0, 1, 3, 2, 4, 5).reshape(batch, height // 4, width // 4, 16 * channels)
-        out_h, out_w = height // 4 - 1, width // 4 - 1
-        patches = jnp.concatenate(
-            [
-                blocks[:, :out_h, :out_w],
-                blocks[:, :out_h, 1:],
-                blocks[:, 1:, :out_w],
-                blocks[:, 1:, 1:],
-            ],
-            axis=-1,
-        )  # [B, out_h, out_w, 64 C], features ordered (ky, kx, dy, dx, c)
-        # kernel[4 ky + dy, 4 kx + dx, c, o] -> matrix[(ky, kx, dy, dx, c), o]
-        matrix = kernel.reshape(2, 4, 2, 4, channels, self.features).transpose(0, 2, 1, 3, 4, 5)
-        matrix = matrix.reshape(64 * channels, self.features)
-        return patches @ matrix + bias
+        return conv_lib.conv(x, kernel, bias, self.stride, forward=forward, backward=backward)
 
 
-def _nature_trunk(x: jnp.ndarray) -> jnp.ndarray:
-    """Conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512 on NHWC float input in [0, 1]."""
-    x = nn.relu(Conv8x8Stride4(32)(x))
-    x = nn.relu(_conv(64, 4, 2)(x))
-    x = nn.relu(_conv(64, 3, 1)(x))
-    x = x.reshape((x.shape[0], -1))
+# Module names of the three convolutions as the torso had them before issue 17 (`Conv8x8Stride4_0`, then two
+# `nn.Conv`s): the same names give the same parameter tree, so earlier checkpoints load and the initial parameters
+# of a seed are unchanged.
+_TRUNK_NAMES = ("Conv8x8Stride4_0", "Conv_0", "Conv_1")
+_TRUNK_LAYERS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # features, kernel, stride
+
+
+def trunk_forms(plan: ConvPlan, batch: int) -> tuple[tuple[str, str], ...]:
+    """(forward, backward) form of each convolution for a batch of `batch` rows: the actor forms (and their own
+    gradients) up to SMALL_BATCH rows, the learner forms above. All of them take one layout."""
+    forms = tuple((f.actor, f.actor) if batch <= SMALL_BATCH else (f.forward, f.backward) for f in plan)
+    layouts = {conv_lib.channels_major(form) for pair in forms for form in pair}
+    if len(layouts) != 1:
+        raise ValueError(f"a convolution plan mixes the channels-major and NHWC layouts: {forms}")
+    return forms
+
+
+def _nature_trunk(obs: jnp.ndarray, plan: ConvPlan, *, channels_first: bool) -> jnp.ndarray:
+    """Conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512 on uint8 frames ([B, C, H, W] if `channels_first`, else
+    [B, H, W, C]) scaled to [0, 1]. The convolutions run in NHWC or, for the channels-major forms, in
+    [C, B, H, W]: the frames are transposed once on the way in and the features once before the dense layer, whose
+    input keeps the (h, w, c) order either way."""
+    forms = trunk_forms(plan, obs.shape[0])
+    if conv_lib.channels_major(forms[0][0]):
+        x = jnp.transpose(obs, (1, 0, 2, 3) if channels_first else (3, 0, 1, 2)).astype(jnp.float32) / 255.0
+    else:
+        x = obs.astype(jnp.float32) / 255.0
+        x = jnp.transpose(x, (0, 2, 3, 1)) if channels_first else x  # Flax convolutions are NHWC
+    for (features, kernel, stride), (forward, backward), name in zip(_TRUNK_LAYERS, forms, _TRUNK_NAMES, strict=True):
+        x = nn.relu(Conv(features, kernel, stride, name=name)(x, forward, backward))
+    if conv_lib.channels_major(forms[0][0]):
+        x = conv_lib.from_channels_major(x)
+    x = x.reshape((x.shape[0], -1))  # [B, h w c]
     return nn.relu(_dense(512, _TORSO_GAIN)(x))
 
 
@@ -111,17 +160,16 @@ class NatureCNN(nn.Module):
     """Nature DQN torso for EnvPool Atari frames.
 
     Input: uint8 ``[B, 4, 84, 84]`` (stacked frames, channels first as EnvPool emits them).
-    Output: float32 ``[B, 512]``.
+    Output: float32 ``[B, 512]``. ``conv_plan``: the convolutions' forms (None: `default_conv_plan`).
     """
+
+    conv_plan: ConvPlan | None = None
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
         chex.assert_rank(obs, 4)
         chex.assert_shape(obs, (None, *NATURE_CNN_OBS_SHAPE))
-        x = obs.astype(jnp.float32) / 255.0
-        # Flax convolutions are NHWC; EnvPool gives NCHW.
-        x = jnp.transpose(x, (0, 2, 3, 1))
-        return _nature_trunk(x)
+        return _nature_trunk(obs, self.conv_plan or default_conv_plan("nature"), channels_first=True)
 
 
 class GFootballCNN(nn.Module):
@@ -131,26 +179,19 @@ class GFootballCNN(nn.Module):
     (conv 32 8x8 s4, 64 4x4 s2, 64 3x3 s1, dense 512), which the baselines' "cnn" policy uses.
 
     Input: uint8 ``[B, 72, 96, 4]`` (SMM extracted map, channels last).
-    Output: float32 ``[B, 512]``.
+    Output: float32 ``[B, 512]``. ``conv_plan``: the convolutions' forms (None: `default_conv_plan`).
     """
+
+    conv_plan: ConvPlan | None = None
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
         chex.assert_rank(obs, 4)
         chex.assert_shape(obs, (None, *GFOOTBALL_SMM_OBS_SHAPE))
-        x = obs.astype(jnp.float32) / 255.0
-        return _nature_trunk(x)
+        return _nature_trunk(obs, self.conv_plan or default_conv_plan("gfootball"), channels_first=False)
 
 
-def _same_conv(features: int, kernel: int) -> nn.Conv:
-    return nn.Conv(
-        features,
-        (kernel, kernel),
-        strides=(1, 1),
-        padding="SAME",
-        kernel_init=nn.initializers.orthogonal(_TORSO_GAIN),
-        bias_init=nn.initializers.zeros,
-    )
+BA3C_LAYERS = ((32, 5), (32, 5), (64, 4), (64, 3))  # features, kernel (stride 1, SAME), each then a 2x2 max pool
 
 
 class BA3CTorso(nn.Module):
@@ -170,17 +211,30 @@ class BA3CTorso(nn.Module):
     """
 
     hidden: int = BA3C_DEFAULT_HIDDEN
+    conv_plan: ConvPlan | None = None
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
         chex.assert_rank(obs, 4)
         chex.assert_shape(obs, (None, *NATURE_CNN_OBS_SHAPE))
-        x = obs.astype(jnp.float32) / 255.0
-        x = jnp.transpose(x, (0, 2, 3, 1))  # NCHW -> NHWC
-        for features, kernel in ((32, 5), (32, 5), (64, 4), (64, 3)):
-            x = nn.relu(_same_conv(features, kernel)(x))
-            x = nn.max_pool(x, (2, 2), strides=(2, 2), padding="VALID")
-        x = x.reshape((x.shape[0], -1))  # [B, 1600]
+        forms = trunk_forms(self.conv_plan or default_conv_plan("ba3c"), obs.shape[0])
+        channels_major = conv_lib.channels_major(forms[0][0])
+        if channels_major:
+            x = jnp.transpose(obs, (1, 0, 2, 3)).astype(jnp.float32) / 255.0  # [C, B, H, W]
+        else:
+            x = jnp.transpose(obs.astype(jnp.float32) / 255.0, (0, 2, 3, 1))  # NCHW -> NHWC
+        spatial = (2, 3) if channels_major else (1, 2)
+        for i, ((features, kernel), (forward, backward)) in enumerate(zip(BA3C_LAYERS, forms, strict=True)):
+            # SAME padding as XLA pads it (the extra row and column after), then a VALID convolution.
+            pads = [(0, 0)] * 4
+            for axis in spatial:
+                pads[axis] = ((kernel - 1) // 2, kernel // 2)
+            x = nn.relu(Conv(features, kernel, 1, name=f"Conv_{i}")(jnp.pad(x, pads), forward, backward))
+            window = tuple(2 if axis in spatial else 1 for axis in range(4))
+            x = lax.reduce_window(x, -jnp.inf, lax.max, window, window, "VALID")  # 2x2 max pool, stride 2
+        if channels_major:
+            x = conv_lib.from_channels_major(x)
+        x = x.reshape((x.shape[0], -1))  # [B, 1600], (h, w, c) order
         return nn.relu(_dense(self.hidden, _TORSO_GAIN)(x))  # [B, hidden]
 
 
@@ -211,6 +265,7 @@ class ActorCritic(nn.Module):
         hidden: width of the fully connected layer (only used by the ``"ba3c"`` torso).
         activation, orthogonal_init: the MLP's nonlinearity and initializer (the ``"mlp"`` torso and its heads).
         log_std_init: the initial state-independent log-std of a continuous policy.
+        conv_plan: the CNN torsos' convolution forms (`LayerForms` per layer; None: the backend's default).
 
     ``__call__(obs)`` returns ``(policy_out, value)``: ``value`` is float32 ``[B]``;
     ``policy_out`` is logits ``[B, A]`` (discrete) or ``(mean [B, A], log_std [B, A])``
@@ -225,6 +280,7 @@ class ActorCritic(nn.Module):
     activation: str = "tanh"
     orthogonal_init: bool = True
     log_std_init: float = 0.0
+    conv_plan: ConvPlan | None = None
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray):
@@ -238,9 +294,9 @@ class ActorCritic(nn.Module):
         elif self.torso in ("nature_cnn", "gfootball_cnn"):
             # Shared CNN torso: conv features are expensive, so both heads read the same ones.
             torso_cls = NatureCNN if self.torso == "nature_cnn" else GFootballCNN
-            actor_features = critic_features = torso_cls(name="torso")(obs)
+            actor_features = critic_features = torso_cls(self.conv_plan, name="torso")(obs)
         elif self.torso == "ba3c":
-            actor_features = critic_features = BA3CTorso(self.hidden, name="torso")(obs)
+            actor_features = critic_features = BA3CTorso(self.hidden, self.conv_plan, name="torso")(obs)
         else:
             raise ValueError(f"Unknown torso {self.torso!r}; expected one of {TORSOS}.")
 

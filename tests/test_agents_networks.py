@@ -3,7 +3,6 @@
 import functools
 
 import chex
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -99,22 +98,6 @@ def test_policy_step_rows_are_independent(obs_shape, continuous):
     actions, log_probs, values = out_a
     chex.assert_shape([log_probs, values], (batch,))
     chex.assert_shape(actions, (batch, 4) if continuous else (batch,))
-
-
-@pytest.mark.parametrize("height,width,channels", [(84, 84, 4), (72, 96, 4)])
-def test_conv8x8_stride4_equals_flax_conv(height, width, channels):
-    """The space-to-depth convolution computes exactly what nn.Conv does with the same parameters."""
-    from agents.networks import Conv8x8Stride4
-
-    x = jax.random.uniform(jax.random.PRNGKey(0), (3, height, width, channels))
-    fast = Conv8x8Stride4(32)
-    params = fast.init(jax.random.PRNGKey(1), x)
-    params = jax.tree.map(lambda p: p + 0.1 * jax.random.normal(jax.random.PRNGKey(2), p.shape), params)
-    reference = nn.Conv(32, (8, 8), strides=(4, 4), padding="VALID")
-    expected = reference.apply(params, x)
-    got = fast.apply(params, x)
-    assert got.shape == expected.shape == (3, height // 4 - 1, width // 4 - 1, 32)
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def _num_params(net, obs_shape):

@@ -146,7 +146,7 @@ def test_a_training_run_films_each_evaluation_to_files_tensorboard_and_wandb(tmp
     assert result.returncode == 0, result.stderr
     assert "Warning" not in result.stderr, result.stderr  # nothing a user cannot act on
     videos = sorted(os.listdir(run_dir / "videos"))
-    assert videos == ["eval-000000001024-v8.mp4", "eval-000000002048-v16.mp4"]  # env steps, policy version
+    assert videos == ["eval-000000001024-v2.mp4", "eval-000000002048-v4.mp4"]  # env steps, policy version
     assert all(len(_read(run_dir / "videos" / name)) > 1 for name in videos)
     lines = [line for line in result.stdout.splitlines() if line.startswith("[video]")]
     assert len(lines) == 2 and "real frames" in lines[0] and "real frames" not in lines[1]
