@@ -34,6 +34,7 @@ and exit code 2.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -199,10 +200,8 @@ def evaluate() -> dict:
                          "episode_return": gif_return, "episode_length": gif_length}
     if _VIDEO.value:
         film = evaluator.record_video(params, _VIDEO.value)
-        result["video"] = {"path": film.path, "frames": film.frames, "fps": film.fps,
-                           "steps_per_frame": film.steps_per_frame, "episode_return": film.episode_return,
-                           "episode_length": film.episode_length, "complete": film.complete,
-                           "real_frames": film.real_frames, "note": film.note}
+        fields = (f.name for f in dataclasses.fields(film) if f.name != "preview")  # the preview is TensorBoard's
+        result["video"] = {name: getattr(film, name) for name in fields}
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     write_json_atomic(out, result)
     result["out"] = out

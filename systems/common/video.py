@@ -8,7 +8,7 @@ evaluation's seed, so it is the evaluation's env 0; actions drawn as the `Evalua
   and Box2D pictures, MuJoCo scenes through the `mujoco` package's OpenGL context. The env that is filmed is the
   policy's own env, so picture and policy cannot drift apart. Elsewhere (GFootball, MuJoCo without a renderer) the
   observation is drawn (`systems.common.drawing`) and the note says so.
-* Each frame carries a caption: step, action, return so far. Frames are taken every `frame_every` steps so a video
+* Each frame carries a caption: step, action, return so far. Frames are taken every `steps_per_frame` steps so a video
   plays at real speed at no more than about 30 frames a second (MuJoCo's Hopper: every 4th of its 125 steps/s).
 * MP4 (H.264) through imageio and imageio-ffmpeg (the `video` extra), streamed to disk frame by frame; where no
   encoder is installed, an animated GIF instead (PIL; at most `GIF_FRAMES` frames, subsampled evenly). Files are
