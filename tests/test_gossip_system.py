@@ -4,6 +4,7 @@ runs its learners independently. Multi-device code runs in its own process (test
 
 import csv
 import json
+import time
 
 import numpy as np
 import pytest
@@ -111,6 +112,30 @@ def test_async_learners_run_and_mix(tmp_path):
     assert all(g["max_staleness_mixed"] <= 2 for g in summary["gossip"])
     rows = _progress(tmp_path / "async")
     assert any(r["consensus_distance"] for r in rows)
+
+
+def test_async_evaluations_see_the_learners_as_of_their_row(tmp_path, monkeypatch):
+    """The learners run on while the main thread evaluates: each evaluation must still play the parameters of the
+    env step it is logged at (every learner's iterations add up to the row's), not whatever the learners hold
+    when the main thread gets to it (which logged final-policy returns at mid-run env steps)."""
+    from systems.common.monitor import Monitor
+
+    seen = []
+    evaluate = Monitor.evaluate
+
+    def slow_evaluate(self):
+        seen.append((int(self.state.update_step), int(np.sum(self.state.learner_steps))))
+        time.sleep(0.3)  # the learners run ahead meanwhile
+        evaluate(self)
+
+    monkeypatch.setattr(Monitor, "evaluate", slow_evaluate)
+    config = system.GossipConfig(
+        env_id="CartPole-v1", seed=5, sync_interval=5, envs_per_learner=4, num_learners=3, total_steps=3 * 20 * 40,
+        eval_episodes=1, eval_every=3 * 20 * 4, quiet=True, logdir=str(tmp_path / "async"),
+    )
+    system.run(config)
+    assert len(seen) >= 5
+    assert all(update_step == iterations for update_step, iterations in seen), seen
 
 
 @pytest.mark.parametrize(

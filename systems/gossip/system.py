@@ -385,6 +385,13 @@ class _LockstepGossip:
 # async mode: one thread per learner, non-blocking gossip through GossipNetwork.
 
 
+class _LearnersSnapshot(NamedTuple):
+    """Every async learner's state and local iteration count at the moment one of them reported."""
+
+    states: tuple
+    iterations: tuple
+
+
 @dataclasses.dataclass
 class _LearnerSlot:
     """What the main thread may read of one learner: its newest state and per-iteration update norms."""
@@ -463,6 +470,7 @@ class _AsyncLearners:
         self._wait_for_compile = compile_in_background(self._update, first_state, first_state.params, example_rollout)
         self._policy = make_policy_fn(setup.network.apply)
         self.reports: queue.Queue = queue.Queue()
+        self._publish_lock = threading.Lock()
         self._taken, self._total_iterations = start, total_iterations
         self._budget_lock = threading.Lock()
         self.executors = [
@@ -540,17 +548,22 @@ class _AsyncLearners:
         return params
 
     def _publish(self, i: int, iteration: int, state: TrainState, metrics: dict) -> None:
-        """Stores learner i's new state in its slot and queues its report for the main thread."""
+        """Stores learner i's new state in its slot and queues its report for the main thread, with every learner's
+        state at this moment (references to immutable arrays). The main thread falls behind the learners while it
+        evaluates; the snapshot keeps each evaluation, checkpoint and consensus distance at the env step its row
+        names, not at wherever the learners are when the main thread gets to the report."""
         slot = self.slots[i]
         grads = metrics.pop("grads", None)
-        slot.state = state
-        slot.update_norms.append(float(metrics["update_norm"]))
-        slot.grads = grads
-        slot.iterations = iteration
-        # Learner 0 snapshots every learner's parameters now (references to immutable arrays), so the consensus
-        # distance is measured at this iteration, not whenever the main thread gets to the report.
-        snapshot = tuple(s.state.params for s in self.slots) if i == 0 else None
-        self.reports.put((i, jax.device_get(metrics), self.executors[i].pop_episodes(), snapshot))
+        host_metrics = jax.device_get(metrics)
+        episodes = self.executors[i].pop_episodes()
+        with self._publish_lock:  # snapshots and queue order agree: the k-th report has k iterations in all
+            slot.state = state
+            slot.update_norms.append(float(host_metrics["update_norm"]))
+            slot.grads = grads
+            slot.iterations = iteration
+            snapshot = _LearnersSnapshot(states=tuple(s.state for s in self.slots),
+                                         iterations=tuple(s.iterations for s in self.slots))
+            self.reports.put((i, host_metrics, episodes, snapshot))
 
 
 class _AsyncGossipLog:
@@ -614,16 +627,16 @@ def _log_reports(learners: _AsyncLearners, gossip_log: _AsyncGossipLog, monitor:
     while done < total_iterations - start:
         learners.group.check()
         try:
-            _learner, metrics, episodes, learner_params = learners.reports.get(timeout=0.1)
+            learner, metrics, episodes, learners_then = learners.reports.get(timeout=0.1)
         except queue.Empty:
             if not learners.group.running():
                 break
             monitor.heartbeat(sum(x.env_steps_received for x in learners.executors))
             continue
         done += 1
-        snapshot = _async_snapshot(learners.slots, start + done)
+        snapshot = _snapshot_state(learners_then, start + done)
         metrics = {k: float(v) for k, v in metrics.items()}
-        metrics.update(gossip_log.update(learner_params))
+        metrics.update(gossip_log.update(tuple(s.params for s in learners_then.states) if learner == 0 else None))
         report = LearnerReport(snapshot, metrics, int(snapshot.update_step), int(snapshot.update_step))
         if monitor.on_report(report, episodes):
             break
@@ -649,13 +662,19 @@ def _finish_async(learners: _AsyncLearners, monitor: Monitor, interrupted: Keybo
     return summary
 
 
+def _snapshot_state(snapshot: _LearnersSnapshot, update_step: int) -> GossipState:
+    states = snapshot.states
+    return GossipState(
+        params=tuple(s.params for s in states), opt_state=tuple(s.opt_state for s in states),
+        key=tuple(s.key for s in states), update_step=np.asarray(update_step, np.int32),
+        learner_steps=np.asarray(snapshot.iterations, np.int32), inbox=(),
+    )
+
+
 def _stack(trees: list):
     return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(np.asarray(x)) for x in xs]), *trees)
 
 
 def _async_snapshot(slots: list[_LearnerSlot], update_step: int) -> GossipState:
-    return GossipState(
-        params=tuple(s.state.params for s in slots), opt_state=tuple(s.state.opt_state for s in slots),
-        key=tuple(s.state.key for s in slots), update_step=np.asarray(update_step, np.int32),
-        learner_steps=np.asarray([s.iterations for s in slots], np.int32), inbox=(),
-    )
+    return _snapshot_state(_LearnersSnapshot(tuple(s.state for s in slots), tuple(s.iterations for s in slots)),
+                           update_step)
