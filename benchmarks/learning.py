@@ -1,21 +1,31 @@
-"""Learning side by side with an established peer at equal env steps (issue 12, part 3).
+"""Learning side by side with an established peer at equal env steps, for every launcher (issues 12 and 26).
 
-Ours: `python -m launch.hts` (HTS-PPO) and `python -m launch.sync` (sync-PPO) with their default presets (CleanRL's
-PPO settings; MuJoCo with observation normalization, reward scaling and value clipping). The peer:
-Stable-Baselines3's PPO trained by rl-zoo3's own `train` script with rl-zoo3's tuned hyperparameters for the task,
-installed unmodified from PyPI into a benchmark-only virtual environment (`benchmarks/requirements-learning.txt`):
+Each task is one env with one family of algorithms and the sides that run it: ours through our launchers with their
+own presets, and the peer, Stable-Baselines3 trained by rl-zoo3's own `train` script with rl-zoo3's tuned
+hyperparameters for the task, installed unmodified from PyPI into a benchmark-only virtual environment
+(`benchmarks/requirements-learning.txt`):
 
     python -m venv /tmp/learn-venv && /tmp/learn-venv/bin/pip install -r benchmarks/requirements-learning.txt
 
-Side `hts_zoo` runs HTS-PPO with the peer's own hyperparameters (`ZOO_FLAGS`: CartPole, Acrobot, HalfCheetah), to
-tell our implementation from our presets (CleanRL's settings) when the two sides differ.
+| task family | ours | peer |
+| --- | --- | --- |
+| PPO | `launch.hts`, `launch.sync`, HTS-PPO with the peer's hyperparameters (`hts_zoo`) | SB3 PPO |
+| A2C | `launch.ba3c` (large-batch Adam, plain Adam as the control) at effective batches 80, 320, 1280; GALA async and pmap (4 learners); all-reduce A2C (`launch.ba3c --optimizer=rmsprop`, 4 x 80) | SB3 A2C |
+| DQN | `launch.pal --replay=per` / `uniform` | SB3 DQN |
+| SAC / TD3 | `launch.pal --algo=sac` / `td3`, `launch.spreeze` | SB3 SAC / TD3 |
 
-Same env ids (EnvPool's classic-control and MuJoCo v4 tasks match gymnasium's), same env step budget, same seeds
-(0, 1, 2), same evaluation protocol: every budget/20 env steps, 10 episodes with the greedy (mean / argmax) action
-on separate envs, observation statistics frozen; the final metric is the mean return over the last ten
-evaluations (seed 000's). Wall time is the launcher process's, start to exit, evaluation included on both sides.
+BA3C's effective batch is `--local_batch` on one device (16, 64 or 256 envs x 5 steps): the mean of equal-sized
+per-device mean gradients is the mean over the whole batch, so N devices x 80 and one device x 80N take the same
+update; one device is cheaper on two cores. GALA's pmap mode runs on 4 forced CPU devices
+(`XLA_FLAGS=--xla_force_host_platform_device_count=4`).
 
-    PYTHONPATH=. python -m benchmarks.learning --tasks=CartPole-v1,Hopper-v4   # runs what is missing, then the report
+Same env ids (EnvPool's classic-control, Box2D and MuJoCo v4 tasks match gymnasium's; EnvPool's LunarLander-v2 is
+gymnasium 1.x's LunarLander-v3, which only fixed determinism and the wind), same env step budget, same seeds, same
+evaluation protocol: every budget/20 env steps, 10 episodes with the greedy (mean / argmax) action on separate envs,
+observation statistics frozen; the final metric is the mean return over the last ten evaluations (seed 000's).
+Wall time is the launcher process's, start to exit, evaluation included on both sides.
+
+    PYTHONPATH=. python -m benchmarks.learning --tasks="CartPole-v1 a2c" --seeds=0,1,2,3,4   # what is missing
     PYTHONPATH=. python -m benchmarks.learning --report_only
 
 Resumable: each finished run appends a row to `results/learning_cpu_runs.csv` and writes its curve to
@@ -48,10 +58,61 @@ CURVES_DIR = os.path.join(RESULTS, "learning")
 REPORT_MD = os.path.join(RESULTS, "learning_cpu.md")
 PEER_PYTHON = "/tmp/learn-venv/bin/python"
 RUN_FIELDS = ("task", "side", "seed", "env_steps", "wall_s", "cpu_s", "mean_load", "sps", "final_metric",
-              "evaluations", "date", "commit", "command")
-SIDES = ("hts", "sb3", "sync", "hts_zoo")  # run in this order per seed
-SIDE_LABELS = {"hts": "HTS-PPO (ours)", "sync": "sync-PPO (ours)", "sb3": "SB3 PPO, rl-zoo3 tuned (peer)",
-               "hts_zoo": "HTS-PPO with rl-zoo3's hyperparameters (ours)"}
+              "evaluations", "date", "commit", "machine", "command")
+# Rows from before the machine column (2026-11-24/25) all ran on this one.
+EARLIER_MACHINE = "Intel(R) Xeon(R) Processor, 2 cores"
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One way of training a task: a launcher of ours with its flags, or the peer (rl-zoo3's `--algo`)."""
+
+    label: str
+    launcher: str = ""  # ours: `python -m launch.<launcher>`
+    flags: tuple = ()
+    zoo_algo: str = ""  # the peer: rl-zoo3's algorithm
+    devices: int = 0  # forced CPU devices for JAX (0: the machine's own)
+
+    @property
+    def peer(self) -> bool:
+        return bool(self.zoo_algo)
+
+
+# Effective batches of BA3C's table (seed 001 scales the batch with the workers; one device here, see above).
+BA3C_BATCHES = (80, 320, 1280)
+SIDE_SPECS = {
+    "hts": Side("HTS-PPO (ours)", "hts"),
+    "sb3": Side("SB3 PPO, rl-zoo3 tuned (peer)", zoo_algo="ppo"),
+    "sync": Side("sync-PPO (ours)", "sync"),
+    "hts_zoo": Side("HTS-PPO with rl-zoo3's hyperparameters (ours)", "hts"),  # + ZOO_FLAGS[task]
+    "sb3_a2c": Side("SB3 A2C, rl-zoo3 tuned (peer)", zoo_algo="a2c"),
+    "gala_async": Side("GALA async, 4 learners x 16 envs (ours)", "gala", ("--gossip=async",)),
+    "gala_pmap": Side("GALA pmap, 4 learners x 16 envs (ours)", "gala", ("--gossip=pmap",), devices=4),
+    "allreduce_a2c": Side("all-reduce A2C, RMSProp, batch 4 x 80 (ours)", "ba3c",
+                          ("--optimizer=rmsprop", "--local_batch=320")),
+    **{f"ba3c_lb{b}": Side(f"BA3C large-batch Adam, batch {b} (ours)", "ba3c", (f"--local_batch={b}",))
+       for b in BA3C_BATCHES},
+    # The control: plain Adam (betas 0.9 / 0.999, epsilon outside the root) at BA3C's learning rate.
+    **{f"ba3c_adam{b}": Side(f"BA3C plain Adam, batch {b} (ours)", "ba3c",
+                             ("--optimizer=adam", "--learning_rate=0.001", f"--local_batch={b}"))
+       for b in BA3C_BATCHES},
+    "sb3_dqn": Side("SB3 DQN, rl-zoo3 tuned (peer)", zoo_algo="dqn"),
+    "pal_per": Side("PAL DQN, prioritized replay (ours)", "pal", ("--algo=dqn", "--replay=per")),
+    "pal_uniform": Side("PAL DQN, uniform replay (ours)", "pal", ("--algo=dqn", "--replay=uniform")),
+    "sb3_sac": Side("SB3 SAC, rl-zoo3 tuned (peer)", zoo_algo="sac"),
+    "sb3_td3": Side("SB3 TD3, rl-zoo3 tuned (peer)", zoo_algo="td3"),
+    "pal_sac": Side("PAL SAC (ours)", "pal", ("--algo=sac",)),
+    "pal_td3": Side("PAL TD3 (ours)", "pal", ("--algo=td3",)),
+    "spreeze": Side("Spreeze SAC, defaults (ours)", "spreeze"),
+}
+SIDES = tuple(SIDE_SPECS)
+SIDE_LABELS = {name: side.label for name, side in SIDE_SPECS.items()}
+PPO_SIDES = ("hts", "sb3", "sync", "hts_zoo")  # run in this order per seed
+A2C_SIDES = ("sb3_a2c", "gala_async", "gala_pmap", "allreduce_a2c", *(f"ba3c_lb{b}" for b in BA3C_BATCHES),
+             *(f"ba3c_adam{b}" for b in BA3C_BATCHES))
+DQN_SIDES = ("sb3_dqn", "pal_per", "pal_uniform")
+# EnvPool's ids that gymnasium 1.x (the peer's) names otherwise.
+PEER_ENV_IDS = {"LunarLander-v2": "LunarLander-v3"}
 # The peer's hyperparameters (rl-zoo3 2.9 `hyperparams/ppo.yml`, SB3 defaults where it is silent: lr 3e-4,
 # batch 64, clip 0.2, value coefficient 0.5, gradient norm 0.5) as our flags, to tell the implementation from the
 # presets. Departure: rl-zoo3 anneals CartPole's clip range linearly (`lin_0.2`); our clip range is constant.
@@ -116,9 +177,10 @@ class Task:
     env_id: str
     steps: int
     seeds: tuple = (0, 1, 2)
-    sides: tuple = SIDES
+    sides: tuple = PPO_SIDES
 
 
+FIVE_SEEDS = (0, 1, 2, 3, 4)
 TASKS = {
     "CartPole-v1": Task("CartPole-v1", 500_000),
     "Acrobot-v1": Task("Acrobot-v1", 500_000),
@@ -127,6 +189,19 @@ TASKS = {
     "Walker2d-v4": Task("Walker2d-v4", 1_000_000),
     # The main job's own command on one seed (no peer: SB3's Atari PPO on 2 CPU cores would take the whole day).
     "Breakout-v5": Task("Breakout-v5", 1_000_000, seeds=(0,), sides=("hts",)),
+    # A2C: BA3C (seed 001) and GALA (seed 004) beside SB3's A2C; rl-zoo3's budgets (LunarLander: 1M, not its 200k,
+    # which A2C does not solve in).
+    "CartPole-v1 a2c": Task("CartPole-v1", 500_000, FIVE_SEEDS, A2C_SIDES),
+    "Acrobot-v1 a2c": Task("Acrobot-v1", 500_000, FIVE_SEEDS, A2C_SIDES),
+    "LunarLander-v2 a2c": Task("LunarLander-v2", 1_000_000, FIVE_SEEDS, A2C_SIDES),
+    # DQN: PAL (seed 003) with and without prioritized replay beside SB3's DQN.
+    "CartPole-v1 dqn": Task("CartPole-v1", 100_000, FIVE_SEEDS, DQN_SIDES),
+    "LunarLander-v2 dqn": Task("LunarLander-v2", 500_000, FIVE_SEEDS, DQN_SIDES),
+    # Continuous control: PAL's SAC / TD3 and Spreeze beside SB3's.
+    "Pendulum-v1 sac": Task("Pendulum-v1", 20_000, FIVE_SEEDS, ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3",
+                                                                  "spreeze")),
+    "Hopper-v4 sac": Task("Hopper-v4", 300_000, (0, 1, 2), ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3")),
+    "HalfCheetah-v4 sac": Task("HalfCheetah-v4", 300_000, (0, 1, 2), ("sb3_sac", "spreeze")),
 }
 
 
@@ -138,24 +213,35 @@ def eval_every(task: Task) -> int:
 
 
 def our_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) -> list[str]:
+    spec = SIDE_SPECS[side]
     if task.env_id == "Breakout-v5":  # the README's main command, with a budget and a seed
         args = ["--game=Breakout"]
     else:
         args = [f"--env={task.env_id}", "--eval_deterministic", "--eval_episodes=10",
                 f"--eval_every={eval_every(task)}"]
+    args += list(spec.flags)
     if side == "hts_zoo":
         args += list(ZOO_FLAGS[task.env_id])
     args += [f"--seed={seed}", f"--total_steps={task.steps}", f"--logdir={run_dir}", "--quiet"]
-    launcher = "hts" if side == "hts_zoo" else side
-    return [sys.executable, "-m", f"launch.{launcher}", *args, *(["--resume"] if resume else [])]
+    return [sys.executable, "-m", f"launch.{spec.launcher}", *args, *(["--resume"] if resume else [])]
 
 
-def peer_command(task: Task, seed: int, run_dir: str) -> list[str]:
+def peer_command(task: Task, side: str, seed: int, run_dir: str) -> list[str]:
     return [
-        PEER_PYTHON, "-m", "rl_zoo3.train", "--algo", "ppo", "--env", task.env_id, "--seed", str(seed),
-        "-n", str(task.steps), "--eval-freq", str(eval_every(task)), "--eval-episodes", "10", "--n-eval-envs", "1",
-        "-f", run_dir, "--device", "cpu", "--vec-env", "dummy", "--verbose", "0", "--log-interval", "-1",
+        PEER_PYTHON, "-m", "rl_zoo3.train", "--algo", SIDE_SPECS[side].zoo_algo, "--env",
+        PEER_ENV_IDS.get(task.env_id, task.env_id), "--seed", str(seed), "-n", str(task.steps), "--eval-freq",
+        str(eval_every(task)), "--eval-episodes", "10", "--n-eval-envs", "1", "-f", run_dir, "--device", "cpu",
+        "--vec-env", "dummy", "--verbose", "0", "--log-interval", "-1",
     ]
+
+
+def side_env(side: str) -> dict:
+    """The environment of a side's process: forced CPU devices where it needs several."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    devices = SIDE_SPECS[side].devices
+    if devices:
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
+    return env
 
 
 # ------------------------------------------------------------------------------------------------ run outputs
@@ -171,11 +257,11 @@ def our_curve(run_dir: str) -> np.ndarray:
     return np.array([(s, w, ret) for s, (w, ret) in sorted(points.items())], np.float64).reshape(-1, 3)
 
 
-def peer_curve(run_dir: str) -> np.ndarray:
+def peer_curve(run_dir: str, algo: str) -> np.ndarray:
     """[E, 3] from rl-zoo3's evaluations.npz; wall time interpolated from the training monitor files."""
-    npz = glob.glob(os.path.join(run_dir, "ppo", "*", "evaluations.npz"))
+    npz = glob.glob(os.path.join(run_dir, algo, "*", "evaluations.npz"))
     if len(npz) != 1:
-        raise FileNotFoundError(f"expected one evaluations.npz under {run_dir}/ppo, found {len(npz)}")
+        raise FileNotFoundError(f"expected one evaluations.npz under {run_dir}/{algo}, found {len(npz)}")
     data = np.load(npz[0])
     steps, returns = data["timesteps"].astype(np.float64), data["results"].mean(axis=1)
     ends = []  # (wall time, episode length) of every training episode, all envs
@@ -205,7 +291,8 @@ def read_runs(path: str = RUNS_CSV) -> list[dict]:
     if not os.path.exists(path):
         return []
     with open(path) as f:
-        return [{field: row.get(field) or "" for field in RUN_FIELDS} for row in csv.DictReader(f)]
+        rows = [{field: row.get(field) or "" for field in RUN_FIELDS} for row in csv.DictReader(f)]
+    return [dict(row, machine=row["machine"] or EARLIER_MACHINE) for row in rows]
 
 
 def _append_run(row: dict, path: str = RUNS_CSV) -> None:
@@ -218,8 +305,12 @@ def _append_run(row: dict, path: str = RUNS_CSV) -> None:
     os.replace(path + ".tmp", path)
 
 
+def _dir_name(task_name: str) -> str:
+    return task_name.replace("/", "_").replace(" ", "_")
+
+
 def _write_curve(task: str, side: str, seed: int, curve: np.ndarray) -> None:
-    directory = os.path.join(CURVES_DIR, task.replace("/", "_"))
+    directory = os.path.join(CURVES_DIR, _dir_name(task))
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, f"{side}-s{seed}.csv"), "w", newline="") as f:
         writer = csv.writer(f)
@@ -228,23 +319,25 @@ def _write_curve(task: str, side: str, seed: int, curve: np.ndarray) -> None:
 
 
 def read_curve(task: str, side: str, seed: int) -> np.ndarray:
-    path = os.path.join(CURVES_DIR, task.replace("/", "_"), f"{side}-s{seed}.csv")
+    path = os.path.join(CURVES_DIR, _dir_name(task), f"{side}-s{seed}.csv")
     with open(path) as f:
         rows = list(csv.DictReader(f))
     return np.array([(float(r["env_steps"]), float(r["wall_time"]), float(r["mean_return"])) for r in rows])
 
 
-def run_one(task: Task, side: str, seed: int, work_dir: str) -> dict:
+def run_one(task_name: str, side: str, seed: int, work_dir: str) -> dict:
     """Runs (or resumes) one training run; returns its row. Raises RuntimeError when the run fails."""
-    from benchmarks.common import git_commit  # noqa: PLC0415
+    from benchmarks.common import git_commit, machine  # noqa: PLC0415
 
-    run_dir = os.path.abspath(os.path.join(work_dir, task.env_id.replace("/", "_"), f"{side}-s{seed}"))
-    if side == "sb3":
+    task = TASKS[task_name]
+    run_dir = os.path.abspath(os.path.join(work_dir, _dir_name(task_name), f"{side}-s{seed}"))
+    spec = SIDE_SPECS[side]
+    if spec.peer:
         if not os.path.exists(PEER_PYTHON):
             raise RuntimeError(f"peer venv missing: {PEER_PYTHON} (see the module docstring)")
         if os.path.isdir(run_dir):  # an interrupted peer run cannot resume: start it again
             subprocess.run(["rm", "-rf", run_dir], check=True)
-        cmd = peer_command(task, seed, run_dir)
+        cmd = peer_command(task, side, seed, run_dir)
         wall_before = 0.0
     else:
         resume = bool(glob.glob(os.path.join(run_dir, "checkpoints", "ckpt_*")))
@@ -256,17 +349,17 @@ def run_one(task: Task, side: str, seed: int, work_dir: str) -> dict:
     log = os.path.join(run_dir + ".log")
     t0, cpu0 = time.perf_counter(), _children_cpu_s()
     with open(log, "a") as out, _LoadSampler() as load:
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=side_env(side))
     wall = wall_before + time.perf_counter() - t0
     cpu = "" if wall_before else f"{_children_cpu_s() - cpu0:.1f}"  # a resumed run's earlier parts are not known
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}; log: {log}")
-    curve = peer_curve(run_dir) if side == "sb3" else our_curve(run_dir)
-    _write_curve(task.env_id, side, seed, curve)
-    return dict(task=task.env_id, side=side, seed=seed, env_steps=task.steps, wall_s=f"{wall:.1f}",
+    curve = peer_curve(run_dir, spec.zoo_algo) if spec.peer else our_curve(run_dir)
+    _write_curve(task_name, side, seed, curve)
+    return dict(task=task_name, side=side, seed=seed, env_steps=task.steps, wall_s=f"{wall:.1f}",
                 cpu_s=cpu, mean_load=f"{load.mean():.2f}", sps=f"{task.steps / wall:.0f}",
                 final_metric=f"{final_metric(curve):.2f}", evaluations=len(curve),
-                date=time.strftime("%Y-%m-%d"), commit=git_commit(), command=" ".join(os.path.basename(c) if i == 0
+                date=time.strftime("%Y-%m-%d"), commit=git_commit(), machine=machine(), command=" ".join(os.path.basename(c) if i == 0
                                                                                       else c for i, c in
                                                                                       enumerate(cmd)))
 
@@ -317,14 +410,14 @@ def _our_wall_so_far(run_dir: str) -> float:
 
 
 def write_report(rows: list[dict]) -> None:
-    from benchmarks.common import machine  # noqa: PLC0415
     from systems.analysis import metrics as metrics_lib  # noqa: PLC0415
     from systems.analysis import plots  # noqa: PLC0415
 
     lines = [
-        "# Learning side by side with Stable-Baselines3 (rl-zoo3 tuned PPO) at equal env steps",
+        "# Learning side by side with Stable-Baselines3 (rl-zoo3 tuned) at equal env steps",
         "",
-        f"Machine: {machine()}, JAX and PyTorch on the CPU. Command: `PYTHONPATH=. python -m benchmarks.learning`"
+        f"Machines: {'; '.join(sorted({r['machine'] for r in rows}))} (each run's in `learning_cpu_runs.csv`), JAX "
+        "and PyTorch on the CPU. Command: `PYTHONPATH=. python -m benchmarks.learning`"
         " (module docstring: protocol, peer install). Dates: "
         + ", ".join(sorted({r["date"] for r in rows})) + ".",
         "",
@@ -357,7 +450,7 @@ def write_report(rows: list[dict]) -> None:
             lines.append(f"| {name} | {task.steps:,} | {SIDE_LABELS[side]} | {len(side_rows)} | "
                          f"{stat.mean:.1f}{interval} | {wall:.1f} | {cpu} | {sps:,.0f} | {load} |")
             groups.append(_group(name, side, [int(r["seed"]) for r in side_rows]))
-        figure = os.path.join(CURVES_DIR, f"{name.replace('/', '_')}.png")
+        figure = os.path.join(CURVES_DIR, f"{_dir_name(name)}.png")
         plots.plot_curves(groups, figure)
         lines.append("")
     notes = [f"- {name}: {text}" for name, text in NOTES.items() if any(r["task"] == name for r in rows)]
@@ -408,7 +501,7 @@ def main(argv: list[str]) -> None:
                     if (name, side, str(seed)) in done:
                         continue
                     print(f"[learning] {name} {side} seed {seed} ...", flush=True)
-                    row = run_one(task, side, seed, args.work_dir)
+                    row = run_one(name, side, seed, args.work_dir)
                     _append_run(row)
                     print(f"[learning] {name} {side} seed {seed}: final {row['final_metric']}  wall "
                           f"{float(row['wall_s']) / 60:.1f} min  {row['sps']} SPS", flush=True)
