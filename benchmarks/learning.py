@@ -81,10 +81,14 @@ class Side:
 # Effective batches of BA3C's table (seed 001 scales the batch with the workers; one device here, see above).
 BA3C_BATCHES = (80, 320, 1280)
 SIDE_SPECS = {
-    "hts": Side("HTS-PPO (ours)", "hts"),
+    "hts": Side("HTS-PPO, default preset (ours)", "hts"),
     "sb3": Side("SB3 PPO, rl-zoo3 tuned (peer)", zoo_algo="ppo"),
-    "sync": Side("sync-PPO (ours)", "sync"),
-    "hts_zoo": Side("HTS-PPO with rl-zoo3's hyperparameters (ours)", "hts"),  # + ZOO_FLAGS[task]
+    "sync": Side("sync-PPO, default preset (ours)", "sync"),
+    "hts_zoo": Side("HTS-PPO with rl-zoo3's hyperparameters as flags (ours)", "hts"),  # + ZOO_FLAGS[task]
+    # The env family's preset (CleanRL's) where the task has its own (`systems.common.config.TASK_PRESETS`); the
+    # default rows of such tasks before 2026-11-25 (commit 8984870 and earlier) ran it, as the default then.
+    "hts_family": Side("HTS-PPO, family preset (ours)", "hts", ("--preset=family",)),
+    "sync_family": Side("sync-PPO, family preset (ours)", "sync", ("--preset=family",)),
     "sb3_a2c": Side("SB3 A2C, rl-zoo3 tuned (peer)", zoo_algo="a2c"),
     "gala_async": Side("GALA async, 4 learners x 16 envs (ours)", "gala", ("--gossip=async",)),
     "gala_pmap": Side("GALA pmap, 4 learners x 16 envs (ours)", "gala", ("--gossip=pmap",), devices=4),
@@ -107,7 +111,7 @@ SIDE_SPECS = {
 }
 SIDES = tuple(SIDE_SPECS)
 SIDE_LABELS = {name: side.label for name, side in SIDE_SPECS.items()}
-PPO_SIDES = ("hts", "sb3", "sync", "hts_zoo")  # run in this order per seed
+PPO_SIDES = ("hts", "sb3", "sync", "hts_zoo", "hts_family", "sync_family")  # run in this order per seed
 A2C_SIDES = ("sb3_a2c", "gala_async", "gala_pmap", "allreduce_a2c", *(f"ba3c_lb{b}" for b in BA3C_BATCHES),
              *(f"ba3c_adam{b}" for b in BA3C_BATCHES))
 DQN_SIDES = ("sb3_dqn", "pal_per", "pal_uniform")
@@ -233,6 +237,18 @@ def peer_command(task: Task, side: str, seed: int, run_dir: str) -> list[str]:
         str(eval_every(task)), "--eval-episodes", "10", "--n-eval-envs", "1", "-f", run_dir, "--device", "cpu",
         "--vec-env", "dummy", "--verbose", "0", "--log-interval", "-1",
     ]
+
+
+def applies(side: str, task: Task) -> bool:
+    """Whether a side has a row on `task`: the peer's flags and the family preset only where they differ from the
+    default command."""
+    from systems.common.config import TASK_PRESETS  # noqa: PLC0415
+
+    if side == "hts_zoo":
+        return task.env_id in ZOO_FLAGS
+    if side.endswith("_family"):
+        return (task.env_id, "ppo") in TASK_PRESETS
+    return True
 
 
 def side_env(side: str) -> dict:
@@ -496,7 +512,7 @@ def main(argv: list[str]) -> None:
             task = TASKS[name]
             seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else task.seeds
             for seed in seeds:  # seed-major, so a partial run has every side at its first seeds
-                for side in (s for s in task.sides if s in sides and (s != "hts_zoo" or name in ZOO_FLAGS)):
+                for side in (s for s in task.sides if s in sides and applies(s, task)):
                     done = {(r["task"], r["side"], r["seed"]) for r in read_runs()}
                     if (name, side, str(seed)) in done:
                         continue

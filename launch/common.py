@@ -1,8 +1,10 @@
 """What every training launcher shares: flags -> an on-policy config (`config_from_flags`), `run_main` (exit
 statuses, Ctrl-C and SIGTERM) and `launch`. The flags themselves are each launcher's own (`launch.flagsets`).
 
-Hyperparameter flags default to None, meaning "the preset of this env family and algorithm" (Atari: CleanRL PPO /
-HTS-RL A2C; GFootball: the HTS-RL scripts; classic control: CleanRL; see `systems.common.config.PRESETS`)."""
+Hyperparameter flags default to None, meaning "the preset": the task's own tuned one where there is one
+(`systems.common.config.TASK_PRESETS`, e.g. rl-zoo3's PPO for CartPole-v1), else that of its env family and
+algorithm (Atari: CleanRL PPO / HTS-RL A2C; GFootball: the HTS-RL scripts; classic control: CleanRL;
+`systems.common.config.PRESETS`); `--preset=family` takes the family's even where a task has its own."""
 
 from __future__ import annotations
 
@@ -52,7 +54,8 @@ def config_from_flags(
     f = launcher_flags
     env_id = resolve_env_id(f.game, f.env)
     algo = algo or f.algo or "ppo"
-    values = config_lib.preset(family_of(env_id), algo, config_cls)
+    preset_name, values = config_lib.preset_values(env_id, family_of(env_id), algo, config_cls,
+                                                   f.preset if "preset" in f else "task")
     values.update(defaults or {})
     for name in _PRESET_FIELDS:
         if name in f and f[name].value is not None:
@@ -61,7 +64,8 @@ def config_from_flags(
         values["hidden_sizes"] = cli.int_list("hidden_sizes", f.hidden_sizes)
     values.update(run_schedule(f, values.get("total_steps", config_lib.TrainConfig.total_steps)))
     plain = {name: f[name].value for name in _PLAIN_FIELDS if name in f}
-    config = config_cls(env_id=env_id, algo=algo, seed=f.seed, **plain, **values, **(extra or {}))
+    config = config_cls(env_id=env_id, algo=algo, seed=f.seed, preset=preset_name, **plain, **values,
+                        **(extra or {}))
     if validate:
         config_lib.validate(config)
     return config

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from envs.factory import make_spec
+from launch import cli
 from launch import hts as launch_hts
 from launch import sync as launch_sync
 from systems.common.checkpoint import list_checkpoints, load_latest_checkpoint
@@ -237,3 +238,38 @@ def test_a_flag_the_launcher_does_not_take_is_one_line_naming_who_takes_it(capsy
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+
+
+def _config_of(launcher_module, *argv):
+    """The config a launcher's command line gives, without running it."""
+    flag_values = launcher_module.FLAGS
+    name = launcher_module.__name__.rpartition(".")[2]
+    flag_values.unparse_flags()
+    try:
+        cli.launcher_parser(name, flag_values, launcher_module.__doc__)([launcher_module.__name__, *argv])
+        return launcher_module.make_config()
+    finally:
+        flag_values.unparse_flags()
+
+
+def test_a_task_with_a_tuned_preset_uses_it_and_config_says_which():
+    """CartPole-v1's PPO takes rl-zoo3's tuned values; a flag still wins; `--preset=family` and tasks without one of
+    their own take the family's (CleanRL's); an algorithm without a task preset keeps the family's."""
+    import launch.gala
+    import launch.hts
+    from systems.common.config import PRESETS, TASK_PRESETS
+
+    tuned = _config_of(launch.hts, "--env=CartPole-v1")
+    zoo = TASK_PRESETS[("CartPole-v1", "ppo")][1]
+    assert (tuned.num_envs, tuned.sync_interval, tuned.num_epochs, tuned.gamma) == (
+        zoo["num_envs"], zoo["sync_interval"], zoo["num_epochs"], zoo["gamma"])
+    assert tuned.preset.startswith("task CartPole-v1 ppo (rl-zoo3")
+    assert _config_of(launch.hts, "--env=CartPole-v1", "--num_envs=4").num_envs == 4
+    family = _config_of(launch.hts, "--env=CartPole-v1", "--preset=family")
+    assert (family.num_envs, family.sync_interval) == (PRESETS[("classic", "ppo")]["num_envs"],
+                                                       PRESETS[("classic", "ppo")]["sync_interval"])
+    assert family.preset == "family classic ppo"
+    assert _config_of(launch.hts, "--env=MountainCar-v0").preset == "family classic ppo"
+    assert _config_of(launch.gala, "--env=CartPole-v1").preset == "family classic a2c"
+    cheetah = _config_of(launch.hts, "--env=HalfCheetah-v4")
+    assert cheetah.hidden_sizes == (256, 256) and cheetah.activation == "relu" and cheetah.normalize_obs

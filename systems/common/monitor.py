@@ -166,8 +166,9 @@ class Monitor:
     def _start_line(self) -> str:
         config = self.config
         sizes = self.progress.sizes or f"envs {config.num_envs}  alpha {config.sync_interval}"
+        preset = f"preset {config.preset}  " if getattr(config, "preset", "") else ""  # on-policy configs only
         return (
-            f"[{self.system}] {config.env_id}  algo {config.algo}  {sizes}  "
+            f"[{self.system}] {config.env_id}  algo {config.algo}  {sizes}  {preset}"
             f"params {parameter_count(self.policy_params(self.state)):,}{self.progress.header}  run dir {self.run_dir}"
             + (f"  (resumed at {self.start_steps:,} steps)" if config.resume else "")
         )
