@@ -49,6 +49,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 
@@ -56,6 +57,8 @@ RESULTS = os.path.join(os.path.dirname(__file__), "results")
 RUNS_CSV = os.path.join(RESULTS, "learning_cpu_runs.csv")
 CURVES_DIR = os.path.join(RESULTS, "learning")
 REPORT_MD = os.path.join(RESULTS, "learning_cpu.md")
+RANDOM_CSV = os.path.join(RESULTS, "learning_random_returns.csv")  # each task's uniformly random policy
+IQM_FIGURE = os.path.join(CURVES_DIR, "iqm_{family}.png")
 PEER_PYTHON = "/tmp/learn-venv/bin/python"
 RUN_FIELDS = ("task", "side", "seed", "env_steps", "wall_s", "cpu_s", "mean_load", "sps", "final_metric",
               "evaluations", "date", "commit", "machine", "command")
@@ -114,6 +117,15 @@ SIDE_LABELS = {name: side.label for name, side in SIDE_SPECS.items()}
 PPO_SIDES = ("hts", "sb3", "sync", "hts_zoo", "hts_family", "sync_family")  # run in this order per seed
 A2C_SIDES = ("sb3_a2c", "gala_async", "gala_pmap", "allreduce_a2c", *(f"ba3c_lb{b}" for b in BA3C_BATCHES),
              *(f"ba3c_adam{b}" for b in BA3C_BATCHES))
+# Each A2C side of ours with the family preset (Kostrikov's A2C), where a task has its own A2C preset: the rows
+# measured before the task presets (2026-11-25, a worktree of commit befdea6), kept beside the defaults.
+for _name in A2C_SIDES[1:]:
+    _side = SIDE_SPECS[_name]
+    SIDE_SPECS[f"{_name}_family"] = dataclasses.replace(
+        _side, label=_side.label.replace(" (ours)", ", family preset (ours)"), flags=(*_side.flags, "--preset=family"))
+A2C_FAMILY_SIDES = tuple(f"{name}_family" for name in A2C_SIDES[1:])
+SIDES = tuple(SIDE_SPECS)
+SIDE_LABELS = {name: side.label for name, side in SIDE_SPECS.items()}
 DQN_SIDES = ("sb3_dqn", "pal_per", "pal_uniform")
 # EnvPool's ids that gymnasium 1.x (the peer's) names otherwise.
 PEER_ENV_IDS = {"LunarLander-v2": "LunarLander-v3"}
@@ -182,6 +194,15 @@ class Task:
     steps: int
     seeds: tuple = (0, 1, 2)
     sides: tuple = PPO_SIDES
+    extra_sides: tuple = ()  # reported, and run only when --sides names them
+
+    @property
+    def algo(self) -> str:
+        return "a2c" if "a2c" in self.sides[0] else "ppo" if self.sides == PPO_SIDES else ""
+
+    @property
+    def all_sides(self) -> tuple:
+        return (*self.sides, *self.extra_sides)
 
 
 FIVE_SEEDS = (0, 1, 2, 3, 4)
@@ -195,7 +216,7 @@ TASKS = {
     "Breakout-v5": Task("Breakout-v5", 1_000_000, seeds=(0,), sides=("hts",)),
     # A2C: BA3C (seed 001) and GALA (seed 004) beside SB3's A2C; rl-zoo3's budgets (LunarLander: 1M, not its 200k,
     # which A2C does not solve in).
-    "CartPole-v1 a2c": Task("CartPole-v1", 500_000, FIVE_SEEDS, A2C_SIDES),
+    "CartPole-v1 a2c": Task("CartPole-v1", 500_000, FIVE_SEEDS, A2C_SIDES, A2C_FAMILY_SIDES),
     "Acrobot-v1 a2c": Task("Acrobot-v1", 500_000, FIVE_SEEDS, A2C_SIDES),
     "LunarLander-v2 a2c": Task("LunarLander-v2", 1_000_000, FIVE_SEEDS, A2C_SIDES),
     # DQN: PAL (seed 003) with and without prioritized replay beside SB3's DQN.
@@ -247,7 +268,7 @@ def applies(side: str, task: Task) -> bool:
     if side == "hts_zoo":
         return task.env_id in ZOO_FLAGS
     if side.endswith("_family"):
-        return (task.env_id, "ppo") in TASK_PRESETS
+        return (task.env_id, task.algo) in TASK_PRESETS
     return True
 
 
@@ -422,6 +443,97 @@ def _our_wall_so_far(run_dir: str) -> float:
         return 0.0
 
 
+# ------------------------------------------------------------------------------------------------ aggregate
+
+
+def random_return(env_id: str, episodes: int = 100, seed: int = 0) -> float:
+    """Mean return of a uniformly random policy over `episodes` real episodes (EnvPool, seeded): the 0 of the
+    normalized scores. Measured once per env and kept in `RANDOM_CSV`."""
+    known = {}
+    if os.path.exists(RANDOM_CSV):
+        with open(RANDOM_CSV) as f:
+            known = {r["env_id"]: float(r["mean_return"]) for r in csv.DictReader(f)}
+    if env_id in known:
+        return known[env_id]
+    from envs.factory import make_pool, make_spec  # noqa: PLC0415
+
+    with warnings.catch_warnings():  # gymnasium's note that EnvPool's float64 bounds become float32
+        warnings.simplefilter("ignore", UserWarning)
+        spec = make_spec(env_id)
+        pool = make_pool(spec, num_envs=1, batch_size=1, seed=seed, evaluation=True)
+    space, rng = pool.action_space, np.random.default_rng(seed)
+    returns, total = [], 0.0
+    pool.reset()
+    while len(returns) < episodes:
+        if hasattr(space, "n"):
+            action = rng.integers(space.n, size=(1,))
+        else:
+            action = rng.uniform(space.low, space.high, size=(1, *space.shape)).astype(np.float32)
+        _, reward, terminated, truncated, _ = pool.step(action, np.zeros(1, np.int32))
+        total += float(reward[0])
+        if terminated[0] or truncated[0]:
+            returns.append(total)
+            total = 0.0
+    pool.close()
+    known[env_id] = float(np.mean(returns))
+    with open(RANDOM_CSV + ".tmp", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["env_id", "episodes", "mean_return"])
+        writer.writerows([[env, episodes, f"{value:.3f}"] for env, value in sorted(known.items())])
+    os.replace(RANDOM_CSV + ".tmp", RANDOM_CSV)
+    return known[env_id]
+
+
+def family_of_task(name: str) -> str:
+    return name.split(" ")[1] if " " in name else "ppo"
+
+
+def aggregate_lines(rows: list[dict]) -> list[str]:
+    """The IQM and performance-profile view of each algorithm family over its tasks and seeds (rliable), with
+    returns normalized per task: 0 = a uniformly random policy, 1 = the peer's mean final metric."""
+    from systems.analysis import aggregate  # noqa: PLC0415
+
+    try:
+        aggregate.require_rliable()
+    except ImportError as error:
+        return [f"(No IQM view: {error}.)", ""]
+    lines = []
+    for family in dict.fromkeys(family_of_task(name) for name in TASKS):
+        tasks = [name for name in TASKS if family_of_task(name) == family]
+        peers = {name: next((s for s in TASKS[name].all_sides if SIDE_SPECS[s].peer), None) for name in tasks}
+        scores: dict[str, list] = {}
+        complete = []
+        for name in tasks:
+            task_rows = [r for r in rows if r["task"] == name]
+            peer_rows = [float(r["final_metric"]) for r in task_rows if r["side"] == peers[name]]
+            if not peer_rows:
+                continue
+            low, high = random_return(TASKS[name].env_id), float(np.mean(peer_rows))
+            complete.append(name)
+            for side in TASKS[name].all_sides:
+                finals = [float(r["final_metric"]) for r in task_rows if r["side"] == side]
+                if finals:
+                    scores.setdefault(side, []).append((name, aggregate.normalize(finals, low, high)))
+        # rliable needs the same tasks for every side: keep the sides that ran all of them, at their common seeds.
+        full = {side: per_task for side, per_task in scores.items() if len(per_task) == len(complete)}
+        if not full:
+            continue
+        runs = {side: min(len(v) for _, v in per_task) for side, per_task in full.items()}
+        matrices = {SIDE_LABELS[side]: np.stack([v[: runs[side]] for _, v in per_task], axis=1)
+                    for side, per_task in full.items()}
+        intervals = aggregate.iqm_intervals(matrices)
+        figure = IQM_FIGURE.format(family=family)
+        aggregate.plot_iqm_and_profiles(matrices, figure, xlabel="peer-normalized final metric")
+        lines += [f"IQM over {', '.join(complete)} ({family}; rliable, 95% stratified bootstrap; 0 = random policy, "
+                  f"1 = the peer's mean; figure `results/learning/{os.path.basename(figure)}`):", "",
+                  "| side | runs per task | IQM [95% CI] |", "| --- | ---: | --- |"]
+        for label, (iqm, low, high) in sorted(intervals.items(), key=lambda kv: -kv[1][0]):
+            runs_of = next(runs[s] for s in full if SIDE_LABELS[s] == label)
+            lines.append(f"| {label} | {runs_of} | {iqm:.2f} [{low:.2f}, {high:.2f}] |")
+        lines.append("")
+    return lines
+
+
 # ------------------------------------------------------------------------------------------------ report
 
 
@@ -452,7 +564,7 @@ def write_report(rows: list[dict]) -> None:
         if not task_rows:
             continue
         groups = []
-        for side in task.sides:
+        for side in task.all_sides:
             side_rows = [r for r in task_rows if r["side"] == side]
             if not side_rows:
                 continue
@@ -469,6 +581,7 @@ def write_report(rows: list[dict]) -> None:
         figure = os.path.join(CURVES_DIR, f"{_dir_name(name)}.png")
         plots.plot_curves(groups, figure)
         lines.append("")
+    lines += aggregate_lines(rows)
     notes = [f"- {name}: {text}" for name, text in NOTES.items() if any(r["task"] == name for r in rows)]
     if notes:
         lines += ["Observations (from the curves in `results/learning/<task>/`):", "", *notes, ""]
@@ -497,7 +610,8 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default="CartPole-v1,Acrobot-v1,Hopper-v4,HalfCheetah-v4",
                         help=f"comma-separated, from {', '.join(TASKS)}")
-    parser.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated subset of {','.join(SIDES)}")
+    parser.add_argument("--sides", default="", help="comma-separated sides to run (default: each task's own, not "
+                        f"its extra sides); from {','.join(SIDES)}")
     parser.add_argument("--seeds", default="", help="comma-separated seeds (default: the task's)")
     parser.add_argument("--work_dir", default="runs/learning", help="run directories (not committed)")
     parser.add_argument("--report_only", action="store_true")
@@ -507,12 +621,16 @@ def main(argv: list[str]) -> None:
         sys.exit(f"error: unknown task(s) {', '.join(unknown)}; known: {', '.join(TASKS)}")
     os.makedirs(RESULTS, exist_ok=True)
     if not args.report_only:
-        sides = args.sides.split(",")
+        requested = args.sides.split(",") if args.sides else None
+        unknown_sides = [side for side in requested or () if side not in SIDE_SPECS]
+        if unknown_sides:
+            sys.exit(f"error: unknown side(s) {', '.join(unknown_sides)}; known: {', '.join(SIDES)}")
         for name in args.tasks.split(","):
             task = TASKS[name]
             seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else task.seeds
+            chosen = [s for s in task.all_sides if (s in requested if requested else s in task.sides)]
             for seed in seeds:  # seed-major, so a partial run has every side at its first seeds
-                for side in (s for s in task.sides if s in sides and applies(s, task)):
+                for side in (s for s in chosen if applies(s, task)):
                     done = {(r["task"], r["side"], r["seed"]) for r in read_runs()}
                     if (name, side, str(seed)) in done:
                         continue

@@ -94,10 +94,11 @@ def on_policy_group(*, algos: tuple[str, ...], num_envs: bool = True) -> list[Sp
     group = [
         _e("algo", None, algos, "Algorithm (default: " + algos[0] + ")."),
         _e("preset", "task", PRESET_CHOICES,
-           "Hyperparameters no flag gives: task = the task's own tuned preset where there is one (PPO: "
-           + ", ".join(sorted(env for env, algo in TASK_PRESETS if algo == "ppo"))
-           + ": rl-zoo3's), else its env family's; family = the family's (CleanRL's, the papers'). config.json "
-           "records which."),
+           "Hyperparameters no flag gives: task = the task's own tuned preset where there is one (rl-zoo3's, for "
+           + "; ".join(f"{algo.upper()}: " + ", ".join(sorted(env for env, a in TASK_PRESETS if a == algo))
+                       for algo in sorted({a for _, a in TASK_PRESETS}, reverse=True))
+           + "), else its env family's; family = the family's (CleanRL's, the papers'). config.json records "
+           "which."),
         _i("sync_interval", None, "alpha: steps per env in one round (= rollout length per update; default: preset)."),
         _f("learning_rate", None, "Learning rate (default: preset)."),
         _b("anneal_lr", None, "Linearly decay the learning rate to 0 (default: preset)."),

@@ -9,6 +9,8 @@ aside) and reported with 95% bootstrap intervals over seeds (`systems.analysis.m
 * a Table 4 / 5 style table when the configurations differ in exactly one field (e.g. num_actors, sync_interval),
   with each seed's parameter fingerprint and whether they agree (HTS-RL's determinism, Table 4);
 * the HTS-over-sync speedup per step-time variance (Fig. 4 left) when hts and sync runs pair up;
+* with `--iqm`: each configuration's interquartile mean of the final metric over seeds with a stratified-bootstrap
+  interval and, for runs of one task, performance profiles (rliable, the optional `rliable` extra);
 * with `--report_dir`: report.md and the figures (Fig. 5 curves, Fig. 4 panels; `systems.analysis.plots`).
 
 Prints the report to stdout. Unfinished or interrupted runs are skipped with a warning on stderr; bad input (no
@@ -24,6 +26,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+import numpy as np
 from absl import app, flags
 
 from launch import cli
@@ -46,6 +49,12 @@ _BOOTSTRAP_SAMPLES = flags.DEFINE_integer(
     "bootstrap_samples", metrics_lib.BOOTSTRAP_SAMPLES, "Bootstrap resamples for the 95% intervals over seeds."
 )
 _REPORT_TITLE = flags.DEFINE_string("report_title", "HTS-RL report", "Title of the report.")
+_IQM = flags.DEFINE_boolean(
+    "iqm", False,
+    "Add each configuration's interquartile mean of the final metric over seeds with a 95% stratified-bootstrap "
+    "interval, and (with --report_dir, runs of one task) its performance profile: rliable (pip install -e "
+    '".[rliable]").',
+)
 _REPORT_CI = flags.DEFINE_enum(
     "report_ci", "pm", list(tables.CI_STYLES),
     "How intervals read: pm ('mean ± half-width') or interval ('mean [low, high]').",
@@ -135,6 +144,7 @@ def build_report(
     title: str,
     report_dir: str | None,
     skipped: Sequence[str] = (),
+    iqm: bool = False,
 ) -> str:
     """The report's Markdown; writes the figures into `report_dir` when given."""
     groups = metrics_lib.group_runs(runs)
@@ -170,6 +180,8 @@ def build_report(
     if speedups:
         lines += ["", "## HTS-RL speedup over sync vs step-time variance (Fig. 4 left)", "",
                   tables.speedup_table(speedups, ci=ci)]
+    if iqm:
+        lines += ["", *_iqm_section(groups, report_dir)]
     lines += ["", "## Figures", ""]
     if report_dir:
         written = plots_lib.write_plots(results, report_dir, speedups=speedups, samples=samples)
@@ -185,6 +197,41 @@ def build_report(
     return "\n".join(lines)
 
 
+IQM_FIGURE = "iqm.png"
+
+
+def _iqm_section(groups: list[metrics_lib.Group], report_dir: str | None) -> list[str]:
+    """`--iqm`: each configuration's IQM of the final metric over its runs (rliable), and with `report_dir` the
+    IQM / performance-profile figure when every run is of one task (returns of different tasks do not compare)."""
+    try:
+        from systems.analysis import aggregate  # noqa: PLC0415
+
+        aggregate.require_rliable()
+    except ImportError as error:
+        raise ReportError(f"--iqm: {error}") from None
+    finals = {}
+    for group in groups:
+        values = [metrics_lib.final_metric(run.evaluations) for run in group.runs]
+        values = [v for v in values if v is not None]
+        if values:
+            finals[group.label] = np.asarray(values)
+    if not finals:
+        return ["## IQM over seeds (rliable)", "", "(No run has an evaluation.)"]
+    intervals = aggregate.iqm_intervals(finals)
+    rows = [[label, str(len(finals[label])), f"{iqm:.4g} [{low:.4g}, {high:.4g}]"]
+            for label, (iqm, low, high) in intervals.items()]
+    lines = ["## IQM over seeds (rliable)", "",
+             tables.markdown(["configuration", "runs", "IQM of the final metric [95% CI]"], rows), "",
+             "IQM: the mean of the middle 50% of the runs' final metrics (Agarwal et al. 2021); interval: 95% "
+             "stratified bootstrap."]
+    env_ids = {run.config.get("env_id") for group in groups for run in group.runs}
+    if report_dir and len(env_ids) == 1:
+        os.makedirs(report_dir, exist_ok=True)
+        aggregate.plot_iqm_and_profiles(finals, os.path.join(report_dir, IQM_FIGURE), xlabel="final metric")
+        lines += ["", f"![{IQM_FIGURE}]({IQM_FIGURE})"]
+    return lines
+
+
 def main(argv):
     try:
         if _BOOTSTRAP_SAMPLES.value < 1:
@@ -197,6 +244,7 @@ def main(argv):
         report = build_report(
             runs, targets=targets, time_limit=_REPORT_TIME_LIMIT.value, samples=_BOOTSTRAP_SAMPLES.value,
             ci=_REPORT_CI.value, title=_REPORT_TITLE.value, report_dir=report_dir, skipped=skipped,
+            iqm=_IQM.value,
         )
         if report_dir:
             with open(os.path.join(report_dir, REPORT_FILE), "w") as f:

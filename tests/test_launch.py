@@ -254,7 +254,8 @@ def _config_of(launcher_module, *argv):
 
 def test_a_task_with_a_tuned_preset_uses_it_and_config_says_which():
     """CartPole-v1's PPO takes rl-zoo3's tuned values; a flag still wins; `--preset=family` and tasks without one of
-    their own take the family's (CleanRL's); an algorithm without a task preset keeps the family's."""
+    their own take the family's (CleanRL's); GALA takes a task's A2C preset but keeps its own layout and no
+    normalization."""
     import launch.gala
     import launch.hts
     from systems.common.config import PRESETS, TASK_PRESETS
@@ -270,6 +271,9 @@ def test_a_task_with_a_tuned_preset_uses_it_and_config_says_which():
                                                        PRESETS[("classic", "ppo")]["sync_interval"])
     assert family.preset == "family classic ppo"
     assert _config_of(launch.hts, "--env=MountainCar-v0").preset == "family classic ppo"
-    assert _config_of(launch.gala, "--env=CartPole-v1").preset == "family classic a2c"
+    assert _config_of(launch.gala, "--env=MountainCar-v0").preset == "family classic a2c"
+    gala = _config_of(launch.gala, "--env=Acrobot-v1")  # rl-zoo3's A2C, less what several learners cannot keep
+    assert gala.preset.startswith("task Acrobot-v1 a2c") and gala.entropy_coef == 0.0
+    assert not gala.normalize_obs and gala.envs_per_learner == 16
     cheetah = _config_of(launch.hts, "--env=HalfCheetah-v4")
     assert cheetah.hidden_sizes == (256, 256) and cheetah.activation == "relu" and cheetah.normalize_obs

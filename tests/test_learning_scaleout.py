@@ -36,9 +36,31 @@ print(json.dumps(system.run(config)))
 """
 
 
+# Distributed BA3C's large-batch Adam (eps inside the root, beta1 0.8, beta2 0.75) at an effective batch of 1280 over
+# 4 devices x 320. At the paper's learning rate of 1e-3 (tuned on Atari) CartPole learns too slowly at this batch:
+# one of two seeds reached 450 within 1M steps (results/learning_cpu.md); at 3e-3 seeds 0 and 1 first reached 450
+# at 200k and 175k env steps (and then became unstable, so the test asks for the threshold within the budget).
+_BA3C_1280 = """
+import json, sys
+from systems.datapar import system
+config = system.DataParallelConfig(
+    env_id="CartPole-v1", seed=0, num_devices=4, sync_interval=5, local_batch=320, total_steps=300_000,
+    learning_rate=3e-3, eval_episodes=10, eval_every=25_000, eval_deterministic=True, quiet=True,
+    logdir=sys.argv[1],
+)
+print(json.dumps(system.run(config)))
+"""
+
+# GALA as Algorithm 1 runs it: asynchronous learner threads, so the run depends on thread timing and no seed fixes
+# it. Measured at 25k-step evaluations (results/learning_cpu.md, seeds 0 and 1): first >= 450 at 25k and 100k env
+# steps; the budget leaves twice the slower one.
+_GALA_ASYNC = _GALA.replace('gossip="pmap"', 'gossip="async"').replace("total_steps=100_000", "total_steps=200_000")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("code, devices, budget", [(_DATAPAR, 2, 80_000), (_GALA, 4, 100_000)],
-                         ids=["datapar-a2c", "gala-4"])
+@pytest.mark.parametrize("code, devices, budget", [(_DATAPAR, 2, 80_000), (_GALA, 4, 100_000),
+                                                   (_BA3C_1280, 4, 300_000), (_GALA_ASYNC, 1, 200_000)],
+                         ids=["datapar-a2c", "gala-4", "ba3c-large-batch-1280", "gala-async"])
 def test_scaled_out_a2c_solves_cartpole(tmp_path, code, devices, budget):
     run_dir = tmp_path / "run"
     out = run_python(f"import sys; sys.argv = ['x', {str(run_dir)!r}]\n" + code, num_devices=devices)

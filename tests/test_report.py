@@ -406,6 +406,24 @@ def test_report_main(tmp_path, capsys):
     assert not (out / plots.FIG4_SPS).exists()
 
 
+def test_report_iqm_over_seeds(tmp_path, capsys):
+    """--iqm: the interquartile mean of four seeds' final metrics drops the best and the worst (rliable)."""
+    sweep = tmp_path / "sweep"
+    for s, shift in enumerate((0.0, 1.0, 2.0, 100.0)):  # final metrics 6.75 + shift
+        evals = [(steps, wall, episodes, mean + shift) for steps, wall, episodes, mean in EVALS]
+        _write_run(sweep / f"s{s}", seed=s, evals=evals)
+    out = tmp_path / "report"
+    with flagsaver.flagsaver(iqm=True, report_dir=str(out), bootstrap_samples=SAMPLES):
+        launch_report.main(["report", str(sweep)])
+    captured = capsys.readouterr()
+    assert "## IQM over seeds (rliable)" in captured.out
+    section = captured.out.split("## IQM over seeds (rliable)")[1]
+    row = next(line for line in section.splitlines() if line.startswith("| hts |"))
+    assert row.split("|")[2].strip() == "4"
+    assert float(row.split("|")[3].split("[")[0]) == pytest.approx(6.75 + 1.5)  # mean of 7.75 and 8.75
+    _png_ok(out / launch_report.IQM_FIGURE)
+
+
 @pytest.mark.parametrize(
     "args,flag_values,message",
     [

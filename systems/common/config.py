@@ -246,6 +246,21 @@ TASK_PRESETS: dict[tuple[str, str], tuple[str, dict]] = {
         activation="relu", orthogonal_init=False, log_std_init=-2.0, opt_eps=1e-5,
     )),
 }
+# A2C (rl-zoo3 2.9 hyperparams/a2c.yml over SB3's A2C defaults, which are Kostrikov's, as the family preset). The
+# launchers of several learners keep their own layout (GALA's envs per learner, BA3C's local batch) and never
+# normalize; what they take from these is the entropy coefficient, gamma and the learning-rate schedule. On
+# CartPole-v1 the entropy bonus of the family preset kept GALA's evaluations swinging between 150 and 500 after it
+# had solved the task; without it both GALA pmap seeds measured ended at 500 (results/learning_cpu.md).
+_ZOO_A2C = "rl-zoo3 2.9 hyperparams/a2c.yml"
+TASK_PRESETS.update({
+    ("CartPole-v1", "a2c"): (_ZOO_A2C, dict(num_envs=8, entropy_coef=0.0)),
+    ("Acrobot-v1", "a2c"): (_ZOO_A2C, dict(num_envs=16, entropy_coef=0.0, normalize_obs=True,
+                                           normalize_reward=True)),
+    # rl-zoo3 has LunarLander-v3, gymnasium 1.x's name of EnvPool's LunarLander-v2 (same dynamics; v3 fixed
+    # determinism and the wind).
+    ("LunarLander-v2", "a2c"): (_ZOO_A2C, dict(num_envs=8, gamma=0.995, learning_rate=8.3e-4, anneal_lr=True,
+                                               entropy_coef=1e-5)),
+})
 PRESET_CHOICES = ("task", "family")  # --preset: the task's own where there is one, else the family's; the family's
 
 
