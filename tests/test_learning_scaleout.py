@@ -58,14 +58,15 @@ _GALA_ASYNC = _GALA.replace('gossip="pmap"', 'gossip="async"').replace("total_st
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("code, devices, budget", [(_DATAPAR, 2, 80_000), (_GALA, 4, 100_000),
-                                                   (_BA3C_1280, 4, 300_000), (_GALA_ASYNC, 1, 200_000)],
+@pytest.mark.parametrize("code, devices, budget, round_steps",
+                         [(_DATAPAR, 2, 80_000, 160), (_GALA, 4, 100_000, 320), (_BA3C_1280, 4, 300_000, 1280),
+                          (_GALA_ASYNC, 1, 200_000, 320)],
                          ids=["datapar-a2c", "gala-4", "ba3c-large-batch-1280", "gala-async"])
-def test_scaled_out_a2c_solves_cartpole(tmp_path, code, devices, budget):
+def test_scaled_out_a2c_solves_cartpole(tmp_path, code, devices, budget, round_steps):
     run_dir = tmp_path / "run"
     out = run_python(f"import sys; sys.argv = ['x', {str(run_dir)!r}]\n" + code, num_devices=devices)
     summary = json.loads(out.strip().splitlines()[-1])
-    assert summary["env_steps"] <= budget + 4 * 16 * 5
+    assert summary["env_steps"] <= budget + round_steps  # rounded up to whole rounds
     with open(run_dir / "evaluations.csv") as f:
         returns = [float(row["mean_return"]) for row in csv.DictReader(f)]
     assert len(returns) >= 6
