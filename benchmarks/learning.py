@@ -524,8 +524,10 @@ def aggregate_lines(rows: list[dict]) -> list[str]:
         intervals = aggregate.iqm_intervals(matrices)
         figure = IQM_FIGURE.format(family=family)
         aggregate.plot_iqm_and_profiles(matrices, figure, xlabel="peer-normalized final metric")
+        partial = sorted(SIDE_LABELS[side] for side in scores if side not in full)
+        left_out = f" Left out, for want of rows on every task: {'; '.join(partial)}." if partial else ""
         lines += [f"IQM over {', '.join(complete)} ({family}; rliable, 95% stratified bootstrap; 0 = random policy, "
-                  f"1 = the peer's mean; figure `results/learning/{os.path.basename(figure)}`):", "",
+                  f"1 = the peer's mean; figure `results/learning/{os.path.basename(figure)}`).{left_out}", "",
                   "| side | runs per task | IQM [95% CI] |", "| --- | ---: | --- |"]
         for label, (iqm, low, high) in sorted(intervals.items(), key=lambda kv: -kv[1][0]):
             runs_of = next(runs[s] for s in full if SIDE_LABELS[s] == label)
