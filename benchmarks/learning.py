@@ -402,10 +402,11 @@ def run_one(task_name: str, side: str, seed: int, work_dir: str) -> dict:
 
 
 class _LoadSampler:
-    """Samples the 1-minute load average every 15 s while a run lasts: about 2 on the 2-core machine means the run
-    had it to itself (both sides use both cores); more means other work shared it and slowed the wall time."""
+    """Samples the 1-minute load average every 5 s while a run lasts: about 2 on the 2-core machine means the run
+    had it to itself (both sides use both cores); more means other work shared it and slowed the wall time. A run
+    shorter than 5 s has no sample (nan)."""
 
-    def __init__(self, period_s: float = 15.0):
+    def __init__(self, period_s: float = 5.0):
         self._period, self._samples, self._stop = period_s, [], threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
