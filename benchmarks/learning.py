@@ -205,6 +205,10 @@ class Task:
         return (*self.sides, *self.extra_sides)
 
 
+# Returns that count as solving a task: gymnasium's reward_threshold where it has one (CartPole-v1, Acrobot-v1,
+# LunarLander, Hopper-v4, HalfCheetah-v4), Spreeze's Table 1 target for Pendulum-v1.
+TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v2": 200.0, "Pendulum-v1": -200.0,
+           "Hopper-v4": 3800.0, "HalfCheetah-v4": 4800.0}
 FIVE_SEEDS = (0, 1, 2, 3, 4)
 TASKS = {
     "CartPole-v1": Task("CartPole-v1", 500_000),
@@ -557,10 +561,12 @@ def write_report(rows: list[dict]) -> None:
         "start to exit, evaluation included). Runs are sequential, one at a time, but other work may have shared the",
         "2 cores during some of them: CPU time (user + system of the run's processes) is the load-independent cost.",
         "Load: each run's mean 1-minute load average, by seed (about 2 on this machine: the run alone; n/a: not",
-        "recorded).",
+        "recorded). Solved: the seeds with an evaluation at or above the task's target (gymnasium's reward",
+        f"threshold; Pendulum: Spreeze's), and the median env steps of each one's first ({_targets_text()}).",
         "",
-        "| task | steps | side | seeds | final metric [95% CI] | wall time (min) | CPU time (min) | SPS | load |",
-        "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: | --- |",
+        "| task | steps | side | seeds | final metric [95% CI] | solved (median first) | wall time (min) | CPU time "
+        "(min) | SPS | load |",
+        "| --- | ---: | --- | ---: | --- | --- | ---: | ---: | ---: | --- |",
     ]
     for name, task in TASKS.items():
         task_rows = [r for r in rows if r["task"] == name]
@@ -578,8 +584,9 @@ def write_report(rows: list[dict]) -> None:
             cpus = [float(r["cpu_s"]) for r in side_rows if r["cpu_s"]]
             cpu = f"{np.median(cpus) / 60:.1f}" if cpus else "n/a"
             load = ", ".join(r["mean_load"] or "n/a" for r in sorted(side_rows, key=lambda r: int(r["seed"])))
+            solved = _solved(name, side, [int(r["seed"]) for r in side_rows])
             lines.append(f"| {name} | {task.steps:,} | {SIDE_LABELS[side]} | {len(side_rows)} | "
-                         f"{stat.mean:.1f}{interval} | {wall:.1f} | {cpu} | {sps:,.0f} | {load} |")
+                         f"{stat.mean:.1f}{interval} | {solved} | {wall:.1f} | {cpu} | {sps:,.0f} | {load} |")
             groups.append(_group(name, side, [int(r["seed"]) for r in side_rows]))
         figure = os.path.join(CURVES_DIR, f"{_dir_name(name)}.png")
         plots.plot_curves(groups, figure)
@@ -592,6 +599,25 @@ def write_report(rows: list[dict]) -> None:
               "per-run rows: `results/learning_cpu_runs.csv`; per-run curves: `results/learning/<task>/`."]
     with open(REPORT_MD, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def _targets_text() -> str:
+    return ", ".join(f"{env} {target:g}" for env, target in TARGETS.items())
+
+
+def _solved(task: str, side: str, seeds: list[int]) -> str:
+    """'k/n (median env steps of the first evaluation at or above the target)', '' without a target."""
+    target = TARGETS.get(TASKS[task].env_id)
+    if target is None:
+        return ""
+    firsts = []
+    for seed in seeds:
+        curve = read_curve(task, side, seed)
+        reached = np.flatnonzero(curve[:, 2] >= target)
+        if reached.size:
+            firsts.append(curve[reached[0], 0])
+    median = f" ({np.median(firsts) / 1000:,.0f}k)" if firsts else ""
+    return f"{len(firsts)}/{len(seeds)}{median}"
 
 
 def _group(task: str, side: str, seeds: list[int]):

@@ -136,6 +136,13 @@ def test_async_evaluations_see_the_learners_as_of_their_row(tmp_path, monkeypatc
     system.run(config)
     assert len(seen) >= 5
     assert all(update_step == iterations for update_step, iterations in seen), seen
+    # ... and carry the time those parameters existed: the wall time of their own progress row.
+    rows = {int(r["env_steps"]): float(r["wall_time"]) for r in _progress(tmp_path / "async")}
+    with open(tmp_path / "async" / "evaluations.csv") as f:
+        evaluations = list(csv.DictReader(f))
+    assert len(evaluations) >= 5
+    for evaluation in evaluations:
+        assert float(evaluation["wall_time"]) == pytest.approx(rows[int(evaluation["env_steps"])], abs=1e-3)
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,10 @@ class LearnerReport:
     metrics: dict  # scalar losses etc. (host values)
     behaviour_version: int  # policy version that collected the batch (PAL: the oldest version an actor holds)
     learner_version: int  # version of the parameters the update was applied to
+    # time.perf_counter() when the learner made `state`; None: when the main thread takes the report. A learner that
+    # runs ahead of the main thread (GALA's async threads, while an evaluation runs) sets it, so that rows and
+    # evaluations carry the time their parameters existed.
+    created: float | None = None
 
 
 def default_run_dir(system: str, config: config_lib.TrainConfig) -> str:
@@ -130,6 +134,7 @@ class Monitor:
         self.outputs.print(self._start_line())
         self._t0 = time.perf_counter()
         self._last_output = self._t0
+        self._state_time: float | None = None  # when `state` was made (the newest report's time)
 
     def _claim(self, may_change_on_resume: frozenset) -> None:
         if self.config.resume and not os.path.isdir(self.run_dir):
@@ -190,6 +195,11 @@ class Monitor:
     def wall_time(self) -> float:
         return self.wall_offset + time.perf_counter() - self._t0
 
+    def state_wall_time(self) -> float:
+        """The run's wall time when `state` was made (now, before the first report)."""
+        made = self._state_time if self._state_time is not None else time.perf_counter()
+        return self.wall_offset + made - self._t0
+
     def on_report(self, report: LearnerReport, episodes: list[tuple[int, float, int]]) -> bool:
         """Logs one update; runs due evaluations/checkpoints. Returns True when the time limit stops the run.
 
@@ -198,6 +208,7 @@ class Monitor:
         if problem is not None:
             raise self._nonfinite(report.state, problem)
         self.state = report.state
+        self._state_time = report.created if report.created is not None else time.perf_counter()
         self.last_metrics = report.metrics
         lag = report.learner_version - report.behaviour_version
         bound = self.progress.max_policy_lag
@@ -208,10 +219,10 @@ class Monitor:
             self._episodes.append((episode_return, episode_length))
         self._episode_count += len(episodes)
         steps = self.env_steps
-        elapsed = time.perf_counter() - self._t0
+        elapsed = self._state_time - self._t0
         row = {
             "env_steps": steps,
-            "wall_time": self.wall_time(),
+            "wall_time": self.state_wall_time(),
             "sps": (steps - self.start_steps) / max(elapsed, 1e-9),
             "update": int(self.state.update_step),
             "learner_version": report.learner_version,
@@ -255,7 +266,7 @@ class Monitor:
             return
         returns = self.evaluator.run(self.policy_params(self.state))
         record = EvaluationRecord(
-            env_steps=self.env_steps, wall_time=self.wall_time(), policy_version=int(self.state.update_step),
+            env_steps=self.env_steps, wall_time=self.state_wall_time(), policy_version=int(self.state.update_step),
             returns=[float(r) for r in returns],
         )
         self.evaluations.append(record)

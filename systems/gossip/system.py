@@ -38,6 +38,7 @@ import functools
 import os
 import queue
 import threading
+import time
 from typing import Any, NamedTuple
 
 import jax
@@ -390,6 +391,7 @@ class _LearnersSnapshot(NamedTuple):
 
     states: tuple
     iterations: tuple
+    created: float | None = None  # time.perf_counter() of the report
 
 
 @dataclasses.dataclass
@@ -562,7 +564,8 @@ class _AsyncLearners:
             slot.grads = grads
             slot.iterations = iteration
             snapshot = _LearnersSnapshot(states=tuple(s.state for s in self.slots),
-                                         iterations=tuple(s.iterations for s in self.slots))
+                                         iterations=tuple(s.iterations for s in self.slots),
+                                         created=time.perf_counter())
             self.reports.put((i, host_metrics, episodes, snapshot))
 
 
@@ -637,7 +640,8 @@ def _log_reports(learners: _AsyncLearners, gossip_log: _AsyncGossipLog, monitor:
         snapshot = _snapshot_state(learners_then, start + done)
         metrics = {k: float(v) for k, v in metrics.items()}
         metrics.update(gossip_log.update(tuple(s.params for s in learners_then.states) if learner == 0 else None))
-        report = LearnerReport(snapshot, metrics, int(snapshot.update_step), int(snapshot.update_step))
+        report = LearnerReport(snapshot, metrics, int(snapshot.update_step), int(snapshot.update_step),
+                               created=learners_then.created)
         if monitor.on_report(report, episodes):
             break
 
