@@ -176,7 +176,8 @@ def _start_job(run_dir, port: int, *extra: str) -> list:
     for pid in range(2):
         log = open(f"{run_dir}.p{pid}{'-resume' if extra else ''}.log", "w")
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "launch.hts", "--env=CartPole-v1", "--num_envs=8", "--total_steps=4000000",
+            [sys.executable, "-m", "launch.hts", "--env=CartPole-v1", "--num_envs=8", "--sync_interval=128",
+             "--total_steps=4000000",
              "--num_processes=2", f"--process_id={pid}", f"--coordinator_address=127.0.0.1:{port}",
              f"--logdir={run_dir}", "--eval_episodes=0", "--quiet", *extra],
             cwd=ROOT, env=device_env(2), stdout=log, stderr=subprocess.STDOUT))

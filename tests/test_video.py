@@ -137,7 +137,8 @@ def test_gfootball_falls_back_to_the_drawn_observation_and_says_so(tmp_path):
 
 def test_a_training_run_films_each_evaluation_to_files_tensorboard_and_wandb(tmp_path):
     run_dir = tmp_path / "run"
-    code = ("import sys, runpy; sys.argv = ['launch.hts', '--env=CartPole-v1', '--num_envs=4', '--total_steps=2048', "
+    code = ("import sys, runpy; sys.argv = ['launch.hts', '--env=CartPole-v1', '--num_envs=4', '--preset=family', "
+            "'--total_steps=2048', "
             f"'--eval_episodes=1', '--eval_every=1024', '--capture_video', '--track', '--logdir={run_dir}']\n"
             "runpy.run_module('launch.hts', run_name='__main__')")
     env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")
