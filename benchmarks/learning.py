@@ -194,6 +194,14 @@ NOTES = {
         "bonus) moved no side's interval clear of the family preset's. Loads of 3-6 in the first batch: the cores "
         "were shared with tests and experiments; CPU time is the fair cost."
     ),
+    "Acrobot-v1 a2c": (
+        "every side solves every seed (an evaluation >= -100) and every seed of ours ends near the peer (last "
+        "evaluations -73 to -94). The wide intervals of GALA async (-127 [-186, -90]) and all-reduce A2C (-128) come "
+        "from seeds that fall to -500 for several evaluations mid-run and recover (GALA async seeds 2 and 3, "
+        "all-reduce seed 1). GALA pmap (-89) and BA3C at batch 80 (-85 large-batch, -84 plain Adam) sit next to the "
+        "peer (-83). Here BA3C's large-batch Adam holds at batch 1280 (-86.4 [-89.0, -84.3]) where plain Adam falls "
+        "back (-104.5 [-130.8, -87.7]), the direction seed 001 reports."
+    ),
     "Breakout-v5": (
         "the README's main command (`launch.hts --game=Breakout`, HTS-PPO with CleanRL's Atari settings), one seed: "
         "evaluation return 1.9 at 50k steps, 13 at 450k, 17-24 from 750k on (final metric 19.15). The run "
