@@ -219,10 +219,7 @@ class Task:
     seeds: tuple = (0, 1, 2)
     sides: tuple = PPO_SIDES
     extra_sides: tuple = ()  # reported, and run only when --sides names them
-
-    @property
-    def algo(self) -> str:
-        return "a2c" if "a2c" in self.sides[0] else "ppo" if self.sides == PPO_SIDES else ""
+    family: str = "ppo"  # the algorithm family: ppo | a2c | dqn | sac (TASK_PRESETS' algo, the IQM view's group)
 
     @property
     def all_sides(self) -> tuple:
@@ -244,17 +241,18 @@ TASKS = {
     "Breakout-v5": Task("Breakout-v5", 1_000_000, seeds=(0,), sides=("hts",)),
     # A2C: BA3C (seed 001) and GALA (seed 004) beside SB3's A2C; rl-zoo3's budgets (LunarLander: 1M, not its 200k,
     # which A2C does not solve in).
-    "CartPole-v1 a2c": Task("CartPole-v1", 500_000, FIVE_SEEDS, A2C_SIDES, A2C_FAMILY_SIDES),
-    "Acrobot-v1 a2c": Task("Acrobot-v1", 500_000, FIVE_SEEDS, A2C_SIDES),
-    "LunarLander-v2 a2c": Task("LunarLander-v2", 1_000_000, FIVE_SEEDS, A2C_SIDES),
+    "CartPole-v1 a2c": Task("CartPole-v1", 500_000, FIVE_SEEDS, A2C_SIDES, A2C_FAMILY_SIDES, family="a2c"),
+    "Acrobot-v1 a2c": Task("Acrobot-v1", 500_000, FIVE_SEEDS, A2C_SIDES, family="a2c"),
+    "LunarLander-v2 a2c": Task("LunarLander-v2", 1_000_000, FIVE_SEEDS, A2C_SIDES, family="a2c"),
     # DQN: PAL (seed 003) with and without prioritized replay beside SB3's DQN.
-    "CartPole-v1 dqn": Task("CartPole-v1", 100_000, FIVE_SEEDS, DQN_SIDES),
-    "LunarLander-v2 dqn": Task("LunarLander-v2", 500_000, FIVE_SEEDS, DQN_SIDES),
+    "CartPole-v1 dqn": Task("CartPole-v1", 100_000, FIVE_SEEDS, DQN_SIDES, family="dqn"),
+    "LunarLander-v2 dqn": Task("LunarLander-v2", 500_000, FIVE_SEEDS, DQN_SIDES, family="dqn"),
     # Continuous control: PAL's SAC / TD3 and Spreeze beside SB3's.
     "Pendulum-v1 sac": Task("Pendulum-v1", 20_000, FIVE_SEEDS, ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3",
-                                                                  "spreeze")),
-    "Hopper-v4 sac": Task("Hopper-v4", 300_000, (0, 1, 2), ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3")),
-    "HalfCheetah-v4 sac": Task("HalfCheetah-v4", 300_000, (0, 1, 2), ("sb3_sac", "spreeze")),
+                                                                  "spreeze"), family="sac"),
+    "Hopper-v4 sac": Task("Hopper-v4", 300_000, (0, 1, 2), ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3"),
+                          family="sac"),
+    "HalfCheetah-v4 sac": Task("HalfCheetah-v4", 300_000, (0, 1, 2), ("sb3_sac", "spreeze"), family="sac"),
 }
 
 
@@ -296,7 +294,7 @@ def applies(side: str, task: Task) -> bool:
     if side == "hts_zoo":
         return task.env_id in ZOO_FLAGS
     if side.endswith("_family"):
-        return (task.env_id, task.algo) in TASK_PRESETS
+        return (task.env_id, task.family) in TASK_PRESETS
     return True
 
 
@@ -513,10 +511,6 @@ def random_return(env_id: str, episodes: int = 100, seed: int = 0) -> float:
     return known[env_id]
 
 
-def family_of_task(name: str) -> str:
-    return name.split(" ")[1] if " " in name else "ppo"
-
-
 def aggregate_lines(rows: list[dict]) -> list[str]:
     """The IQM and performance-profile view of each algorithm family over its tasks and seeds (rliable), with
     returns normalized per task: 0 = a uniformly random policy, 1 = the peer's mean final metric."""
@@ -527,8 +521,8 @@ def aggregate_lines(rows: list[dict]) -> list[str]:
     except ImportError as error:
         return [f"(No IQM view: {error}.)", ""]
     lines = []
-    for family in dict.fromkeys(family_of_task(name) for name in TASKS):
-        tasks = [name for name in TASKS if family_of_task(name) == family]
+    for family in dict.fromkeys(task.family for task in TASKS.values()):
+        tasks = [name for name, task in TASKS.items() if task.family == family]
         peers = {name: next((s for s in TASKS[name].all_sides if SIDE_SPECS[s].peer), None) for name in tasks}
         scores: dict[str, list] = {}
         complete = []
