@@ -10,7 +10,7 @@ hyperparameters for the task, installed unmodified from PyPI into a benchmark-on
 | task family | ours | peer |
 | --- | --- | --- |
 | PPO | `launch.hts`, `launch.sync`, HTS-PPO with the peer's hyperparameters (`hts_zoo`) | SB3 PPO |
-| A2C | `launch.ba3c` (large-batch Adam, plain Adam as the control) at effective batches 80, 320, 1280; GALA async and pmap (4 learners); all-reduce A2C (`launch.ba3c --optimizer=rmsprop`, 4 x 80) | SB3 A2C |
+| A2C | `launch.ba3c` (large-batch and plain Adam) at batches 80, 320, 1280; GALA async and pmap; all-reduce A2C | SB3 A2C |
 | DQN | `launch.pal --replay=per` / `uniform` | SB3 DQN |
 | SAC / TD3 | `launch.pal --algo=sac` / `td3`, `launch.spreeze` | SB3 SAC / TD3 |
 
@@ -422,9 +422,8 @@ def run_one(task_name: str, side: str, seed: int, work_dir: str) -> dict:
     return dict(task=task_name, side=side, seed=seed, env_steps=task.steps, wall_s=f"{wall:.1f}",
                 cpu_s=cpu, mean_load=f"{load.mean():.2f}", sps=f"{task.steps / wall:.0f}",
                 final_metric=f"{final_metric(curve):.2f}", evaluations=len(curve),
-                date=time.strftime("%Y-%m-%d"), commit=git_commit(), machine=machine(), command=" ".join(os.path.basename(c) if i == 0
-                                                                                      else c for i, c in
-                                                                                      enumerate(cmd)))
+                date=time.strftime("%Y-%m-%d"), commit=git_commit(), machine=machine(),
+                command=" ".join([os.path.basename(cmd[0]), *cmd[1:]]))
 
 
 class _LoadSampler:
