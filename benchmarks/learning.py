@@ -10,7 +10,7 @@ hyperparameters for the task, installed unmodified from PyPI into a benchmark-on
 | task family | ours | peer |
 | --- | --- | --- |
 | PPO | `launch.hts`, `launch.sync`, HTS-PPO with the peer's hyperparameters (`hts_zoo`) | SB3 PPO |
-| A2C | `launch.ba3c` (large-batch and plain Adam) at batches 80, 320, 1280; GALA async and pmap; all-reduce A2C | SB3 A2C |
+| A2C | `launch.ba3c` (large-batch, plain Adam) at batches 80, 320, 1280; GALA async, pmap; all-reduce A2C | SB3 A2C |
 | DQN | `launch.pal --replay=per` / `uniform` | SB3 DQN |
 | SAC / TD3 | `launch.pal --algo=sac` / `td3`, `launch.spreeze` | SB3 SAC / TD3 |
 
