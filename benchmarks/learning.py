@@ -268,8 +268,9 @@ def our_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) ->
     if task.env_id == "Breakout-v5":  # the README's main command, with a budget and a seed
         args = ["--game=Breakout"]
     else:
-        args = [f"--env={task.env_id}", "--eval_deterministic", "--eval_episodes=10",
-                f"--eval_every={eval_every(task)}"]
+        # The off-policy launchers (pal, spreeze) always evaluate the greedy / mean action and have no such flag.
+        greedy = ["--eval_deterministic"] if spec.launcher in ("hts", "sync", "ba3c", "gala") else []
+        args = [f"--env={task.env_id}", *greedy, "--eval_episodes=10", f"--eval_every={eval_every(task)}"]
     args += list(spec.flags)
     if side == "hts_zoo":
         args += list(ZOO_FLAGS[task.env_id])

@@ -107,8 +107,18 @@ class Terminated(KeyboardInterrupt):
     so every system's Ctrl-C path runs: newest checkpoint, summary, children stopped. Exit status 143."""
 
 
-def _raise_terminated(signum, frame):  # noqa: ARG001 - a signal handler's signature
-    raise Terminated
+def _stop(signum, frame):  # noqa: ARG001 - a signal handler's signature
+    """The first Ctrl-C (KeyboardInterrupt) or SIGTERM (`Terminated`) stops the run, which then saves; any later one
+    is only noted: GNU `timeout` and process managers signal a process and then its group, and a second exception
+    raised in the middle of the save lost the whole run (issue 27)."""
+    signal.signal(signal.SIGINT, _already_stopping)
+    signal.signal(signal.SIGTERM, _already_stopping)
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def _already_stopping(signum, frame):  # noqa: ARG001 - a signal handler's signature
+    os.write(2, b"already stopping: saving the newest parameters first (SIGKILL abandons the save; the checkpoints "
+                b"written before stay whole)\n")
 
 
 # Exit statuses of every launcher (README, "Stopping a run"); the others live in launch.cli.
@@ -130,8 +140,8 @@ def run_main(
     warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
     # A shell starts background jobs (`nohup python -m launch.hts ... &` in a script) with SIGINT ignored, and Python
     # then never raises KeyboardInterrupt: `kill -INT` must still checkpoint and exit 130.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
     try:
         config = make_config()
         if getattr(config, "track", False):

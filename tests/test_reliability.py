@@ -158,18 +158,23 @@ _SMALL = ("--env=CartPole-v1", "--total_steps=100000000", "--checkpoint_every=64
     ("launch.pal", ("--learning_starts=200",)),
 ])
 def test_sigterm_saves_the_newest_parameters_writes_the_summary_and_exits_143(tmp_path, module, flags):
-    """Launch.spreeze's SIGTERM: tests/test_spreeze_system.py (with Ctrl-C, the same path)."""
+    """A second stop signal during the save changes nothing (issue 27). Launch.spreeze's SIGTERM: tests/test_spreeze_system.py (with Ctrl-C, the same path)."""
     run_dir = str(tmp_path / "run")
     proc = _launch(module, *_SMALL, *flags, f"--logdir={run_dir}")
     try:
         wait_for_checkpoints(run_dir, proc)
+        # GNU `timeout` signals the process and then its group: a second stop signal reaches the run while it
+        # saves. A second SIGTERM may coalesce with the first; a SIGINT right behind it never does, but Python
+        # handles pending signals in number order, so either may be the first: the first one decides the exit.
         proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 143, err[-3000:]
+    assert proc.returncode in (143, 130), err[-3000:]
+    name = "terminated (SIGTERM)" if proc.returncode == 143 else "interrupted"
     newest = list_checkpoints(run_dir)[-1]
-    assert f"terminated (SIGTERM); the newest parameters are saved in {newest}" in err and "Traceback" not in err
+    assert f"{name}; the newest parameters are saved in {newest}" in err and "Traceback" not in err
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
     assert summary["interrupted"] and summary["env_steps"] >= 640

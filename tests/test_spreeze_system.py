@@ -157,9 +157,11 @@ def test_ctrl_c_stops_every_process_saves_weights_and_frees_shared_memory(tmp_pa
             break
         time.sleep(0.2)
     proc.send_signal(signum)
+    proc.send_signal(signal.SIGINT)  # a second stop signal while it saves changes nothing (issue 27)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == status, stderr
-    assert ("interrupted" if signum == signal.SIGINT else "terminated (SIGTERM)") in stderr
+    # Python handles pending signals in number order (SIGINT first): either may be the one that decides.
+    assert proc.returncode in (status, 130), stderr
+    assert ("interrupted" if proc.returncode == 130 else "terminated (SIGTERM)") in stderr
     assert "Traceback" not in stderr
     assert _segments(run_dir) == []
     with open(os.path.join(run_dir, "summary.json")) as f:
