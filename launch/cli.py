@@ -64,7 +64,7 @@ def launcher_parser(launcher: str, launcher_flags: flags.FlagValues, doc: str | 
             sys.exit(EXIT_BAD_INPUT)
         try:
             rest = launcher_flags(argv, known_only=True)
-            return flags.FLAGS(rest)
+            positional = flags.FLAGS(rest)[1:]
         except flags.UnrecognizedFlagError as error:
             print(f"error: {unknown_flag_message(launcher, launcher_flags, error.flagname)}", file=sys.stderr)
             sys.exit(EXIT_BAD_INPUT)
@@ -72,6 +72,11 @@ def launcher_parser(launcher: str, launcher_flags: flags.FlagValues, doc: str | 
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             print(f"error: {first_line} (see --help)", file=sys.stderr)
             sys.exit(EXIT_BAD_INPUT)
+        if positional:  # a typo such as `--game=Breakout stray_arg` or `--env CartPole-v1` must not start a run
+            print(f"error: unexpected argument {positional[0]!r}: launch.{launcher} takes only flags "
+                  "(--name=value; see --help)", file=sys.stderr)
+            sys.exit(EXIT_BAD_INPUT)
+        return argv[:1]
 
     return parse
 

@@ -86,7 +86,8 @@ def run_schedule(launcher_flags: flags.FlagValues, total_steps: int) -> dict:
 def multihost_values(launcher_flags: flags.FlagValues) -> dict:
     """The multi-host fields (launch.hts, launch.ba3c and launch.gala)."""
     f = launcher_flags
-    return dict(coordinator_address=f.coordinator_address, num_processes=f.num_processes, process_id=f.process_id)
+    return dict(coordinator_address=f.coordinator_address, num_processes=f.num_processes, process_id=f.process_id,
+                startup_timeout=f.startup_timeout)
 
 
 def flag_given(launcher_flags: flags.FlagValues, name: str) -> bool:
@@ -124,6 +125,7 @@ def _already_stopping(signum, frame):  # noqa: ARG001 - a signal handler's signa
 # Exit statuses of every launcher (README, "Stopping a run"); the others live in launch.cli.
 EXIT_NON_FINITE = 3
 EXIT_IO_ERROR = 74  # sysexits.h EX_IOERR: a write failed (full disk, read-only file system, file-size limit)
+EXIT_UNAVAILABLE = 69  # sysexits.h EX_UNAVAILABLE: a multi-host job did not form within --startup_timeout
 EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED = cli.EXIT_BAD_INPUT, cli.EXIT_INTERRUPTED, cli.EXIT_TERMINATED
 
 
@@ -151,10 +153,14 @@ def run_main(
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    from systems.common.finite import NonFiniteError  # noqa: PLC0415 - JAX starts after the XLA flags
+    from systems.common.distributed import JobDidNotStart  # noqa: PLC0415 - JAX starts after the XLA flags
+    from systems.common.finite import NonFiniteError  # noqa: PLC0415
 
     try:
         return run(config)
+    except JobDidNotStart as error:  # a thread still waits inside JAX: exit without finalizing
+        print(f"error: {error}", file=sys.stderr)
+        _exit_without_finalizing(EXIT_UNAVAILABLE)
     except config_lib.ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

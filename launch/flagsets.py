@@ -158,6 +158,8 @@ MULTI_HOST = [
     _s("coordinator_address", "", "host:port of process 0 for jax.distributed (multi-host runs only)."),
     _i("num_processes", 1, "Processes (hosts) in the job; 1 runs on this host only."),
     _i("process_id", 0, "This process's index in [0, num_processes)."),
+    _i("startup_timeout", 120,
+       "Seconds a multi-host process waits for every process to join; then it exits 69 with one line."),
 ]
 
 

@@ -240,6 +240,23 @@ def test_a_flag_the_launcher_does_not_take_is_one_line_naming_who_takes_it(capsy
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
 
 
+@pytest.mark.parametrize("launcher_module", [launch_hts, launch_sync], ids=["hts", "sync"])
+def test_a_stray_positional_argument_is_refused_before_any_run(capsys, launcher_module):
+    """`launch.hts --game=Breakout stray_arg` started a full run (issue 27): every launcher shares this parser."""
+    name = launcher_module.__name__.rpartition(".")[2]
+    launcher_module.FLAGS.unparse_flags()
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.launcher_parser(name, launcher_module.FLAGS, launcher_module.__doc__)(
+                [launcher_module.__name__, "--env=CartPole-v1", "stray_arg"])
+    finally:
+        launcher_module.FLAGS.unparse_flags()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: unexpected argument 'stray_arg': launch.{name} takes only flags (--name=value; see "
+                   "--help)"], err
+
+
 def _config_of(launcher_module, *argv):
     """The config a launcher's command line gives, without running it."""
     flag_values = launcher_module.FLAGS

@@ -181,6 +181,41 @@ def test_sigterm_saves_the_newest_parameters_writes_the_summary_and_exits_143(tm
     assert int(os.path.basename(newest)[5:17]) == summary["env_steps"]  # the newest, not the last periodic one
 
 
+def _free_port() -> int:
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("module, process_id, stop", [
+    ("launch.hts", 1, None),  # no coordinator: --startup_timeout ends the wait
+    ("launch.ba3c", 0, signal.SIGTERM),  # the coordinator waits for a peer that never comes: SIGTERM ends it
+])
+def test_a_multi_host_job_that_does_not_form_ends_with_one_line(tmp_path, module, process_id, stop):
+    """Issue 27: a missing coordinator or peer hung in silence past 140 s and ignored Ctrl-C and SIGTERM."""
+    run_dir = str(tmp_path / "run")
+    proc = _launch(module, "--env=CartPole-v1", "--num_processes=2", f"--process_id={process_id}",
+                   f"--coordinator_address=127.0.0.1:{_free_port()}", "--startup_timeout=3", f"--logdir={run_dir}")
+    try:
+        if stop is not None:
+            _read_until(proc, "joining the job at")
+            proc.send_signal(stop)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    lines = err.strip().splitlines()
+    if stop is not None:  # _read_until read the first line
+        lines.insert(0, f"process {process_id} of 2: joining the job at 127.0.0.1: (read)")
+    assert lines[0].startswith(f"process {process_id} of 2: joining the job at 127.0.0.1:"), err
+    if stop is None:
+        assert proc.returncode == 69 and lines[-1].startswith("error: the 2-process job did not start within 3 s"), err
+    else:
+        assert proc.returncode == 143 and lines[-1] == "terminated (SIGTERM) before the run could save anything", err
+    assert len(lines) == 2 and not os.path.exists(run_dir)
+
+
 def _read_until(proc: subprocess.Popen, text: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

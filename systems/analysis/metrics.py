@@ -53,7 +53,7 @@ PROGRESS_COLUMNS = ("env_steps", "wall_time")  # required; every other progress 
 EVAL_COLUMNS = ("env_steps", "wall_time", "episodes", "mean_return")
 # Config fields that never tell two configurations apart: the seed (what the CI is over) and where the run lives.
 NON_GROUPING_FIELDS = frozenset(
-    {"seed", "logdir", "run_dir", "resume", "quiet", "process_id", "coordinator_address"}
+    {"seed", "logdir", "run_dir", "resume", "quiet", "process_id", "coordinator_address", "startup_timeout"}
 )
 BOOTSTRAP_SAMPLES = 10_000
 BOOTSTRAP_SEED = 0

@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import sys
 import threading
+import time
 
 import jax
 
@@ -19,29 +21,78 @@ from systems.common.config import ConfigError
 _initialized = False
 
 
-def initialize(coordinator_address: str, num_processes: int, process_id: int) -> None:
-    """Joins the job (no-op for a single process). Raises ConfigError (one line) on inconsistent flags."""
+class JobDidNotStart(RuntimeError):
+    """The multi-host job did not form within `--startup_timeout` (a missing peer, an unreachable coordinator) or
+    JAX refused to join it; one line. The launchers exit 69 (sysexits.h EX_UNAVAILABLE) without finalizing: the
+    thread still waiting inside JAX cannot be stopped."""
+
+
+def check_address(address: str) -> None:
+    """HOST:PORT with a port in 1-65535 (JAX takes `nohostport` to an IndexError and `localhost:notaport` to a
+    segmentation fault)."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--coordinator_address must be HOST:PORT with a port in 1-65535, got {address!r}")
+
+
+def initialize(coordinator_address: str, num_processes: int, process_id: int, timeout_s: int = 120) -> None:
+    """Joins the job (no-op for a single process), saying so on stderr first. Raises ConfigError (one line) on
+    inconsistent flags and `JobDidNotStart` when the job has not formed after `timeout_s`. JAX's own timeout aborts
+    the process (SIGABRT and a C++ stack trace) and its wait ignores Ctrl-C, so the join runs in a thread while
+    the main thread waits, handling signals and the deadline; JAX's deadline is set past ours."""
     global _initialized
     if num_processes <= 1:
         if process_id != 0:
             raise ConfigError(f"--process_id={process_id} needs --num_processes > 1")
+        if coordinator_address:
+            raise ConfigError("--coordinator_address needs --num_processes > 1 (the processes in the job); without "
+                              "it this process would train alone")
         return
     if not coordinator_address:
         raise ConfigError("--num_processes > 1 needs --coordinator_address=HOST:PORT (the address of process 0)")
+    check_address(coordinator_address)
     if not 0 <= process_id < num_processes:
         raise ConfigError(f"--process_id must be in [0, {num_processes}), got {process_id}")
+    if timeout_s < 1:
+        raise ConfigError(f"--startup_timeout must be >= 1 second, got {timeout_s}")
     if _initialized:
         return
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     sigterm = signal.getsignal(signal.SIGTERM)
-    jax.distributed.initialize(
-        coordinator_address=coordinator_address, num_processes=num_processes, process_id=process_id
-    )
+    print(f"process {process_id} of {num_processes}: joining the job at {coordinator_address} (waiting up to "
+          f"{timeout_s} s for every process, --startup_timeout)", file=sys.stderr, flush=True)
+    _join_in_thread(coordinator_address, num_processes, process_id, timeout_s)
     if sigterm is not None and threading.current_thread() is threading.main_thread():
         # JAX's preemption notifier takes SIGTERM over (and the run went on to its end): give it back to the
         # launcher's handler, which checkpoints and exits 143 as in a single-process run.
         signal.signal(signal.SIGTERM, sigterm)
     _initialized = True
+
+
+def _join_in_thread(coordinator_address: str, num_processes: int, process_id: int, timeout_s: int) -> None:
+    errors: list[BaseException] = []
+
+    def join() -> None:
+        try:
+            jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
+                                       process_id=process_id, initialization_timeout=timeout_s + 600)
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread
+            errors.append(error)
+
+    thread = threading.Thread(target=join, name="jax-distributed-initialize", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while thread.is_alive():  # short joins: Ctrl-C and SIGTERM reach the launcher's handlers while it waits
+        if time.monotonic() >= deadline:
+            who = ("the other processes did not all join" if process_id == 0
+                   else f"the coordinator at {coordinator_address} (process 0) did not answer or a peer is missing")
+            raise JobDidNotStart(f"the {num_processes}-process job did not start within {timeout_s} s: {who}; start "
+                                 "every process with the same --coordinator_address and --num_processes, or raise "
+                                 "--startup_timeout")
+        thread.join(0.25)
+    if errors:
+        first = (str(errors[0]).strip().splitlines() or [type(errors[0]).__name__])[0]
+        raise JobDidNotStart(f"could not join the {num_processes}-process job at {coordinator_address}: {first}")
 
 
 def pmap_devices(devices: list) -> list | None:

@@ -29,7 +29,7 @@ CONFIG_FILE = "config.json"
 RESUMABLE_FIELDS = frozenset({
     "track", "wandb_project", "wandb_entity", "wandb_group",
     "total_steps", "time_limit", "target_return", "eval_every", "eval_episodes", "eval_deterministic",
-    "checkpoint_every", "quiet", "resume", "logdir", "step_time",
+    "checkpoint_every", "quiet", "resume", "logdir", "step_time", "startup_timeout",
 })
 
 _FLAG_NAMES = {"env_id": "env"}  # config fields whose flag has another name

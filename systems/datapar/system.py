@@ -73,6 +73,7 @@ class DataParallelConfig(config_lib.TrainConfig):
     coordinator_address: str = ""  # host:port of process 0 (multi-host)
     num_processes: int = 1
     process_id: int = 0
+    startup_timeout: int = 120  # seconds a multi-host process waits for the whole job to join
     debug: bool = False  # check after every update that all replicas hold bit-identical parameters
 
 
@@ -163,7 +164,8 @@ def make_agent(config: DataParallelConfig):
 def run(config: DataParallelConfig) -> dict:
     """Trains data-parallel A2C (BA3C); returns the summary (also written to `<run dir>/summary.json`)."""
     validate(config)
-    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id)
+    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,
+                           config.startup_timeout)
     devices = select_devices(config)
     num_local = len(devices)
     num_global = num_local * jax.process_count()

@@ -93,6 +93,7 @@ class GossipConfig(config_lib.TrainConfig):
     coordinator_address: str = ""
     num_processes: int = 1
     process_id: int = 0
+    startup_timeout: int = 120  # seconds a multi-host process waits for the whole job to join
 
 
 class GossipState(NamedTuple):
@@ -181,7 +182,8 @@ class CosineLog:
 def run(config: GossipConfig) -> dict:
     """Trains GALA-A2C; returns the summary (also written to `<run dir>/summary.json`)."""
     validate(config)
-    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id)
+    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,
+                           config.startup_timeout)
     config = resolve(config)
     if config.gossip == "pmap":
         return _run_pmap(config)

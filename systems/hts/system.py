@@ -73,6 +73,7 @@ class HTSConfig(config_lib.TrainConfig):
     coordinator_address: str = ""  # host:port of process 0 (multi-host)
     num_processes: int = 1
     process_id: int = 0
+    startup_timeout: int = 120  # seconds a multi-host process waits for the whole job to join
     debug: bool = False  # check after every update that all learner replicas hold bit-identical parameters
     ordered_reduction: bool = False  # average gradients in replica order: the same bits whatever the process split
 
@@ -132,7 +133,8 @@ def validate(config: HTSConfig) -> None:
 def _resolve_layout(config: HTSConfig) -> tuple[HTSConfig, layout_lib.Layout]:
     """Joins the job (multi-host), picks the devices, and records them in the config (config.json); process p > 0
     gets its own run directory (`distributed.per_process_config`)."""
-    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id)
+    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,
+                           config.startup_timeout)
     layout = layout_lib.resolve(config)
     if layout.num_replicas > 1 and (config.normalize_obs or config.normalize_reward):
         raise config_lib.ConfigError(
