@@ -13,6 +13,7 @@ import glob
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -266,12 +267,40 @@ def test_ctrl_c_at_any_moment_of_start_up_exits_130_with_one_line(tmp_path, mome
         (dict(total_steps=32), "less than one round"),
         (dict(total_steps=10**12), "int32"),
         (dict(num_envs=100_000_000), "above the limit"),
+        # Issue 27: tracebacks after the run directory was written, and a hang before it.
+        (dict(seed=-1), "--seed must be in [0, 2,146,435,071], got -1"),
+        (dict(seed=10**14), "--seed must be in [0,"),
+        (dict(eval_episodes=10**9), "--eval_episodes=1,000,000,000 is above the limit of 10,000"),
     ],
 )
 def test_nonsense_values_are_refused_with_one_line(overrides, message):
     config = dataclasses.replace(HTSConfig(env_id="CartPole-v1", num_envs=4, sync_interval=16), **overrides)
-    with pytest.raises(config_lib.ConfigError, match=message.replace("(", r"\(")):
+    with pytest.raises(config_lib.ConfigError, match=re.escape(message)):
         hts_validate(config)  # the on-policy checks and HTS's own
+
+
+@pytest.mark.parametrize("launcher, flags, message", [
+    ("pal", dict(env="CartPole-v1", buffer_size=10**11), "--buffer_size=100,000,000,000 (the replay buffer) needs "),
+    ("pal", dict(env="CartPole-v1", num_actors=5_000), "--num_actors=5,000 is above the limit of 1,024 threads"),
+    ("pal", dict(env="CartPole-v1", seed=10**14), "--seed must be in [0,"),
+    ("spreeze", dict(env="Pendulum-v1", num_samplers=100_000), "--num_samplers=100,000 is more processes than"),
+    ("spreeze", dict(env="Pendulum-v1", buffer_size=10**10), "(the shared replay) needs "),
+    ("spreeze", dict(env="Pendulum-v1", eval_episodes=10**9), "--eval_episodes=1,000,000,000 is above the limit"),
+])
+def test_sizes_beyond_the_machine_are_one_line_before_the_run_directory(tmp_path, capsys, launcher, flags, message):
+    """Issue 27: a 1.46 TiB buffer was a MemoryError traceback and 100,000 samplers forked until the machine
+    crawled; the limits are the machine's (`systems.common.limits`)."""
+    import importlib  # noqa: PLC0415
+
+    from tests.launchers import run_launcher  # noqa: PLC0415
+
+    run_dir = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_info:
+        run_launcher(importlib.import_module(f"launch.{launcher}").main, logdir=str(run_dir), **flags)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not run_dir.exists()
 
 
 @pytest.mark.parametrize("module, extra", [

@@ -116,9 +116,26 @@ def require_finite_numbers(config) -> None:
             raise ConfigError(f"--{field.name} must be a finite number, got {value}")
 
 
+# EnvPool seeds env i with seed + i as an int32, evaluation envs from seed + 10,000 (`learner.build`): the seeds
+# below this leave room for the most envs of a run and of an evaluation.
+MAX_SEED = 2**31 - 1 - 2**20
+MAX_EVAL_EPISODES = 10_000  # an evaluation steps one env per episode, all of them in one EnvPool
+
+
+def validate_run_fields(config) -> None:
+    """The checks every system's config shares: finite numbers, a seed EnvPool takes (-1 and 10^14 were tracebacks
+    after the run directory was written) and evaluation envs EnvPool can allocate (10^9 hung before it)."""
+    require_finite_numbers(config)
+    if not 0 <= config.seed <= MAX_SEED:
+        raise ConfigError(f"--seed must be in [0, {MAX_SEED:,}], got {config.seed:,}")
+    if config.eval_episodes > MAX_EVAL_EPISODES:
+        raise ConfigError(f"--eval_episodes={config.eval_episodes:,} is above the limit of {MAX_EVAL_EPISODES:,} (an "
+                          "evaluation steps one env per episode, all at once)")
+
+
 def validate(config: TrainConfig) -> None:
     """Raises ValueError with one clear line for the first bad value."""
-    require_finite_numbers(config)
+    validate_run_fields(config)
     positive = ("num_envs", "sync_interval", "total_steps", "num_epochs", "num_minibatches")
     for name in positive:
         if getattr(config, name) <= 0:

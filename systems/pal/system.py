@@ -44,6 +44,7 @@ import numpy as np
 from envs.episodes import EpisodeTracker, split_done
 from envs.factory import EnvSpec, make_pool, make_spec
 from systems.common import config as config_lib
+from systems.common import limits
 from systems.common.checkpoint import Checkpointing, checkpoint_dir
 from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
 from systems.common.evaluation import Evaluator
@@ -92,7 +93,7 @@ class PALConfig(OffPolicyConfig):
 def validate(config: PALConfig) -> None:
     """Raises ConfigError with one clear line for the first bad value."""
     error = config_lib.ConfigError
-    config_lib.require_finite_numbers(config)
+    config_lib.validate_run_fields(config)
     if config.algo not in ALGOS:
         raise error(f"--algo must be one of {', '.join(ALGOS)} for launch.pal, got '{config.algo}'")
     for name in ("num_actors", "envs_per_actor", "num_learners", "batch_size", "buffer_size", "total_steps",
@@ -102,6 +103,11 @@ def validate(config: PALConfig) -> None:
     for name in ("learning_starts", "eval_every", "eval_episodes", "checkpoint_every", "cores"):
         if getattr(config, name) < 0:
             raise error(f"--{name} must be non-negative, got {getattr(config, name)}")
+    limits.require_threads(config.num_actors, "num_actors")
+    limits.require_threads(config.num_learners, "num_learners")
+    if config.num_actors * config.envs_per_actor > config_lib.MAX_ENVS:
+        raise error(f"--num_actors x --envs_per_actor = {config.num_actors * config.envs_per_actor:,} envs is above "
+                    f"the limit of {config_lib.MAX_ENVS:,} envs per run")
     if config.learning_starts >= config.total_steps:
         raise error(f"--learning_starts={config.learning_starts:,} leaves no updates within --total_steps="
                     f"{config.total_steps:,}")
@@ -619,6 +625,7 @@ def run(config: PALConfig) -> dict:
     check_env(config, spec)
     agent = build_agent(config, spec)
     needed = buffer_bytes(config, agent, spec)
+    limits.require_memory(needed, f"--buffer_size={config.buffer_size:,} (the replay buffer)")
     if config.checkpoint_buffer and uses_frame_buffer(spec):
         raise config_lib.ConfigError("--checkpoint_buffer is not supported yet for image tasks (frame-indexed buffer)")
     profile = None

@@ -36,6 +36,7 @@ import numpy as np
 
 from envs.factory import make_spec
 from systems.common import config as config_lib
+from systems.common import limits
 from systems.common.checkpoint import Checkpointing, checkpoint_dir
 from systems.common.evaluation import EvaluationRecord
 from systems.common.learner import compile_in_background
@@ -75,7 +76,7 @@ class SpreezeConfig(OffPolicyConfig):
 
 def validate(config: SpreezeConfig) -> None:
     error = config_lib.ConfigError
-    config_lib.require_finite_numbers(config)
+    config_lib.validate_run_fields(config)
     if config.algo not in CONTINUOUS_ALGOS:
         raise error(f"--algo must be one of {', '.join(CONTINUOUS_ALGOS)} for launch.spreeze, got '{config.algo}'")
     for name in ("envs_per_sampler", "publish_every", "buffer_size", "total_steps"):
@@ -87,6 +88,10 @@ def validate(config: SpreezeConfig) -> None:
     for name in ("num_samplers", "batch_size", "learning_starts", "eval_every", "eval_episodes"):
         if getattr(config, name) < 0:
             raise error(f"--{name} must be non-negative, got {getattr(config, name)}")
+    limits.require_processes(config.num_samplers, "num_samplers")
+    if config.num_samplers * config.envs_per_sampler > config_lib.MAX_ENVS:
+        raise error(f"--num_samplers x --envs_per_sampler = {config.num_samplers * config.envs_per_sampler:,} envs "
+                    f"is above the limit of {config_lib.MAX_ENVS:,} envs per run")
     if config.transfer not in REPLAYS:
         raise error(f"--transfer must be one of {', '.join(REPLAYS)}, got '{config.transfer}'")
     if config.learning_rate <= 0 or not 0 < config.tau <= 1 or not 0 < config.gamma <= 1:
@@ -174,6 +179,8 @@ def run(config: SpreezeConfig) -> dict:
         raise config_lib.ConfigError(f"launch.spreeze needs continuous actions and vector observations; "
                                      f"{config.env_id} has {'continuous' if spec.continuous else 'discrete'} actions")
     agent = build_agent(config, spec)
+    row_bytes = sum(np.asarray(v, np.float32).nbytes for v in agent.example.values())  # the replay stores float32
+    limits.require_memory(row_bytes * config.buffer_size, f"--buffer_size={config.buffer_size:,} (the shared replay)")
     monitor = _make_monitor(config, agent)
     spreeze = _SpreezeRun(config, agent, monitor)
     interrupted = spreeze.train()
