@@ -146,6 +146,21 @@ def test_launcher_exits_3_with_one_line_on_a_nan_update(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("replay", ["per", "uniform"])
+def test_pal_dqn_divergence_is_one_line_and_exit_3(tmp_path, capsys, replay):
+    """Issue 27: the learner thread's `priorities must be finite` (the replay refusing NaN TD errors) came before
+    the monitor's non-finite guard saw the loss: a 37-line traceback and exit 1."""
+    from launch import pal as launch_pal  # noqa: PLC0415
+    from tests.launchers import run_launcher  # noqa: PLC0415
+
+    with pytest.raises(SystemExit) as exit_info:
+        run_launcher(launch_pal.main, env="CartPole-v1", replay=replay, learning_rate=1e30, total_steps=20_000,
+                     learning_starts=500, eval_episodes=0, logdir=str(tmp_path / "run"), quiet=True)
+    assert exit_info.value.code == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: [pal] update ") and " is nan" in err[0], err
+
+
 # ---------------------------------------------------------------------------------------------------- SIGTERM
 
 

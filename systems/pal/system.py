@@ -437,6 +437,9 @@ class ParameterServer:
                 self.state, metrics, priorities = self.agent.update(self.state, batch, weights)
                 priorities = np.asarray(priorities)  # [N, b]; waits for the step
                 self.update_seconds += time.perf_counter() - start
+                if not np.isfinite(priorities).all():  # diverged: no replay can take these priorities
+                    self._report_divergence(metrics)
+                    return
                 for learner_id in range(self.num_learners):
                     self.outboxes[learner_id].put(priorities[learner_id])
                 self.gate.add_update()
@@ -448,6 +451,14 @@ class ParameterServer:
             if self.reports is not None:
                 self._maybe_report(None, *self.gate.snapshot(), force=True)
                 self.reports.put(None)
+
+    def _report_divergence(self, metrics) -> None:
+        """Hands the update whose TD errors are not finite to the monitor, whose non-finite guard stops the run with
+        one line and exit 3 as for any other system, instead of the buffer's ValueError from a learner thread (a
+        traceback). Its parameters are not kept: the newest checkpoint stays the last finite one."""
+        collected, updates = self.gate.snapshot()
+        self._reported_updates = None
+        self._maybe_report(metrics, collected, updates + 1, force=True)
 
     def _next_sample(self):
         while True:
