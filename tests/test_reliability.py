@@ -379,6 +379,15 @@ def test_resume_may_change_the_length_and_reporting(tmp_path):
     assert summary["resumed_from_env_steps"] == 128 and summary["env_steps"] == 256
 
 
+def test_resuming_a_finished_run_keeps_its_sps(tmp_path):
+    """Issue 27: `--resume` of a finished run trained nothing and rewrote summary.json with `"sps": 0.0`."""
+    config = _finished_sync_run(tmp_path)
+    with open(os.path.join(config.logdir, "summary.json")) as f:
+        first = json.load(f)["sps"]
+    summary = hts.run(dataclasses.replace(config, resume=True))
+    assert first > 0 and summary["env_steps"] == 128 and summary["sps"] == first
+
+
 def test_a_run_directory_in_use_is_refused_and_freed_when_its_holder_is_killed(tmp_path):
     from systems.common import rundir
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import math
 import os
 import sys
@@ -192,6 +193,17 @@ class Monitor:
             return int(self.progress.env_steps_of(state))
         return int(state.update_step) * self.steps_per_round
 
+    def _sps(self, elapsed: float) -> float:
+        """Env steps per second of this session; a resumed run that had nothing left to train keeps the SPS its
+        earlier summary reported (not 0), or the whole run's steps over its wall time where there is none."""
+        if self.env_steps > self.start_steps:
+            return (self.env_steps - self.start_steps) / max(elapsed, 1e-9)
+        try:
+            with open(os.path.join(self.run_dir, "summary.json")) as f:
+                return float(json.load(f)["sps"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return self.env_steps / max(self.wall_time(), 1e-9)
+
     def wall_time(self) -> float:
         return self.wall_offset + time.perf_counter() - self._t0
 
@@ -328,7 +340,7 @@ class Monitor:
             "env_steps": self.env_steps,
             "updates": int(self.state.update_step),
             "wall_time": self.wall_time(),
-            "sps": (self.env_steps - self.start_steps) / max(elapsed, 1e-9),
+            "sps": self._sps(elapsed),
             "interrupted": interrupted,
             "stopped_by_time_limit": self.stopped_by_time_limit,
             "max_policy_lag": self.max_policy_lag,
