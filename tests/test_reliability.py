@@ -286,6 +286,7 @@ def test_ctrl_c_at_any_moment_of_start_up_exits_130_with_one_line(tmp_path, mome
         (dict(seed=-1), "--seed must be in [0, 2,146,435,071], got -1"),
         (dict(seed=10**14), "--seed must be in [0,"),
         (dict(eval_episodes=10**9), "--eval_episodes=1,000,000,000 is above the limit of 10,000"),
+        (dict(capture_video=True, eval_episodes=0), "--capture_video films an evaluation episode"),  # was a no-op
     ],
 )
 def test_nonsense_values_are_refused_with_one_line(overrides, message):

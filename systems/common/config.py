@@ -128,6 +128,8 @@ def validate_run_fields(config) -> None:
     require_finite_numbers(config)
     if not 0 <= config.seed <= MAX_SEED:
         raise ConfigError(f"--seed must be in [0, {MAX_SEED:,}], got {config.seed:,}")
+    if config.capture_video and config.eval_episodes == 0:
+        raise ConfigError("--capture_video films an evaluation episode, and --eval_episodes=0 turns evaluation off")
     if config.eval_episodes > MAX_EVAL_EPISODES:
         raise ConfigError(f"--eval_episodes={config.eval_episodes:,} is above the limit of {MAX_EVAL_EPISODES:,} (an "
                           "evaluation steps one env per episode, all at once)")

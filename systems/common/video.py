@@ -22,7 +22,9 @@ result says whether the episode was complete.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import io
 import os
 import secrets
@@ -94,17 +96,19 @@ def output_path(path: str) -> str:
 class _Mp4Writer:
     """Streams frames to an H.264 MP4 (imageio's ffmpeg writer; yuv420p, so odd sizes are padded by one pixel)."""
 
-    def __init__(self, tmp_path: str, fps: float):
+    def __init__(self, tmp_path: str, fps: float, path: str):
         import imageio  # noqa: PLC0415 - optional extra
 
+        # ffmpeg shares our stderr: "quiet", so that a failure is our one line naming the file, not its own ten.
         self._writer = imageio.get_writer(tmp_path, format="FFMPEG", mode="I", fps=fps, codec="libx264",
-                                          pixelformat="yuv420p", macro_block_size=1, ffmpeg_log_level="error")
+                                          pixelformat="yuv420p", macro_block_size=1, ffmpeg_log_level="quiet")
+        self._path = path
         self.frames = 0
 
     def append(self, frame: np.ndarray) -> None:
         height, width = frame.shape[:2]
         frame = np.pad(frame, ((0, height % 2), (0, width % 2), (0, 0)), mode="edge")
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), self._as_one_line():
             # The first frame starts ffmpeg (fork + exec, with a preexec_fn): JAX's at-fork hook warns about a
             # deadlock that cannot happen in a child that only calls exec.
             warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
@@ -112,7 +116,18 @@ class _Mp4Writer:
         self.frames += 1
 
     def close(self) -> None:
-        self._writer.close()
+        with self._as_one_line():
+            self._writer.close()
+
+    @contextlib.contextmanager
+    def _as_one_line(self):
+        """imageio's encoder error holds ffmpeg's command and output over ten lines (issue 27): an OSError naming
+        the video instead, with the error's first line, which the launchers print as one line and exit 74."""
+        try:
+            yield
+        except (OSError, RuntimeError) as error:
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise OSError(errno.EIO, f"the video encoder (ffmpeg) stopped: {first}", self._path) from None
 
 
 class _GifWriter:
@@ -162,7 +177,7 @@ class _Film:
         suffix = os.path.splitext(path)[1].lower()
         self.path = path
         self.tmp = os.path.join(directory, f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}{suffix}")
-        self.writer = _Mp4Writer(self.tmp, fps) if suffix == ".mp4" else _GifWriter(self.tmp, fps)
+        self.writer = _Mp4Writer(self.tmp, fps, path) if suffix == ".mp4" else _GifWriter(self.tmp, fps)
         self.preview = drawing.FrameSampler(PREVIEW_FRAMES)
 
     def add(self, frame: np.ndarray) -> None:
@@ -174,8 +189,11 @@ class _Film:
         os.replace(self.tmp, self.path)
 
     def discard(self) -> None:
+        """Drops the unfinished file; an error of the writer's own close must not hide the one that stopped it."""
         try:
             self.writer.close()
+        except OSError:
+            pass
         finally:
             try:
                 os.remove(self.tmp)
