@@ -38,6 +38,7 @@ import dataclasses
 import json
 import os
 import sys
+import tempfile
 import time
 import warnings
 
@@ -144,6 +145,25 @@ def _validate_flags() -> None:
             video.check_path(_VIDEO.value)
         except ValueError as error:
             raise ConfigError(str(error)) from None
+    for flag, path in (("capture_video", _VIDEO.value), ("eval_gif", _GIF.value), ("eval_out", _OUT.value)):
+        if path is not None:
+            _require_writable(flag, path)
+
+
+def _require_writable(flag: str, path: str) -> None:
+    """Before the evaluation runs: the file's directory exists (it is created) and takes a file (issue 27: a video
+    to an unwritable path was a traceback after the evaluation, whose result was lost with it)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"--{flag}={path}: cannot create its directory {directory} ({error.strerror or error})"
+                          ) from None
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
+            pass
+    except OSError as error:
+        raise ConfigError(f"--{flag}={path}: cannot write in {directory} ({error.strerror or error})") from None
 
 
 def evaluate() -> dict:
@@ -188,6 +208,25 @@ def evaluate() -> dict:
         "gif": None,
         "video": None,
     }
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    write_json_atomic(out, result)  # first without the films: a failed one must not lose the evaluation
+    try:
+        _film(result, restored, act, params, seed, evaluator)
+    except OSError as error:
+        what = f"cannot write {error.filename}: " if error.filename else ""
+        raise FilmNotWritten(f"{what}{error.strerror or error}; the evaluation itself is saved in {out}") from None
+    if result["gif"] or result["video"]:
+        write_json_atomic(out, result)
+    result["out"] = out
+    return result
+
+
+class FilmNotWritten(RuntimeError):
+    """A GIF or video could not be written after the evaluation ran (full disk, ...); one line, exit 74."""
+
+
+def _film(result: dict, restored, act, params, seed: int, evaluator: Evaluator) -> None:
+    """`--eval_gif` and `--capture_video`: one more episode each, filmed; their entries of the result."""
     if _GIF.value:
         frames, stride, gif_return, gif_length = record_episode(
             restored.spec, act, params, seed=seed, max_frames=_GIF_FRAMES.value
@@ -202,10 +241,6 @@ def evaluate() -> dict:
         film = evaluator.record_video(params, _VIDEO.value)
         fields = (f.name for f in dataclasses.fields(film) if f.name != "preview")  # the preview is TensorBoard's
         result["video"] = {name: getattr(film, name) for name in fields}
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    write_json_atomic(out, result)
-    result["out"] = out
-    return result
 
 
 def describe(result: dict) -> str:
@@ -242,6 +277,9 @@ def main(argv):
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    except FilmNotWritten as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(74)
     print(describe(result), flush=True)
 
 

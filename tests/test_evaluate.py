@@ -194,9 +194,11 @@ def _other_env(tmp_path, hts_run):
         (lambda tmp, run: run, dict(eval_num_episodes=0), "--eval_num_episodes"),
         (lambda tmp, run: "", {}, "--run is required"),
         (lambda tmp, run: run, dict(capture_video="ep.avi"), "--capture_video must name an .mp4 or .gif"),
+        # Issue 27: a traceback after the evaluation ran, which was lost with it.
+        (lambda tmp, run: run, dict(capture_video="/etc/passwd/ep.mp4"), "cannot create its directory /etc/passwd"),
     ],
     ids=["missing-dir", "no-config", "no-checkpoint", "unsupported-system", "other-network", "learner", "episodes",
-         "no-run", "video-format"],
+         "no-run", "video-format", "video-unwritable"],
 )
 def test_bad_input_is_one_line_and_exit_2(hts_run, tmp_path, capsys, make_run, flags, message):
     run_dir = make_run(tmp_path, hts_run)
@@ -209,3 +211,22 @@ def test_bad_input_is_one_line_and_exit_2(hts_run, tmp_path, capsys, make_run, f
     assert len(err.splitlines()) == 1
     assert not os.path.exists(tmp_path / "eval.json")
 
+
+
+def test_a_video_that_cannot_be_written_keeps_the_evaluation(hts_run, tmp_path, capsys, monkeypatch):
+    """The encoder fails after the evaluation ran (a stand-in that exits at once, as ffmpeg on a full disk): one
+    line naming the video and where the evaluation is, exit 74, and evaluation.json written."""
+    fake = tmp_path / "ffmpeg"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = "-version" ] && echo "ffmpeg version 6.0" && exit 0; done\n'
+                    "exit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", str(fake))
+    out, video = tmp_path / "eval.json", tmp_path / "videos" / "ep.mp4"
+    with flagsaver.flagsaver(run=hts_run, eval_out=str(out), capture_video=str(video)):
+        with pytest.raises(SystemExit) as exit_info:
+            launch_evaluate.main([])
+    assert exit_info.value.code == 74
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: cannot write {video}: the video encoder (ffmpeg) stopped")
+    assert err[0].endswith(f"; the evaluation itself is saved in {out}")
+    assert _read(out)["episodes"] == 10 and os.listdir(video.parent) == []
