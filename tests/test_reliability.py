@@ -548,6 +548,8 @@ def test_a_full_disk_stops_the_run_with_one_line_and_leaves_whole_files(tmp_path
     assert proc.returncode == 74, err[-3000:]
     lines = _our_lines(err)
     assert len(lines) == 1 and lines[0].startswith("error: cannot write ") and "File too large" in lines[0], lines
+    named = lines[0][len("error: cannot write "):].split(": ")[0]
+    assert named.startswith(run_dir) and not os.path.isdir(named), named  # a file, not its directory (issue 27)
     left = [os.path.join(root, name) for root, _, names in os.walk(run_dir) for name in names if ".tmp" in name]
     assert left == []
     deadline = time.monotonic() + 30  # Spreeze's children exit with the learner

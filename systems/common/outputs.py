@@ -269,6 +269,8 @@ class TensorBoardScalars:
         os.makedirs(directory, exist_ok=True)
         with naming_the_file(directory):
             self._writer = EventsWriter(os.path.join(directory, "events"))
+        # A failed write names the event file (issue 27: the directory was named), as every other file is named.
+        self.path = getattr(self._writer, "_file_name", directory)
         self._flush_every_s = flush_every_s
         self._next_flush = time.monotonic() + flush_every_s
 
@@ -276,7 +278,7 @@ class TensorBoardScalars:
         from tensorboardX.proto.event_pb2 import Event  # noqa: PLC0415
         from tensorboardX.summary import scalar  # noqa: PLC0415
 
-        with naming_the_file(self.directory):
+        with naming_the_file(self.path):
             self._writer.write_event(Event(wall_time=time.time(), step=int(step), summary=scalar(tag, value)))
             if time.monotonic() >= self._next_flush:
                 self._writer.flush()
@@ -291,12 +293,12 @@ class TensorBoardScalars:
         height, width, channels = shape
         image = Summary.Image(height=height, width=width, colorspace=channels, encoded_image_string=gif)
         summary = Summary(value=[Summary.Value(tag=tag, image=image)])
-        with naming_the_file(self.directory):
+        with naming_the_file(self.path):
             self._writer.write_event(Event(wall_time=time.time(), step=int(step), summary=summary))
             self._writer.flush()
 
     def close(self) -> None:
-        with naming_the_file(self.directory):
+        with naming_the_file(self.path):
             self._writer.close()
 
 
