@@ -359,6 +359,19 @@ def test_a_second_run_without_resume_is_refused_and_leaves_the_first_untouched(t
     assert _snapshot(config.logdir) == before
 
 
+def test_a_directory_whose_run_saved_nothing_names_the_way_out(tmp_path):
+    """Issue 27: a run stopped before its first checkpoint left a directory that --resume and a plain rerun both
+    refused, neither saying what to do."""
+    import shutil  # noqa: PLC0415
+
+    config = _finished_sync_run(tmp_path)
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    shutil.copy(os.path.join(config.logdir, "config.json"), stopped)  # what a run writes before its first save
+    with pytest.raises(config_lib.ConfigError, match="stopped before saving anything .* remove the directory"):
+        hts.run(dataclasses.replace(config, logdir=str(stopped)))
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(num_envs=8), r"--num_envs=8 differs from the run's 4"),
     (dict(env_id="Acrobot-v1"), r"--env=Acrobot-v1 differs from the run's CartPole-v1"),

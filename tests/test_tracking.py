@@ -43,3 +43,18 @@ def test_track_without_wandb_is_one_line(tmp_path):
     assert result.stderr.strip().splitlines() == [
         'error: --track needs Weights & Biases, an optional extra: python -m pip install -e ".[wandb]"']
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_track_without_a_login_is_one_line_before_anything_is_written(tmp_path):
+    """Issue 27: without WANDB_MODE=offline and without an API key, W&B raised a 45-line traceback after the run
+    directory was written, which then refused a rerun."""
+    code = ("import os, sys, runpy\n"
+            "for name in ('WANDB_MODE', 'WANDB_API_KEY'): os.environ.pop(name, None)\n"
+            f"os.environ['HOME'] = {str(tmp_path)!r}; os.environ.pop('NETRC', None)  # no ~/.netrc\n"
+            f"sys.argv = ['launch.hts', '--env=CartPole-v1', '--track', '--logdir={tmp_path / 'run'}']\n"
+            "runpy.run_module('launch.hts', run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --track needs a W&B login: run `wandb login`"), lines
+    assert not (tmp_path / "run").exists()

@@ -93,6 +93,11 @@ def holder_pid(path: str) -> int | None:
 def _check_existing(path: str, config: Any, may_change: frozenset) -> None:
     previous = _read_config(path)
     if not config.resume:
+        if previous is not None and _saved_nothing(path):
+            raise ConfigError(
+                f"--logdir {path} holds a run that stopped before saving anything (no checkpoint, so --resume "
+                "cannot continue it); remove the directory to start again, or choose another directory"
+            )
         if previous is not None:
             raise ConfigError(
                 f"--logdir {path} already holds a run ({CONFIG_FILE}); pass --resume to continue it, or choose "
@@ -111,6 +116,15 @@ def _check_existing(path: str, config: Any, may_change: frozenset) -> None:
             f"--resume: --{flag}={_show(value)} differs from the run's {_show(previous[name])} ({path}/{CONFIG_FILE});"
             f" a resumed run may change only --{', --'.join(sorted(allowed - {'resume', 'logdir'}))}"
         )
+
+
+def _saved_nothing(path: str) -> bool:
+    """No checkpoint (`checkpoints/`, every system's) and no summary: a run stopped before its first save."""
+    try:
+        saved = os.listdir(os.path.join(path, "checkpoints"))
+    except OSError:
+        saved = []
+    return not saved and not os.path.exists(os.path.join(path, "summary.json"))
 
 
 def _read_config(path: str) -> dict | None:

@@ -9,8 +9,10 @@ multi-process job only process 0 tracks."""
 from __future__ import annotations
 
 import dataclasses
+import netrc
 import os
 import secrets
+import urllib.parse
 from typing import Any
 
 from systems.common.atomic import write_atomic
@@ -20,12 +22,32 @@ WANDB_MISSING = '--track needs Weights & Biases, an optional extra: python -m pi
 _RUN_ID_FILE = "wandb_run_id"
 
 
+WANDB_NO_LOGIN = ("--track needs a W&B login: run `wandb login` or set WANDB_API_KEY; or set WANDB_MODE=offline "
+                  "to keep the W&B run in <run dir>/wandb (no account, no network; `wandb sync` uploads it later)")
+_LOCAL_MODES = ("offline", "disabled", "dryrun")
+
+
 def require_wandb() -> None:
-    """ConfigError (one line) when the wandb package is not installed."""
+    """ConfigError (one line) when the wandb package is not installed, or when W&B would need an account it has no
+    key for (issue 27: a 45-line traceback after the run directory was written). Called before the run starts."""
     try:
         import wandb  # noqa: F401, PLC0415 - an optional extra
     except ImportError:
         raise ConfigError(WANDB_MISSING) from None
+    if os.environ.get("WANDB_MODE", "").lower() not in _LOCAL_MODES and not _has_api_key():
+        raise ConfigError(WANDB_NO_LOGIN)
+
+
+def _has_api_key() -> bool:
+    """WANDB_API_KEY, or the netrc entry `wandb login` writes for W&B's host."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urllib.parse.urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or ""
+    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
 
 
 class Tracker:
@@ -36,11 +58,16 @@ class Tracker:
         import wandb  # noqa: PLC0415 - an optional extra
 
         run_id = _run_id(run_dir)
-        self._run = wandb.init(
-            project=config.wandb_project, entity=config.wandb_entity or None, group=config.wandb_group or None,
-            name=os.path.basename(os.path.normpath(run_dir)), id=run_id, resume="allow", dir=run_dir,
-            config=dataclasses.asdict(config), settings=wandb.Settings(console="off", silent=True),
-        )
+        try:
+            self._run = wandb.init(
+                project=config.wandb_project, entity=config.wandb_entity or None, group=config.wandb_group or None,
+                name=os.path.basename(os.path.normpath(run_dir)), id=run_id, resume="allow", dir=run_dir,
+                config=dataclasses.asdict(config), settings=wandb.Settings(console="off", silent=True),
+            )
+        except Exception as error:  # noqa: BLE001 - W&B's errors (no network, a bad key) are many and long
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ConfigError(f"--track: W&B could not start its run ({first}); WANDB_MODE=offline keeps it in "
+                              "<run dir>/wandb") from None
 
     def log(self, values: dict, step: int) -> None:
         """Numeric `values` at env step `step` (W&B drops a step below one it has seen: rows a resume repeats)."""
