@@ -8,6 +8,7 @@ never writes a non-finite checkpoint and leaves the last finite one newest; SIGT
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import glob
 import json
@@ -503,6 +504,43 @@ def test_resume_cuts_a_row_torn_by_a_kill_so_the_report_reads_the_run(tmp_path):
     sync.run(dataclasses.replace(config, resume=True, total_steps=8 * 64))
     run = metrics.load_run(config.logdir)
     assert run.progress["env_steps"][-1] == 512 and metrics.steady_state_sps(run) > 0  # every row whole
+
+
+def test_resume_drops_the_rows_logged_after_its_checkpoint(tmp_path):
+    """Issue 27: after a kill, progress.csv kept the rows past the checkpoint the resumed run restarted from, so its
+    env steps repeated."""
+    config = _config(tmp_path, eval_episodes=0, checkpoint_every=128)
+    sync.run(config)  # 6 rounds of 64 env steps, checkpoints at 128, 256 and 384
+    for path in list_checkpoints(config.logdir)[-1:]:
+        os.remove(path)  # as if killed after logging 384 but before its checkpoint: the resume starts at 256
+    os.remove(os.path.join(config.logdir, "summary.json"))
+    summary = sync.run(dataclasses.replace(config, resume=True))
+    with open(os.path.join(config.logdir, "progress.csv")) as f:
+        steps = [int(row["env_steps"]) for row in csv.DictReader(f)]  # the file itself (load_run keeps the newest)
+    assert summary["resumed_from_env_steps"] == 256 and steps == [64, 128, 192, 256, 320, 384], steps
+
+
+def test_a_changed_layout_flag_is_named_not_the_env_count_it_sets(tmp_path):
+    """Issue 27: Spreeze's resume refusal named --num_envs (derived) when the user had changed --num_samplers."""
+    from systems.common import rundir  # noqa: PLC0415
+
+    @dataclasses.dataclass(frozen=True)
+    class Layout:  # field order as SpreezeConfig's: the derived num_envs comes first
+        num_envs: int = 1
+        num_samplers: int = 1
+        resume: bool = False
+
+    rundir.claim(str(tmp_path), Layout()).release()
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(dataclasses.asdict(Layout()), f)
+    with pytest.raises(config_lib.ConfigError, match="--num_samplers=2 differs from the run's 1"):
+        rundir.claim(str(tmp_path), Layout(num_envs=2, num_samplers=2, resume=True))
+
+
+def test_a_logdir_through_dot_dot_creates_no_directory_on_the_way(tmp_path):
+    """Issue 27: `--logdir=a/../b` left an empty `a`."""
+    sync.run(_config(tmp_path, total_steps=64, eval_episodes=0, logdir=str(tmp_path / "a" / ".." / "b")))
+    assert sorted(os.listdir(tmp_path)) == ["b"] and os.path.exists(tmp_path / "b" / "summary.json")
 
 
 # ----------------------------------------------------------------------------------------- file-system errors

@@ -118,11 +118,13 @@ class Monitor:
         self.progress = progress
         self.checkpointing = checkpointing
         self.policy_params = policy_params or (lambda s: s.params)
-        self.run_dir = config.logdir or default_run_dir(system, config)
+        # normpath: `--logdir=a/../b` is b, and must not create an empty a on the way (issue 27).
+        self.run_dir = os.path.normpath(config.logdir) if config.logdir else default_run_dir(system, config)
         self._claim(may_change_on_resume)
         self._resume(state)
         self.outputs = RunOutputs(self.run_dir, config, append=config.resume, quiet=config.quiet,
-                                  progress_fields=PROGRESS_BASE + tuple(progress.metric_columns))
+                                  progress_fields=PROGRESS_BASE + tuple(progress.metric_columns),
+                                  resumed_from=self.resumed_from)
         self._plan_steps()
         self.evaluator = evaluator if config.eval_episodes > 0 else None
         self._next_eval = self._next_multiple(config.eval_every)

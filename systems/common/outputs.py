@@ -7,6 +7,7 @@ import collections
 import csv
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import sys
@@ -93,10 +94,12 @@ class RunOutputs:
     """Writes one run directory. `append=True` (resume) keeps the CSVs and adds to them."""
 
     def __init__(self, run_dir: str, config: Any, *, append: bool, quiet: bool = False,
-                 progress_fields: tuple[str, ...] = PROGRESS_BASE):
+                 progress_fields: tuple[str, ...] = PROGRESS_BASE, resumed_from: int | None = None):
         """`progress_fields`: progress.csv's columns (the system's schema). A resumed run keeps the columns its
-        progress.csv already has, so a run from before a schema change stays one consistent table."""
+        progress.csv already has, so a run from before a schema change stays one consistent table, and drops the
+        rows logged after `resumed_from` env steps (its checkpoint's): the resumed run logs those steps again."""
         self.run_dir = run_dir
+        self._resumed_from = resumed_from
         os.makedirs(run_dir, exist_ok=True)
         # First: without the wandb extra this stops with one line before any file is written.
         self._tracker = Tracker(run_dir, config) if getattr(config, "track", False) else None
@@ -114,6 +117,8 @@ class RunOutputs:
         exists = append and os.path.exists(path)
         if exists:
             _drop_torn_last_line(path)
+            if self._resumed_from is not None:
+                _drop_rows_after(path, self._resumed_from)
             exists = os.path.getsize(path) > 0  # a torn header is rewritten
         if exists:
             with open(path, newline="") as existing:
@@ -251,6 +256,29 @@ def _drop_torn_last_line(path: str) -> None:
             return
         cut = tail.rfind(b"\n")
         f.truncate(size - len(tail) + cut + 1 if cut >= 0 else 0)
+
+
+def _drop_rows_after(path: str, env_steps: int) -> None:
+    """Rows past the checkpoint a run resumes from were logged after it, by the run that was then killed; the
+    resumed run logs those env steps again, so they would repeat (issue 27). Rewritten atomically, only if any."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows or "env_steps" not in rows[0]:
+        return
+    column = rows[0].index("env_steps")
+
+    def keep(row: list) -> bool:
+        try:
+            return float(row[column]) <= env_steps
+        except (IndexError, ValueError):
+            return True
+
+    kept = [rows[0]] + [row for row in rows[1:] if keep(row)]
+    if len(kept) == len(rows):
+        return
+    text = io.StringIO()
+    csv.writer(text).writerows(kept)  # the csv module's own line ends, as the run's writers use
+    write_atomic(path, text.getvalue().encode())
 
 
 class TensorBoardScalars:

@@ -33,6 +33,7 @@ RESUMABLE_FIELDS = frozenset({
 })
 
 _FLAG_NAMES = {"env_id": "env"}  # config fields whose flag has another name
+_DERIVED_FIELDS = frozenset({"num_envs"})  # set by some systems from other flags (PAL's actors, Spreeze's samplers)
 
 
 class RunDirectory:
@@ -107,8 +108,9 @@ def _check_existing(path: str, config: Any, may_change: frozenset) -> None:
     if previous is None:
         raise ConfigError(f"--resume: {path} holds no run (no readable {CONFIG_FILE})")
     current = json.loads(json.dumps(dataclasses.asdict(config), default=json_default))
-    allowed = RESUMABLE_FIELDS | may_change
-    for name, value in current.items():
+    allowed = (RESUMABLE_FIELDS | may_change) & current.keys()
+    # num_envs last: PAL and Spreeze derive it from their layout flags, which are what a user changed (issue 27).
+    for name, value in sorted(current.items(), key=lambda item: item[0] in _DERIVED_FIELDS):
         if name in allowed or name not in previous or previous[name] == value:
             continue
         flag = _FLAG_NAMES.get(name, name)
