@@ -111,7 +111,7 @@ class Terminated(KeyboardInterrupt):
 def _stop(signum, frame):  # noqa: ARG001 - a signal handler's signature
     """The first Ctrl-C (KeyboardInterrupt) or SIGTERM (`Terminated`) stops the run, which then saves; any later one
     is only noted: GNU `timeout` and process managers signal a process and then its group, and a second exception
-    raised in the middle of the save lost the whole run (issue 27)."""
+    raised in the middle of the save would lose the whole run."""
     signal.signal(signal.SIGINT, _already_stopping)
     signal.signal(signal.SIGTERM, _already_stopping)
     raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt

@@ -151,8 +151,8 @@ def _validate_flags() -> None:
 
 
 def _require_writable(flag: str, path: str) -> None:
-    """Before the evaluation runs: the file's directory exists (it is created) and takes a file (issue 27: a video
-    to an unwritable path was a traceback after the evaluation, whose result was lost with it)."""
+    """Before the evaluation runs: the file's directory exists (it is created) and takes a file, so a bad path costs
+    no evaluation."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(directory, exist_ok=True)

@@ -1,6 +1,5 @@
-"""What this machine can hold, so a size flag beyond it is one `error:` line before anything is written (issue 27):
-`launch.pal --buffer_size=100000000000` asked for 1.46 TiB and died in a MemoryError traceback, and
-`launch.spreeze --num_samplers=100000` forked until the machine crawled.
+"""What this machine can hold, so a size flag beyond it is one `error:` line before anything is written, instead of a
+MemoryError traceback (a replay buffer of 10^11 rows) or a fork storm (100,000 sampler processes).
 
 Estimates, not guarantees: memory is the kernel's `MemAvailable` (what can be allocated without swapping), and a
 worker process is counted at `PROCESS_BYTES`, about what one of Spreeze's forked samplers holds (JAX, EnvPool and a

@@ -118,7 +118,7 @@ class Monitor:
         self.progress = progress
         self.checkpointing = checkpointing
         self.policy_params = policy_params or (lambda s: s.params)
-        # normpath: `--logdir=a/../b` is b, and must not create an empty a on the way (issue 27).
+        # normpath: `--logdir=a/../b` is b, and must not create an empty a on the way.
         self.run_dir = os.path.normpath(config.logdir) if config.logdir else default_run_dir(system, config)
         self._claim(may_change_on_resume)
         self._resume(state)

@@ -260,7 +260,7 @@ def _drop_torn_last_line(path: str) -> None:
 
 def _drop_rows_after(path: str, env_steps: int) -> None:
     """Rows past the checkpoint a run resumes from were logged after it, by the run that was then killed; the
-    resumed run logs those env steps again, so they would repeat (issue 27). Rewritten atomically, only if any."""
+    resumed run logs those env steps again, so they would repeat. Rewritten atomically, only if any."""
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
     if not rows or "env_steps" not in rows[0]:
@@ -297,7 +297,7 @@ class TensorBoardScalars:
         os.makedirs(directory, exist_ok=True)
         with naming_the_file(directory):
             self._writer = EventsWriter(os.path.join(directory, "events"))
-        # A failed write names the event file (issue 27: the directory was named), as every other file is named.
+        # A failed write names the event file, not its directory, as every other file is named.
         self.path = getattr(self._writer, "_file_name", directory)
         self._flush_every_s = flush_every_s
         self._next_flush = time.monotonic() + flush_every_s

@@ -109,7 +109,7 @@ def _check_existing(path: str, config: Any, may_change: frozenset) -> None:
         raise ConfigError(f"--resume: {path} holds no run (no readable {CONFIG_FILE})")
     current = json.loads(json.dumps(dataclasses.asdict(config), default=json_default))
     allowed = (RESUMABLE_FIELDS | may_change) & current.keys()
-    # num_envs last: PAL and Spreeze derive it from their layout flags, which are what a user changed (issue 27).
+    # num_envs last: PAL and Spreeze derive it from their layout flags, which are what a user changed.
     for name, value in sorted(current.items(), key=lambda item: item[0] in _DERIVED_FIELDS):
         if name in allowed or name not in previous or previous[name] == value:
             continue

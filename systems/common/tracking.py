@@ -29,7 +29,7 @@ _LOCAL_MODES = ("offline", "disabled", "dryrun")
 
 def require_wandb() -> None:
     """ConfigError (one line) when the wandb package is not installed, or when W&B would need an account it has no
-    key for (issue 27: a 45-line traceback after the run directory was written). Called before the run starts."""
+    key for (W&B's own error is a long traceback). Called before the run directory is written."""
     try:
         import wandb  # noqa: F401, PLC0415 - an optional extra
     except ImportError:

@@ -121,7 +121,7 @@ class _Mp4Writer:
 
     @contextlib.contextmanager
     def _as_one_line(self):
-        """imageio's encoder error holds ffmpeg's command and output over ten lines (issue 27): an OSError naming
+        """imageio's encoder error holds ffmpeg's command and output over ten lines: an OSError naming
         the video instead, with the error's first line, which the launchers print as one line and exit 74."""
         try:
             yield
