@@ -91,7 +91,7 @@ NORMALIZATION_SINGLE_LEARNER = (
 # an `HTSConfig`; a system that has a field of the same name (BA3C's `debug`, ...) keeps its own.
 RETIRED_HTS_FIELDS = frozenset({
     "num_actors", "env_batch_size", "inference_batch", "actor_devices", "learner_devices", "coordinator_address",
-    "num_processes", "process_id", "debug", "ordered_reduction",
+    "num_processes", "process_id", "debug", "ordered_reduction", "startup_timeout",
 })
 
 
