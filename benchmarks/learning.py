@@ -202,6 +202,17 @@ NOTES = {
         "peer (-83). Here BA3C's large-batch Adam holds at batch 1280 (-86.4 [-89.0, -84.3]) where plain Adam falls "
         "back (-104.5 [-130.8, -87.7]), the direction seed 001 reports."
     ),
+    "CartPole-v1 dqn": (
+        "DQN does not stay solved on CartPole on either side: every side's greedy evaluations swing between about "
+        "20 and 500 to the end, and the share of second-half evaluations at or above 475 is 0.28 for the peer, 0.30 "
+        "for PAL with prioritized replay and 0.18 with uniform replay (means over seeds). Prioritized replay solved "
+        "5 of 5 seeds (median first at 30k steps) and ends highest (300 [256, 335]); uniform replay solved 3 of 5 "
+        "(60k) and ends lowest (212 [119, 292], seed 0 never above 220): here PER is at least as sample-efficient "
+        "as uniform replay, as seed 003 expects. PAL runs its family preset (rl-zoo3's LunarLander DQN: 1 update "
+        "per env step, batch 128, target copy every 250 updates); the peer runs rl-zoo3's CartPole-tuned one "
+        "(128 updates of batch 64 every 256 env steps, target copy every 10 env steps, learning rate 2.3e-3). "
+        "Loads of 1.8-4.6: the cores were shared with the test suite; CPU time is the fair cost."
+    ),
     "Breakout-v5": (
         "the README's main command (`launch.hts --game=Breakout`, HTS-PPO with CleanRL's Atari settings), one seed: "
         "evaluation return 1.9 at 50k steps, 13 at 450k, 17-24 from 750k on (final metric 19.15). The run "
