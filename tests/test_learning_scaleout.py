@@ -52,15 +52,17 @@ print(json.dumps(system.run(config)))
 """
 
 # GALA as Algorithm 1 runs it: asynchronous learner threads, so the run depends on thread timing and no seed fixes
-# it. Measured at 25k-step evaluations (results/learning_cpu.md, seeds 0 and 1): first >= 450 at 25k and 100k env
-# steps; the budget leaves twice the slower one.
-_GALA_ASYNC = _GALA.replace('gossip="pmap"', 'gossip="async"').replace("total_steps=100_000", "total_steps=200_000")
+# it. Over the learning benchmark's ten runs (results/learning_cpu.md, CartPole-v1 a2c, both presets) the first
+# evaluation >= 450 came at 25k to 175k env steps; the budget leaves more than twice the slowest (a 200k budget
+# failed once on a loaded machine: best 395).
+_GALA_ASYNC = (_GALA.replace('gossip="pmap"', 'gossip="async"').replace("total_steps=100_000", "total_steps=400_000")
+               .replace("eval_every=12_500", "eval_every=25_000"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("code, devices, budget, round_steps",
                          [(_DATAPAR, 2, 80_000, 160), (_GALA, 4, 100_000, 320), (_BA3C_1280, 4, 300_000, 1280),
-                          (_GALA_ASYNC, 1, 200_000, 320)],
+                          (_GALA_ASYNC, 1, 400_000, 320)],
                          ids=["datapar-a2c", "gala-4", "ba3c-large-batch-1280", "gala-async"])
 def test_scaled_out_a2c_solves_cartpole(tmp_path, code, devices, budget, round_steps):
     run_dir = tmp_path / "run"
