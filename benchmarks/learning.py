@@ -594,8 +594,8 @@ def write_report(rows: list[dict]) -> None:
         f"threshold; Pendulum: Spreeze's), and the median env steps and wall time of each one's first "
         f"({_targets_text()}).",
         "",
-        "| task | steps | side | seeds | final metric [95% CI] | solved (median first: steps, time) | wall time (min) | CPU time "
-        "(min) | SPS | load |",
+        "| task | steps | side | seeds | final metric [95% CI] | solved (median first: steps, time) | wall time (min) "
+        "| CPU time (min) | SPS | load |",
         "| --- | ---: | --- | ---: | --- | --- | ---: | ---: | ---: | --- |",
     ]
     for name, task in TASKS.items():

@@ -175,7 +175,8 @@ _SMALL = ("--env=CartPole-v1", "--total_steps=100000000", "--checkpoint_every=64
     ("launch.pal", ("--learning_starts=200",)),
 ])
 def test_sigterm_saves_the_newest_parameters_writes_the_summary_and_exits_143(tmp_path, module, flags):
-    """A second stop signal during the save changes nothing (issue 27). Launch.spreeze's SIGTERM: tests/test_spreeze_system.py (with Ctrl-C, the same path)."""
+    """A second stop signal during the save changes nothing (issue 27). Launch.spreeze's SIGTERM:
+    tests/test_spreeze_system.py (with Ctrl-C, the same path)."""
     run_dir = str(tmp_path / "run")
     proc = _launch(module, *_SMALL, *flags, f"--logdir={run_dir}")
     try:
