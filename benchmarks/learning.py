@@ -213,6 +213,16 @@ NOTES = {
         "(128 updates of batch 64 every 256 env steps, target copy every 10 env steps, learning rate 2.3e-3). "
         "Loads of 1.8-4.6: the cores were shared with the test suite; CPU time is the fair cost."
     ),
+    "Pendulum-v1 sac": (
+        "run alone on the 2 cores (loads 1.5-2.3). Every side reaches -200. Spreeze (free-running samplers, 64x64 "
+        "networks) needs the most env steps (13k) but the least wall time to -200: 13 s median against 26 s for PAL "
+        "SAC and 36 s for SB3's SAC, and runs 20k steps in 0.4 min against 4.0; its final metric is the lowest "
+        "(-219 over 2 seeds; seed 1 ends at -262), as its updates per env step are fewer. PAL's SAC and TD3 end "
+        "within 15 of SB3's SAC (-148 and -150 against -136). SB3's TD3 runs rl-zoo3's setting of 10k random "
+        "steps before learning, so the last ten evaluations (11k-20k steps) include its first: its final metric "
+        "(-463) says little; it reached -200 at 15k steps in every seed. The peer's wall time is interpolated from "
+        "its training episodes' clock (module doc). Spreeze's third seed was stopped by the end of the session."
+    ),
     "Breakout-v5": (
         "the README's main command (`launch.hts --game=Breakout`, HTS-PPO with CleanRL's Atari settings), one seed: "
         "evaluation return 1.9 at 50k steps, 13 at 450k, 17-24 from 750k on (final metric 19.15). The run "
