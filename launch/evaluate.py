@@ -208,7 +208,6 @@ def evaluate() -> dict:
         "gif": None,
         "video": None,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     write_json_atomic(out, result)  # first without the films: a failed one must not lose the evaluation
     try:
         _film(result, restored, act, params, seed, evaluator)

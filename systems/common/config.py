@@ -14,6 +14,12 @@ class ConfigError(ValueError):
     """A user mistake found while starting a run (bad flag value, missing checkpoint): one line, exit 2."""
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an error's text (its type's name if it has none): what a one-line message quotes of a
+    library's multi-line error (JAX's, W&B's, imageio's)."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """The fields every system's run has: what it trains on, its seed and length, where it writes, how it is

@@ -16,7 +16,7 @@ import time
 
 import jax
 
-from systems.common.config import ConfigError
+from systems.common.config import ConfigError, first_line
 
 _initialized = False
 
@@ -91,8 +91,8 @@ def _join_in_thread(coordinator_address: str, num_processes: int, process_id: in
                                  "--startup_timeout")
         thread.join(0.25)
     if errors:
-        first = (str(errors[0]).strip().splitlines() or [type(errors[0]).__name__])[0]
-        raise JobDidNotStart(f"could not join the {num_processes}-process job at {coordinator_address}: {first}")
+        raise JobDidNotStart(f"could not join the {num_processes}-process job at {coordinator_address}: "
+                             f"{first_line(errors[0])}")
 
 
 def pmap_devices(devices: list) -> list | None:

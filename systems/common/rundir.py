@@ -19,6 +19,7 @@ import json
 import os
 from typing import Any
 
+from systems.common.checkpoint import checkpoint_dir
 from systems.common.config import ConfigError
 from systems.common.outputs import json_default
 
@@ -121,9 +122,10 @@ def _check_existing(path: str, config: Any, may_change: frozenset) -> None:
 
 
 def _saved_nothing(path: str) -> bool:
-    """No checkpoint (`checkpoints/`, every system's) and no summary: a run stopped before its first save."""
+    """No checkpoint (every system saves under `checkpoint_dir`) and no summary: a run stopped before its first
+    save."""
     try:
-        saved = os.listdir(os.path.join(path, "checkpoints"))
+        saved = os.listdir(checkpoint_dir(path))
     except OSError:
         saved = []
     return not saved and not os.path.exists(os.path.join(path, "summary.json"))

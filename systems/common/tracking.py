@@ -16,7 +16,7 @@ import urllib.parse
 from typing import Any
 
 from systems.common.atomic import write_atomic
-from systems.common.config import ConfigError
+from systems.common.config import ConfigError, first_line
 
 WANDB_MISSING = '--track needs Weights & Biases, an optional extra: python -m pip install -e ".[wandb]"'
 _RUN_ID_FILE = "wandb_run_id"
@@ -65,9 +65,8 @@ class Tracker:
                 config=dataclasses.asdict(config), settings=wandb.Settings(console="off", silent=True),
             )
         except Exception as error:  # noqa: BLE001 - W&B's errors (no network, a bad key) are many and long
-            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise ConfigError(f"--track: W&B could not start its run ({first}); WANDB_MODE=offline keeps it in "
-                              "<run dir>/wandb") from None
+            raise ConfigError(f"--track: W&B could not start its run ({first_line(error)}); WANDB_MODE=offline keeps "
+                              "it in <run dir>/wandb") from None
 
     def log(self, values: dict, step: int) -> None:
         """Numeric `values` at env step `step` (W&B drops a step below one it has seen: rows a resume repeats)."""

@@ -40,6 +40,7 @@ from envs import rendering
 from envs.episodes import EpisodeTracker
 from envs.factory import EnvSpec, make_pool
 from systems.common import drawing
+from systems.common.config import first_line
 
 MAX_FRAMES = 4_500  # 5 minutes at 15 frames a second (Atari)
 GIF_FRAMES = 600  # the GIF fallback keeps at most this many frames, evenly spaced
@@ -126,8 +127,7 @@ class _Mp4Writer:
         try:
             yield
         except (OSError, RuntimeError) as error:
-            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise OSError(errno.EIO, f"the video encoder (ffmpeg) stopped: {first}", self._path) from None
+            raise OSError(errno.EIO, f"the video encoder (ffmpeg) stopped: {first_line(error)}", self._path) from None
 
 
 class _GifWriter:
