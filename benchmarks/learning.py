@@ -289,8 +289,9 @@ def our_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) ->
     if task.env_id == "Breakout-v5":  # the README's main command, with a budget and a seed
         args = ["--game=Breakout"]
     else:
-        # The off-policy launchers (pal, spreeze) always evaluate the greedy / mean action and have no such flag.
-        greedy = ["--eval_deterministic"] if spec.launcher in ("hts", "sync", "ba3c", "gala") else []
+        from launch.flagsets import taken_by  # noqa: PLC0415 - the off-policy launchers always evaluate greedily
+
+        greedy = ["--eval_deterministic"] if spec.launcher in taken_by("eval_deterministic") else []
         args = [f"--env={task.env_id}", *greedy, "--eval_episodes=10", f"--eval_every={eval_every(task)}"]
     args += list(spec.flags)
     if side == "hts_zoo":

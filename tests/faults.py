@@ -1,4 +1,5 @@
-"""Fault-injection helpers shared by the reliability tests (tests/test_reliability.py, tests/test_sweep.py)."""
+"""Fault-injection helpers shared by the reliability tests (tests/test_reliability.py, tests/test_sweep.py, and the
+video write failures of tests/test_video.py and tests/test_evaluate.py)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,14 @@ def wait_for_checkpoints(run_dir: str, proc: subprocess.Popen | None = None, cou
         time.sleep(0.1)
     err = proc.stderr.read()[-2000:] if proc is not None and proc.stderr is not None else ""
     raise AssertionError(f"no checkpoint appeared (exit {None if proc is None else proc.poll()}): {err}")
+
+
+def failing_ffmpeg(directory) -> str:
+    """The path of a stand-in ffmpeg (for IMAGEIO_FFMPEG_EXE) that answers `-version` and fails every encode at
+    once, as ffmpeg does on a full disk."""
+    path = os.path.join(str(directory), "ffmpeg")
+    with open(path, "w") as f:
+        f.write('#!/bin/sh\nfor a in "$@"; do [ "$a" = "-version" ] && echo "ffmpeg version 6.0" && exit 0; done\n'
+                "exit 1\n")
+    os.chmod(path, 0o755)
+    return path

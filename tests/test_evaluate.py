@@ -22,6 +22,7 @@ from systems.common.learner import build
 from systems.common.outputs import params_fingerprint
 from systems.common.restore import restore_run
 from systems.registry import ENTRIES
+from tests.faults import failing_ffmpeg
 from tests.launchers import run_launcher
 
 
@@ -216,11 +217,7 @@ def test_bad_input_is_one_line_and_exit_2(hts_run, tmp_path, capsys, make_run, f
 def test_a_video_that_cannot_be_written_keeps_the_evaluation(hts_run, tmp_path, capsys, monkeypatch):
     """The encoder fails after the evaluation ran (a stand-in that exits at once, as ffmpeg on a full disk): one
     line naming the video and where the evaluation is, exit 74, and evaluation.json written."""
-    fake = tmp_path / "ffmpeg"
-    fake.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = "-version" ] && echo "ffmpeg version 6.0" && exit 0; done\n'
-                    "exit 1\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", str(fake))
+    monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", failing_ffmpeg(tmp_path))
     out, video = tmp_path / "eval.json", tmp_path / "videos" / "ep.mp4"
     with flagsaver.flagsaver(run=hts_run, eval_out=str(out), capture_video=str(video)):
         with pytest.raises(SystemExit) as exit_info:

@@ -38,6 +38,7 @@ from systems.hts.system import HTSConfig
 from systems.hts.system import validate as hts_validate
 from systems.sync import system as sync
 from tests.faults import start_run_dir_holder, wait_for_checkpoints
+from tests.multidevice import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -199,14 +200,6 @@ def test_sigterm_saves_the_newest_parameters_writes_the_summary_and_exits_143(tm
     assert int(os.path.basename(newest)[5:17]) == summary["env_steps"]  # the newest, not the last periodic one
 
 
-def _free_port() -> int:
-    import socket  # noqa: PLC0415
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.parametrize("module, process_id, stop", [
     ("launch.hts", 1, None),  # no coordinator: --startup_timeout ends the wait
     ("launch.ba3c", 0, signal.SIGTERM),  # the coordinator waits for a peer that never comes: SIGTERM ends it
@@ -215,7 +208,7 @@ def test_a_multi_host_job_that_does_not_form_ends_with_one_line(tmp_path, module
     """Issue 27: a missing coordinator or peer hung in silence past 140 s and ignored Ctrl-C and SIGTERM."""
     run_dir = str(tmp_path / "run")
     proc = _launch(module, "--env=CartPole-v1", "--num_processes=2", f"--process_id={process_id}",
-                   f"--coordinator_address=127.0.0.1:{_free_port()}", "--startup_timeout=3", f"--logdir={run_dir}")
+                   f"--coordinator_address=127.0.0.1:{free_port()}", "--startup_timeout=3", f"--logdir={run_dir}")
     try:
         if stop is not None:
             _read_until(proc, "joining the job at")

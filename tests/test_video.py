@@ -24,6 +24,7 @@ from PIL import Image
 from envs import rendering
 from envs.factory import make_pool, make_spec
 from systems.common import drawing, video
+from tests.faults import failing_ffmpeg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -160,15 +161,11 @@ def test_a_training_run_films_each_evaluation_to_files_tensorboard_and_wandb(tmp
 def test_a_video_the_encoder_cannot_write_stops_the_run_with_one_line_naming_it(tmp_path):
     """Issue 27: an encoder failure printed ffmpeg's command and output over ten lines, and the error line did not
     name the file. The encoder here is a stand-in that fails as ffmpeg does on a full disk: it exits at once."""
-    fake = tmp_path / "ffmpeg"
-    fake.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = "-version" ] && echo "ffmpeg version 6.0" && exit 0; done\n'
-                    "exit 1\n")
-    fake.chmod(0o755)
     run_dir = tmp_path / "run"
     result = subprocess.run(
         [sys.executable, "-m", "launch.hts", "--env=CartPole-v1", "--num_envs=4", "--sync_interval=16",
          "--total_steps=2048", "--eval_episodes=1", "--eval_every=512", "--capture_video", f"--logdir={run_dir}",
-         "--quiet"], cwd=ROOT, env=dict(os.environ, IMAGEIO_FFMPEG_EXE=str(fake)), capture_output=True, text=True,
+         "--quiet"], cwd=ROOT, env=dict(os.environ, IMAGEIO_FFMPEG_EXE=failing_ffmpeg(tmp_path)), capture_output=True, text=True,
         timeout=300)
     assert result.returncode == 74, result.stderr
     video = run_dir / "videos" / "eval-000000000512-v8.mp4"
