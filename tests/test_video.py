@@ -165,8 +165,8 @@ def test_a_video_the_encoder_cannot_write_stops_the_run_with_one_line_naming_it(
     result = subprocess.run(
         [sys.executable, "-m", "launch.hts", "--env=CartPole-v1", "--num_envs=4", "--sync_interval=16",
          "--total_steps=2048", "--eval_episodes=1", "--eval_every=512", "--capture_video", f"--logdir={run_dir}",
-         "--quiet"], cwd=ROOT, env=dict(os.environ, IMAGEIO_FFMPEG_EXE=failing_ffmpeg(tmp_path)), capture_output=True, text=True,
-        timeout=300)
+         "--quiet"], cwd=ROOT, env=dict(os.environ, IMAGEIO_FFMPEG_EXE=failing_ffmpeg(tmp_path)), capture_output=True,
+        text=True, timeout=300)
     assert result.returncode == 74, result.stderr
     video = run_dir / "videos" / "eval-000000000512-v8.mp4"
     lines = result.stderr.strip().splitlines()  # "... stopped: [Errno 32] Broken pipe; the run stopped ..."
