@@ -1,4 +1,4 @@
-"""Exact formulations of a VALID 2-D convolution, for the Atari and GFootball CNNs on XLA CPU (issue 17).
+"""Exact formulations of a VALID 2-D convolution, for the Atari and GFootball CNNs on XLA CPU.
 
 XLA CPU runs a float32 matrix product near 200 GFLOPS on two cores but the Nature CNN's convolutions near 33
 GFLOPS, and which form of the same convolution is fastest differs between the forward pass, the gradient and the

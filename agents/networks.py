@@ -20,7 +20,7 @@ both heads.
   0, where PyTorch draws them like the weights).
 
 The CNNs' convolutions have `nn.Conv`'s parameters and function, computed in the forms of a convolution plan
-(`agents.conv`; issue 17): on a CPU the fastest exact forms XLA CPU runs (`CPU_CONV_PLANS`, measured by
+(`agents.conv`): on a CPU the fastest exact forms XLA CPU runs (`CPU_CONV_PLANS`, measured by
 `benchmarks/cnn_cpu.py`), elsewhere XLA's own convolution (cuDNN on a GPU).
 """
 
@@ -74,7 +74,8 @@ def uniform_conv_plan(form: str, layers: int = 3) -> ConvPlan:
     return (LayerForms(form, form, form),) * layers
 
 
-# What every backend ran before issue 17: the first convolution as space-to-depth, the others as XLA's convolution.
+# The earlier plan of every backend, kept for comparison (`benchmarks/cnn_cpu.py`): the first convolution as
+# space-to-depth, the others as XLA's convolution.
 PREVIOUS_CPU_PLAN = (LayerForms("space_to_depth", "space_to_depth", "space_to_depth"),
                      LayerForms("direct", "direct", "direct"), LayerForms("direct", "direct", "direct"))
 # XLA CPU's fastest exact forms, measured by `benchmarks/cnn_cpu.py` (`benchmarks/results/cnn_cpu.md`, 2 cores):
@@ -120,7 +121,7 @@ class Conv(nn.Module):
         return conv_lib.conv(x, kernel, bias, self.stride, forward=forward, backward=backward)
 
 
-# Module names of the three convolutions as the torso had them before issue 17 (`Conv8x8Stride4_0`, then two
+# Module names of the three convolutions as the torso had them with `nn.Conv` (`Conv8x8Stride4_0`, then two
 # `nn.Conv`s): the same names give the same parameter tree, so earlier checkpoints load and the initial parameters
 # of a seed are unchanged.
 _TRUNK_NAMES = ("Conv8x8Stride4_0", "Conv_0", "Conv_1")

@@ -2,7 +2,7 @@
 against the measured consensus distance (Fig. 2a).
 
 * Fig. 3(a) (`fig3a.png`): expected runtime against the step-time variance 1/beta^2 at alpha = 4. Left, the unitless
-  model of Claim 1: Eq. (7) (`systems.analysis.theory.expected_runtime`), its exact value (`exact_runtime`, the
+  model of Claim 1: Eq. (7) (`analysis.theory.expected_runtime`), its exact value (`exact_runtime`, the
   expectation Eq. (7) approximates) and the Monte Carlo simulation (`simulate_runtime`, mean +- standard error).
   Right, real runs on CartPole-v1 with `--step_time=exp:MEAN` (beta = 1 / MEAN, variance MEAN^2): HTS-RL
   (`python -m launch.hts`, alpha = sync_interval = 4) and the synchronous baseline (`python -m launch.sync`, which
@@ -48,8 +48,8 @@ import time
 
 from absl import app, flags
 
+from analysis import theory
 from benchmarks.common import background_cores, cpu_ticks_by_pid, fmt, git_commit, machine, median
-from systems.analysis import theory
 
 _QUICK = flags.DEFINE_bool("quick", False, "Fewer and shorter runs, fewer simulation trials; writes *_quick files.")
 _OUT_DIR = flags.DEFINE_string("out_dir", "benchmarks/results", "Directory for the Markdown table and CSVs.")
@@ -607,7 +607,7 @@ def _header_lines(command, started, minutes, run_rows, figures) -> list[str]:
         + (f"**{busy_runs} of {len(loads)} runs had more than {BUSY_CORES:g} cores taken by other jobs** (a shared "
            "2-core machine): their times are inflated and noisier than on an idle machine." if busy_runs
            else f"no run had more than {BUSY_CORES:g} cores taken by other jobs."),
-        "- Formulas and simulations: `systems/analysis/theory.py` (tests: `tests/test_theory.py`). Figures: "
+        "- Formulas and simulations: `analysis/theory.py` (tests: `tests/test_theory.py`). Figures: "
         + ", ".join(f"`{p}`" for p in figures) + ".",
         "",
     ]
@@ -724,7 +724,7 @@ def _gala_lines(gala: list[dict]) -> list[str]:
         "||X - X_bar||_F over the learners' parameters, consensus_bound = `agents.gossip.ConsensusBound` from "
         "the learners' update norms. pmap: lock-step learners on 4 forced CPU devices, the bound's model is "
         "exact, so it must hold. async: the bound is fed once per round completed by every learner while the "
-        "distance is a snapshot at learner 0's iterations, so it is an estimate there (systems/gossip/system.py). "
+        "distance is a snapshot at learner 0's iterations, so it is an estimate there (systems/gala/system.py). "
         "distinct distances = how many different consensus_distance values the rows hold: in async mode the "
         "distance is measured once per learner-0 iteration (every learner's parameters snapshotted when learner "
         "0 finishes one) and repeated on the other learners' rows, so about a quarter of the rows with 4 "

@@ -289,7 +289,7 @@ def our_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) ->
     if task.env_id == "Breakout-v5":  # the README's main command, with a budget and a seed
         args = ["--game=Breakout"]
     else:
-        from launch.flagsets import taken_by  # noqa: PLC0415 - the off-policy launchers always evaluate greedily
+        from launch.flagsets import taken_by  # the off-policy launchers always evaluate greedily
 
         greedy = ["--eval_deterministic"] if spec.launcher in taken_by("eval_deterministic") else []
         args = [f"--env={task.env_id}", *greedy, "--eval_episodes=10", f"--eval_every={eval_every(task)}"]
@@ -312,7 +312,7 @@ def peer_command(task: Task, side: str, seed: int, run_dir: str) -> list[str]:
 def applies(side: str, task: Task) -> bool:
     """Whether a side has a row on `task`: the peer's flags and the family preset only where they differ from the
     default command."""
-    from systems.common.config import TASK_PRESETS  # noqa: PLC0415
+    from systems.common.config import TASK_PRESETS
 
     if side == "hts_zoo":
         return task.env_id in ZOO_FLAGS
@@ -413,7 +413,7 @@ def read_curve(task: str, side: str, seed: int) -> np.ndarray:
 
 def run_one(task_name: str, side: str, seed: int, work_dir: str) -> dict:
     """Runs (or resumes) one training run; returns its row. Raises RuntimeError when the run fails."""
-    from benchmarks.common import git_commit, machine  # noqa: PLC0415
+    from benchmarks.common import git_commit, machine
 
     task = TASKS[task_name]
     run_dir = os.path.abspath(os.path.join(work_dir, _dir_name(task_name), f"{side}-s{seed}"))
@@ -504,7 +504,7 @@ def random_return(env_id: str, episodes: int = 100, seed: int = 0) -> float:
             known = {r["env_id"]: float(r["mean_return"]) for r in csv.DictReader(f)}
     if env_id in known:
         return known[env_id]
-    from envs.factory import make_pool, make_spec  # noqa: PLC0415
+    from envs.factory import make_pool, make_spec
 
     with warnings.catch_warnings():  # gymnasium's note that EnvPool's float64 bounds become float32
         warnings.simplefilter("ignore", UserWarning)
@@ -536,7 +536,7 @@ def random_return(env_id: str, episodes: int = 100, seed: int = 0) -> float:
 def aggregate_lines(rows: list[dict]) -> list[str]:
     """The IQM and performance-profile view of each algorithm family over its tasks and seeds (rliable), with
     returns normalized per task: 0 = a uniformly random policy, 1 = the peer's mean final metric."""
-    from systems.analysis import aggregate  # noqa: PLC0415
+    from analysis import aggregate
 
     try:
         aggregate.require_rliable()
@@ -585,8 +585,8 @@ def aggregate_lines(rows: list[dict]) -> list[str]:
 
 
 def write_report(rows: list[dict]) -> None:
-    from systems.analysis import metrics as metrics_lib  # noqa: PLC0415
-    from systems.analysis import plots  # noqa: PLC0415
+    from analysis import metrics as metrics_lib
+    from analysis import plots
 
     lines = [
         "# Learning side by side with Stable-Baselines3 (rl-zoo3 tuned) at equal env steps",
@@ -669,7 +669,7 @@ def _duration(seconds: float) -> str:
 
 
 def _group(task: str, side: str, seeds: list[int]):
-    from systems.analysis import metrics as metrics_lib  # noqa: PLC0415
+    from analysis import metrics as metrics_lib
 
     runs = []
     for seed in seeds:
@@ -682,7 +682,7 @@ def _group(task: str, side: str, seeds: list[int]):
 
 
 def main(argv: list[str]) -> None:
-    import argparse  # noqa: PLC0415
+    import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default="CartPole-v1,Acrobot-v1,Hopper-v4,HalfCheetah-v4",

@@ -75,8 +75,8 @@ class Preset:
 
 def all_presets() -> list[Preset]:
     """Every (launcher, family, algorithm) combination the launchers have a preset for."""
-    from launch.pal import PRESETS as PAL_PRESETS  # noqa: PLC0415 (imports JAX; only the driver needs it)
-    from launch.spreeze import PRESETS as SPREEZE_PRESETS  # noqa: PLC0415
+    from launch.pal import PRESETS as PAL_PRESETS  # imports JAX; only the driver needs it
+    from launch.spreeze import PRESETS as SPREEZE_PRESETS
 
     one_round = ("--total_steps=1", "--eval_episodes=0")
     presets = []
@@ -205,13 +205,13 @@ def measure(preset: Preset, timeout_s: float) -> dict:
 
 def child_main(argv: list[str]) -> None:
     """Runs one launcher in this process, summing JAX's compile-phase durations into a JSON file at exit."""
-    import atexit  # noqa: PLC0415
-    import importlib  # noqa: PLC0415
+    import atexit
+    import importlib
 
-    import jax  # noqa: PLC0415
-    from absl import app  # noqa: PLC0415
+    import jax
+    from absl import app
 
-    from launch import cli  # noqa: PLC0415
+    from launch import cli
 
     launcher, out = argv[0], argv[1]
     launcher_args = argv[3:] if argv[2] == "--" else argv[2:]
@@ -260,7 +260,7 @@ def _cell(value: str, digits: int = 1) -> str:
 
 
 def write_markdown(rows: list[dict], path: str = MD_PATH) -> None:
-    from benchmarks.common import machine  # noqa: PLC0415
+    from benchmarks.common import machine
 
     dates = sorted({r["date"] for r in rows})
     commits = sorted({r["commit"] for r in rows})
@@ -292,9 +292,9 @@ def write_markdown(rows: list[dict], path: str = MD_PATH) -> None:
 
 
 def driver_main(argv: list[str]) -> None:
-    import argparse  # noqa: PLC0415
+    import argparse
 
-    from benchmarks.common import git_commit  # noqa: PLC0415
+    from benchmarks.common import git_commit
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="", help="comma-separated launchers (default: all)")

@@ -306,7 +306,7 @@ def _thread_targets(buf, n_threads, inserts, priorities, stop, counts, errors):
         def body():
             try:
                 fn(*args)
-            except BaseException as error:  # noqa: BLE001 - reported in the result
+            except BaseException as error:  # reported in the result
                 errors.append(repr(error))
                 stop.set()
 

@@ -4,7 +4,7 @@ learner over several devices and processes, on forced XLA CPU devices.
 
 Groups of rows:
 
-* `devices` (seed 001, Fig. 8 shape, weak scaling): `systems.datapar.system.run` on 1, 2 and 4 devices with the
+* `devices` (seed 001, Fig. 8 shape, weak scaling): `systems.ba3c.system.run` on 1, 2 and 4 devices with the
   local batch fixed (CartPole-v1: 16 envs x sync_interval 5 = 80 per device, RMSProp 7e-4, time to an evaluation
   return of 450; Breakout-v5: the BA3C network and optimizer, 8 envs x 4 = 32 per device, SPS only).
 * `hidden` (seed 001, Fig. 6 shape): Breakout-v5 data-parallel BA3C on one device with `--hidden` 256, 128, 64.
@@ -42,6 +42,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
+import itertools
 import json
 import os
 import shlex
@@ -93,7 +94,7 @@ class Row:
     """One table row: a system configuration measured `repeats` times."""
 
     group: str  # devices | hidden | gala | hts
-    system: str  # datapar | gala | hts
+    system: str  # datapar (BA3C, `launch.ba3c`; the key of the committed rows) | gala | hts
     env_id: str
     devices: int  # forced XLA CPU devices of each worker (datapar: num_devices; GALA pmap: one per learner)
     total_steps: int
@@ -217,14 +218,14 @@ def _make_config(job: dict):
         target_return=None if atari else TARGET_RETURN, checkpoint_every=0, logdir=job["logdir"], quiet=True,
     )
     if job["system"] == "datapar":
-        from systems.datapar.system import DataParallelConfig, run
+        from systems.ba3c.system import BA3CConfig, run
 
-        config = DataParallelConfig(num_devices=job["devices"], local_batch=job["local_batch"], hidden=job["hidden"],
+        config = BA3CConfig(num_devices=job["devices"], local_batch=job["local_batch"], hidden=job["hidden"],
                                     lr_scaling="none", **common, **values)
     else:
-        from systems.gossip.system import GossipConfig, run
+        from systems.gala.system import GALAConfig, run
 
-        config = GossipConfig(num_learners=NUM_LEARNERS, envs_per_learner=ENVS_PER_LEARNER, gossip=job["mode"],
+        config = GALAConfig(num_learners=NUM_LEARNERS, envs_per_learner=ENVS_PER_LEARNER, gossip=job["mode"],
                               lr_scaling="sqrt", **common, **values)
     return config, run
 
@@ -265,7 +266,7 @@ def _learning_rate(job: dict, config) -> float:
 def round_seconds(progress: list[dict]) -> float | None:
     """Median wall time between consecutive progress rows: seconds per round (per update, in steady state)."""
     times = [float(r["wall_time"]) for r in progress]
-    return median(b - a for a, b in zip(times, times[1:]))
+    return median(b - a for a, b in itertools.pairwise(times))
 
 
 def _read_csv(path: str) -> list[dict]:
@@ -701,8 +702,8 @@ def _gala_lines(gala: list[dict]) -> list[str]:
         "## GALA vs all-reduce A2C (seed 004)",
         "",
         f"CartPole-v1, {NUM_LEARNERS} learners x {ENVS_PER_LEARNER} envs, sync_interval 5 (80 data points per "
-        "learner per update). All-reduce A2C = `systems.datapar` on 4 devices, local batch 80, RMSProp lr 7e-4 "
-        "(not scaled: the GALA paper's A2C baseline uses the same base rate); GALA = `systems.gossip`, 1-peer "
+        "learner per update). All-reduce A2C = `systems.ba3c` on 4 devices, local batch 80, RMSProp lr 7e-4 "
+        "(not scaled: the GALA paper's A2C baseline uses the same base rate); GALA = `systems.gala`, 1-peer "
         "ring, lr 7e-4 x sqrt(4) = 1.4e-3, `async` (a thread per learner, 1 device) or `pmap` (lock-step, one "
         "learner per forced device). `exp:0.005` = every env step takes an exponential time of mean 5 ms: the "
         "lock-step systems wait for the slowest of all 64 envs at each step, an async GALA learner only for the "

@@ -224,7 +224,7 @@ class Executor:
                         self._pool.send(actions, np.asarray(spares, np.int32))
                 obs, rewards, terminated, truncated, info = self._pool.recv()
                 self._handle(obs, rewards, terminated, truncated, info)
-        except BaseException as error:  # noqa: BLE001 - handed to the actors, who re-raise it
+        except BaseException as error:  # handed to the actors, who re-raise it
             self._error = error
             self.buffer.close()
 

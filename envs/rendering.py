@@ -96,7 +96,7 @@ _MUJOCO_LOCK = threading.Lock()  # one OpenGL context per process: one thread re
 def _mujoco_context():
     """The process's OpenGL context for MuJoCo rendering (the `mujoco` package's, MUJOCO_GL=egl unless set)."""
     os.environ.setdefault("MUJOCO_GL", "egl")  # before `mujoco` is imported: it picks its backend at import
-    import mujoco  # noqa: PLC0415 - an optional extra, and only videos of MuJoCo tasks need it
+    import mujoco  # an optional extra, and only videos of MuJoCo tasks need it
 
     width, height = MUJOCO_SIZE
     return mujoco.GLContext(width, height)
@@ -109,6 +109,6 @@ def _mujoco_context_problem() -> str | None:
         _mujoco_context()
     except ImportError:
         return "the mujoco package is not installed"
-    except Exception as error:  # noqa: BLE001 - any backend failure (no EGL, no display) means: no renderer
+    except Exception as error:  # any backend failure (no EGL, no display) means: no renderer
         return f"MUJOCO_GL={os.environ.get('MUJOCO_GL')}: {type(error).__name__}: {str(error).splitlines()[0][:80]}"
     return None

@@ -13,7 +13,7 @@ from launch import cli
 cli.exit_at_once_on_signals()  # before the heavy imports below
 
 from launch import common, flagsets  # noqa: E402
-from systems.datapar import system  # noqa: E402
+from systems.ba3c import system  # noqa: E402
 
 FLAGS = flagsets.flag_values("ba3c")
 
@@ -21,10 +21,10 @@ FLAGS = flagsets.flag_values("ba3c")
 _BA3C_DEFAULTS = dict(optimizer="adam_large_batch", learning_rate=1e-3, anneal_lr=False, opt_eps=None)
 
 
-def make_config() -> system.DataParallelConfig:
+def make_config() -> system.BA3CConfig:
     uses_ba3c_adam = not common.flag_given(FLAGS, "optimizer") or FLAGS.optimizer == "adam_large_batch"
     config = common.config_from_flags(
-        FLAGS, system.DataParallelConfig, validate=False, algo="a2c",
+        FLAGS, system.BA3CConfig, validate=False, algo="a2c",
         defaults=dict(_BA3C_DEFAULTS if uses_ba3c_adam else {}, **common.NO_NORMALIZATION),
         extra=dict(num_devices=FLAGS.num_devices, hidden=FLAGS.hidden, adam_b1=FLAGS.adam_b1, adam_b2=FLAGS.adam_b2,
                    lr_scaling=FLAGS.lr_scaling or "none", debug=FLAGS.debug, **common.multihost_values(FLAGS)),

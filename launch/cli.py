@@ -14,7 +14,7 @@ from absl import flags
 EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 130, 143
 
 
-def _exit_at_once(signum, frame):  # noqa: ARG001 - a signal handler's signature
+def _exit_at_once(signum, frame):  # a signal handler's signature
     os.write(2, b"interrupted before the run started; nothing was saved\n")
     os._exit(EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED)
 
@@ -83,7 +83,7 @@ def launcher_parser(launcher: str, launcher_flags: flags.FlagValues, doc: str | 
 
 def algo_refusal(launcher: str, options: Sequence[str]) -> str | None:
     """One line for `--algo=X` that another launcher trains (`launch.hts --algo=dqn`: train it with launch.pal)."""
-    from launch import flagsets  # noqa: PLC0415
+    from launch import flagsets  # imports absl and the optimizer names only
 
     for token in options:
         if token.startswith("--algo="):
@@ -97,7 +97,7 @@ def algo_refusal(launcher: str, options: Sequence[str]) -> str | None:
 
 def unknown_flag_message(launcher: str, launcher_flags: flags.FlagValues, name: str) -> str:
     """One line for `--name` that `launch.<launcher>` does not take: who takes it, or the closest flag it has."""
-    from launch import flagsets  # noqa: PLC0415 - imports absl and the optimizer names only
+    from launch import flagsets  # imports absl and the optimizer names only
 
     others = [other for other in flagsets.taken_by(name) if other != launcher]
     if others:
@@ -108,7 +108,7 @@ def unknown_flag_message(launcher: str, launcher_flags: flags.FlagValues, name: 
 
 
 def print_launcher_help(launcher: str, launcher_flags: flags.FlagValues, doc: str | None, *, full: bool) -> None:
-    from launch import flagsets  # noqa: PLC0415
+    from launch import flagsets  # imports absl and the optimizer names only
 
     print((doc or f"python -m launch.{launcher}").strip())
     print(f"\nFlags of launch.{launcher}:\n")

@@ -98,7 +98,7 @@ def flag_given(launcher_flags: flags.FlagValues, name: str) -> bool:
 
 def launch(launcher: str, launcher_flags: flags.FlagValues, main: Callable[[list[str]], None], doc: str | None):
     """`app.run(main)` with the launcher's own flags (`launch.cli.launcher_parser`)."""
-    from absl import app  # noqa: PLC0415
+    from absl import app
 
     app.run(main, flags_parser=cli.launcher_parser(launcher, launcher_flags, doc))
 
@@ -108,7 +108,7 @@ class Terminated(KeyboardInterrupt):
     so every system's Ctrl-C path runs: newest checkpoint, summary, children stopped. Exit status 143."""
 
 
-def _stop(signum, frame):  # noqa: ARG001 - a signal handler's signature
+def _stop(signum, frame):  # a signal handler's signature
     """The first Ctrl-C (KeyboardInterrupt) or SIGTERM (`Terminated`) stops the run, which then saves; any later one
     is only noted: GNU `timeout` and process managers signal a process and then its group, and a second exception
     raised in the middle of the save would lose the whole run."""
@@ -117,7 +117,7 @@ def _stop(signum, frame):  # noqa: ARG001 - a signal handler's signature
     raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
-def _already_stopping(signum, frame):  # noqa: ARG001 - a signal handler's signature
+def _already_stopping(signum, frame):  # a signal handler's signature
     os.write(2, b"already stopping: saving the newest parameters first (SIGKILL abandons the save; the checkpoints "
                 b"written before stay whole)\n")
 
@@ -147,14 +147,14 @@ def run_main(
     try:
         config = make_config()
         if getattr(config, "track", False):
-            from systems.common.tracking import require_wandb  # noqa: PLC0415 - JAX starts after the XLA flags
+            from systems.common.tracking import require_wandb  # JAX starts after the XLA flags
 
             require_wandb()
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    from systems.common.distributed import JobDidNotStart  # noqa: PLC0415 - JAX starts after the XLA flags
-    from systems.common.finite import NonFiniteError  # noqa: PLC0415
+    from systems.common.distributed import JobDidNotStart  # JAX starts after the XLA flags
+    from systems.common.finite import NonFiniteError
 
     try:
         return run(config)
@@ -182,7 +182,7 @@ def run_main(
                   f"--logdir={stop.run_dir})", file=sys.stderr)
         else:
             print(f"{name} before the run could save anything", file=sys.stderr)
-        from systems.common.learner import compiles_in_progress  # noqa: PLC0415 - JAX starts after the XLA flags
+        from systems.common.learner import compiles_in_progress  # JAX starts after the XLA flags
 
         if compiles_in_progress():
             print("waiting for the update's compile to finish before exiting (XLA cannot stop one midway)",
@@ -206,7 +206,7 @@ def _exit_without_finalizing(status: int) -> None:
     while Python tore it down (exit -11 instead of 130). Used for a stop before the run could save anything, so
     nothing is lost, and for a process of a multi-process job once it has saved (`_multi_process`); EnvPool's own
     threads, if any, end with the process."""
-    from systems.common.learner import wait_for_compiles  # noqa: PLC0415 - JAX starts after the XLA flags
+    from systems.common.learner import wait_for_compiles  # JAX starts after the XLA flags
 
     wait_for_compiles()
     sys.stdout.flush()

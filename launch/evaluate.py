@@ -1,4 +1,4 @@
-"""`python -m launch.evaluate --run=DIR`: evaluate a saved policy with the papers' protocol (issue 6).
+"""`python -m launch.evaluate --run=DIR`: evaluate a saved policy with the papers' protocol.
 
 The policy is rebuilt from the run directory of any training launcher (`systems.common.restore`: config.json and the
 newest checkpoint) and played on evaluation envs by `systems.common.evaluation.Evaluator`, the protocol of seed 000,

@@ -16,7 +16,7 @@ cli.exit_at_once_on_signals()  # before the heavy imports below
 
 from envs.factory import family_of  # noqa: E402
 from launch import common, flagsets  # noqa: E402
-from systems.gossip import system  # noqa: E402
+from systems.gala import system  # noqa: E402
 
 FLAGS = flagsets.flag_values("gala")
 
@@ -26,9 +26,9 @@ _PRESET_ENVS_PER_LEARNER = {"gfootball": 4}
 _DEFAULT_LEARNERS = 4
 
 
-def make_config() -> system.GossipConfig:
+def make_config() -> system.GALAConfig:
     config = common.config_from_flags(
-        FLAGS, system.GossipConfig, validate=False, algo="a2c", defaults=common.NO_NORMALIZATION,
+        FLAGS, system.GALAConfig, validate=False, algo="a2c", defaults=common.NO_NORMALIZATION,
         extra=dict(num_learners=_DEFAULT_LEARNERS if FLAGS.num_learners is None else FLAGS.num_learners,
                    topology=FLAGS.topology, num_peers=FLAGS.num_peers, gossip=FLAGS.gossip,
                    max_staleness=FLAGS.max_staleness, log_grad_cosine=FLAGS.log_grad_cosine,

@@ -2,7 +2,7 @@
 
 Each RUN_DIR is a run directory (`--logdir` of launch.hts / sync / ba3c / gala) or a directory with run directories
 below it (a sweep directory of launch.sweep). Runs are grouped by the config fields in which they differ (seed
-aside) and reported with 95% bootstrap intervals over seeds (`systems.analysis.metrics`):
+aside) and reported with 95% bootstrap intervals over seeds (`analysis.metrics`):
 
 * a Table 1 / 2 style table: final metric, final time metric (`--report_time_limit`), required time in minutes to
   each of `--targets` ("a/b" like Table 2), SPS, largest policy lag, seeds;
@@ -11,7 +11,7 @@ aside) and reported with 95% bootstrap intervals over seeds (`systems.analysis.m
 * the HTS-over-sync speedup per step-time variance (Fig. 4 left) when hts and sync runs pair up;
 * with `--iqm`: each configuration's interquartile mean of the final metric over seeds with a stratified-bootstrap
   interval and, for runs of one task, performance profiles (rliable, the optional `rliable` extra);
-* with `--report_dir`: report.md and the figures (Fig. 5 curves, Fig. 4 panels; `systems.analysis.plots`).
+* with `--report_dir`: report.md and the figures (Fig. 5 curves, Fig. 4 panels; `analysis.plots`).
 
 Prints the report to stdout. Unfinished or interrupted runs are skipped with a warning on stderr; bad input (no
 runs, a directory that is not a run, an unreadable CSV, a bad flag) gives one `error:` line and exit code 2.
@@ -29,10 +29,10 @@ from collections.abc import Sequence
 import numpy as np
 from absl import app, flags
 
+from analysis import metrics as metrics_lib
+from analysis import plots as plots_lib
+from analysis import tables
 from launch import cli
-from systems.analysis import metrics as metrics_lib
-from systems.analysis import plots as plots_lib
-from systems.analysis import tables
 
 _TARGETS = flags.DEFINE_list(
     "targets", [], "Evaluation returns for the required time metric, e.g. 0.4,0.8 (Table 2: time to 0.4 / to 0.8)."
@@ -204,7 +204,7 @@ def _iqm_section(groups: list[metrics_lib.Group], report_dir: str | None) -> lis
     """`--iqm`: each configuration's IQM of the final metric over its runs (rliable), and with `report_dir` the
     IQM / performance-profile figure when every run is of one task (returns of different tasks do not compare)."""
     try:
-        from systems.analysis import aggregate  # noqa: PLC0415
+        from analysis import aggregate
 
         aggregate.require_rliable()
     except ImportError as error:

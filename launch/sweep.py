@@ -1,6 +1,6 @@
 """`python -m launch.sweep --system=hts --env=CartPole-v1 --sweep=num_actors=1,4,8,16 --seeds=0,1,2`: run one
-launcher over a grid of flag values and seeds (issue 6: the papers' sweeps, e.g. HTS-RL's number of actors and
-synchronization interval alpha, seed 000 section 5; the grid format and run layout: `systems/analysis/grid.py`).
+launcher over a grid of flag values and seeds (the papers' sweeps, e.g. HTS-RL's number of actors and
+synchronization interval alpha, seed 000 section 5; the grid format and run layout: `analysis/grid.py`).
 
 * `--system`: the launcher, `python -m launch.<system>` (hts, sync, ba3c, gala, pal, spreeze).
 * `--sweep=NAME=V1,V2,...`: any flag of that launcher; repeat it for a grid (the cartesian product, the last one
@@ -47,7 +47,7 @@ from typing import NoReturn
 
 from absl import app, flags
 
-from systems.analysis import grid as grid_lib
+from analysis import grid as grid_lib
 from systems.common import rundir
 from systems.common.outputs import format_duration, write_json_atomic
 from systems.registry import LAUNCHERS
@@ -195,7 +195,7 @@ def probe_main() -> None:
     each command line of the JSON request on stdin as the launcher would before training: its flags parse it
     (absl's own flags such as --verbosity included), then the launcher's `make_config()` builds and validates the
     config. Prints the flag names, `--resume` support and one error (or null) per command line."""
-    from launch import cli  # noqa: PLC0415
+    from launch import cli
 
     request = json.loads(sys.stdin.read())
     program = f"launch.{request['system']}"

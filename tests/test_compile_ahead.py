@@ -70,7 +70,7 @@ def test_pal_update_compiled_ahead_is_the_one_the_server_runs():
     store = ParameterStore(agent.policy_params(agent.initial_state.agent))
     server = ParameterServer(config, agent, agent.initial_state, buffer, store, gate, ThreadGroup(), None, [])
     server.compile_update_ahead()
-    server._wait_for_compile()  # noqa: SLF001 - what server_loop calls before its first step
+    server._wait_for_compile()  # what server_loop calls before its first step
     samples = [buffer.sample(server.sub_batch) for _ in range(config.num_learners)]
     batch = {name: np.stack([s.batch[name] for s in samples]) for name in samples[0].batch}  # as server_loop does
     weights = np.stack([s.weights for s in samples])

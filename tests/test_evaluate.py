@@ -100,7 +100,7 @@ def test_video_is_the_evaluations_first_episode_in_real_frames(hts_run, tmp_path
     info = result["video"]
     assert info["path"] == str(path) and info["real_frames"] and info["complete"]
     assert info["episode_return"] == result["returns"][0] == info["episode_length"]  # the evaluation's env 0
-    import imageio  # noqa: PLC0415 - the video extra (in the test extra)
+    import imageio  # the video extra (in the test extra
 
     with imageio.get_reader(str(path)) as reader:
         frames = [np.asarray(f) for f in reader]

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from systems.gossip.buffers import GossipNetwork, Message
+from systems.gala.buffers import GossipNetwork, Message
 
 
 def _ring_in_peers(num_learners, num_peers):
@@ -57,7 +57,7 @@ class _Run:
                         assert message.staleness == iteration - message.sent_iteration
                         self.staleness[learner].append(message.staleness)
                 self.iterations[learner] = iteration
-        except BaseException as error:  # noqa: BLE001 - re-raised in the test thread
+        except BaseException as error:  # re-raised in the test thread
             self.errors.append(error)
             self.stop.set()
 

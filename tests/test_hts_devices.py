@@ -51,7 +51,8 @@ def _runs(tmp_path, num_devices: int, runs: list[dict], base: str = "") -> list[
 
 def test_two_learner_replicas_bit_identical_across_actor_threads_batches_and_actor_devices(tmp_path):
     runs = [dict(num_actors=1, env_batch_size=4), dict(num_actors=2, env_batch_size=2),
-            dict(num_actors=3, env_batch_size=1), dict(num_actors=3, env_batch_size=3, actor_devices="0,1", learner_devices="1,2")]
+            dict(num_actors=3, env_batch_size=1),
+            dict(num_actors=3, env_batch_size=3, actor_devices="0,1", learner_devices="1,2")]
     results = _runs(tmp_path, 3, runs)  # --debug: the replicas were compared after every update
     assert [r["updates"] for r in results] == [6] * 4
     assert all(r["max_policy_lag"] == 1 for r in results)

@@ -1,6 +1,7 @@
 """The import map of WORKSPACE.md: the shared floors (`systems.common`, `systems.replay`, `systems.offpolicy`,
-`agents`, `envs`) import no system package, and no system imports another; only `systems.registry` and the launchers
-list the systems."""
+`agents`, `envs`) import no system package, no system imports another, and nothing in `systems`, `agents` or `envs`
+imports the tools above them (`analysis`, `launch`, `benchmarks`); only `systems.registry` and the launchers list
+the systems."""
 
 import ast
 import pathlib
@@ -8,8 +9,9 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SYSTEMS = ("hts", "sync", "datapar", "gossip", "pal", "spreeze", "analysis")
+SYSTEMS = ("hts", "sync", "ba3c", "gala", "pal", "spreeze")
 FLOORS = ("systems/common", "systems/replay", "systems/offpolicy", "agents", "envs")
+TOOLS = ("analysis", "launch", "benchmarks")  # above every system: nothing in systems/, agents/ or envs/ imports them
 
 
 def _imports(path: pathlib.Path) -> set[str]:
@@ -46,6 +48,20 @@ def test_no_system_imports_another(system):
         if _system_of(module) not in (None, system)
     }
     assert not offending, sorted(offending)
+
+
+@pytest.mark.parametrize("package", ["systems", "agents", "envs"])
+def test_systems_agents_and_envs_import_no_tool(package):
+    offending = {
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in (ROOT / package).rglob("*.py") for module in _imports(path) if module.split(".")[0] in TOOLS
+    }
+    assert not offending, sorted(offending)
+
+
+def test_every_system_folder_is_listed():
+    folders = {p.name for p in (ROOT / "systems").iterdir() if (p / "system.py").is_file()}
+    assert folders == set(SYSTEMS)
 
 
 def test_the_test_sees_a_back_import(tmp_path):

@@ -13,10 +13,10 @@ import json
 import pytest
 from multidevice import run_python
 
-_DATAPAR = """
+_ALLREDUCE_A2C = """
 import json, sys
-from systems.datapar import system
-config = system.DataParallelConfig(
+from systems.ba3c import system
+config = system.BA3CConfig(
     env_id="CartPole-v1", seed=3, num_devices=2, sync_interval=5, local_batch=80, total_steps=80_000,
     optimizer="rmsprop", learning_rate=7e-4, opt_eps=1e-5, eval_episodes=10, eval_every=12_500,
     eval_deterministic=True, quiet=True, logdir=sys.argv[1],
@@ -26,8 +26,8 @@ print(json.dumps(system.run(config)))
 
 _GALA = """
 import json, sys
-from systems.gossip import system
-config = system.GossipConfig(
+from systems.gala import system
+config = system.GALAConfig(
     env_id="CartPole-v1", seed=1, num_learners=4, envs_per_learner=16, sync_interval=5, total_steps=100_000,
     gossip="pmap", optimizer="rmsprop", learning_rate=7e-4, opt_eps=1e-5, eval_episodes=10, eval_every=12_500,
     eval_deterministic=True, quiet=True, logdir=sys.argv[1],
@@ -42,8 +42,8 @@ print(json.dumps(system.run(config)))
 # at 200k and 175k env steps (and then became unstable, so the test asks for the threshold within the budget).
 _BA3C_1280 = """
 import json, sys
-from systems.datapar import system
-config = system.DataParallelConfig(
+from systems.ba3c import system
+config = system.BA3CConfig(
     env_id="CartPole-v1", seed=0, num_devices=4, sync_interval=5, local_batch=320, total_steps=300_000,
     learning_rate=3e-3, eval_episodes=10, eval_every=25_000, eval_deterministic=True, quiet=True,
     logdir=sys.argv[1],
@@ -61,9 +61,9 @@ _GALA_ASYNC = (_GALA.replace('gossip="pmap"', 'gossip="async"').replace("total_s
 
 @pytest.mark.slow
 @pytest.mark.parametrize("code, devices, budget, round_steps",
-                         [(_DATAPAR, 2, 80_000, 160), (_GALA, 4, 100_000, 320), (_BA3C_1280, 4, 300_000, 1280),
+                         [(_ALLREDUCE_A2C, 2, 80_000, 160), (_GALA, 4, 100_000, 320), (_BA3C_1280, 4, 300_000, 1280),
                           (_GALA_ASYNC, 1, 400_000, 320)],
-                         ids=["datapar-a2c", "gala-4", "ba3c-large-batch-1280", "gala-async"])
+                         ids=["allreduce-a2c-2", "gala-4", "ba3c-large-batch-1280", "gala-async"])
 def test_scaled_out_a2c_solves_cartpole(tmp_path, code, devices, budget, round_steps):
     run_dir = tmp_path / "run"
     out = run_python(f"import sys; sys.argv = ['x', {str(run_dir)!r}]\n" + code, num_devices=devices)

@@ -152,8 +152,8 @@ def test_launcher_exits_3_with_one_line_on_a_nan_update(tmp_path):
 def test_pal_dqn_divergence_is_one_line_and_exit_3(tmp_path, capsys, replay):
     """Issue 27: the learner thread's `priorities must be finite` (the replay refusing NaN TD errors) came before
     the monitor's non-finite guard saw the loss: a 37-line traceback and exit 1."""
-    from launch import pal as launch_pal  # noqa: PLC0415
-    from tests.launchers import run_launcher  # noqa: PLC0415
+    from launch import pal as launch_pal
+    from tests.launchers import run_launcher
 
     with pytest.raises(SystemExit) as exit_info:
         run_launcher(launch_pal.main, env="CartPole-v1", replay=replay, learning_rate=1e30, total_steps=20_000,
@@ -301,9 +301,9 @@ def test_nonsense_values_are_refused_with_one_line(overrides, message):
 def test_sizes_beyond_the_machine_are_one_line_before_the_run_directory(tmp_path, capsys, launcher, flags, message):
     """Issue 27: a 1.46 TiB buffer was a MemoryError traceback and 100,000 samplers forked until the machine
     crawled; the limits are the machine's (`systems.common.limits`)."""
-    import importlib  # noqa: PLC0415
+    import importlib
 
-    from tests.launchers import run_launcher  # noqa: PLC0415
+    from tests.launchers import run_launcher
 
     run_dir = tmp_path / "run"
     with pytest.raises(SystemExit) as exit_info:
@@ -357,7 +357,7 @@ def test_a_second_run_without_resume_is_refused_and_leaves_the_first_untouched(t
 def test_a_directory_whose_run_saved_nothing_names_the_way_out(tmp_path):
     """Issue 27: a run stopped before its first checkpoint left a directory that --resume and a plain rerun both
     refused, neither saying what to do."""
-    import shutil  # noqa: PLC0415
+    import shutil
 
     config = _finished_sync_run(tmp_path)
     stopped = tmp_path / "stopped"
@@ -487,7 +487,7 @@ def test_evaluate_warns_of_a_bad_newest_checkpoint_and_restores_the_older(tmp_pa
 def test_resume_cuts_a_row_torn_by_a_kill_so_the_report_reads_the_run(tmp_path):
     """A run killed while writing a CSV row left a line without its newline; the resumed run glued its first row to
     it, and the report refused (or, with the right width by chance, misread) the file."""
-    from systems.analysis import metrics
+    from analysis import metrics
 
     config = _config(tmp_path, eval_episodes=0)
     sync.run(config)
@@ -516,7 +516,7 @@ def test_resume_drops_the_rows_logged_after_its_checkpoint(tmp_path):
 
 def test_a_changed_layout_flag_is_named_not_the_env_count_it_sets(tmp_path):
     """Issue 27: Spreeze's resume refusal named --num_envs (derived) when the user had changed --num_samplers."""
-    from systems.common import rundir  # noqa: PLC0415
+    from systems.common import rundir
 
     @dataclasses.dataclass(frozen=True)
     class Layout:  # field order as SpreezeConfig's: the derived num_envs comes first
@@ -613,14 +613,14 @@ def test_a_full_disk_stops_the_run_with_one_line_and_leaves_whole_files(tmp_path
 def test_gala_async_resumes_from_its_checkpoint(tmp_path):
     """Every checkpoint of GALA's default (async) mode used to end in IndexError on resume: the consensus-bound
     model indexed update norms the restored learners never had."""
-    from systems.gossip import system as gossip
+    from systems.gala import system as gala
 
-    config = gossip.GossipConfig(
+    config = gala.GALAConfig(
         env_id="CartPole-v1", seed=5, sync_interval=5, envs_per_learner=4, num_learners=3, total_steps=3 * 20 * 10,
         eval_episodes=0, quiet=True, logdir=str(tmp_path / "gala"), max_staleness=2,
     )
-    first = gossip.run(config)
-    resumed = gossip.run(dataclasses.replace(config, resume=True, total_steps=3 * 20 * 20))
+    first = gala.run(config)
+    resumed = gala.run(dataclasses.replace(config, resume=True, total_steps=3 * 20 * 20))
     assert resumed["resumed_from_env_steps"] == first["env_steps"] == 600
     assert resumed["env_steps"] == 1200 and sum(resumed["learner_iterations"]) == 60
 

@@ -407,7 +407,7 @@ def _in_thread(target):
     def body():
         try:
             target()
-        except BaseException as error:  # noqa: BLE001 - re-raised in the test thread
+        except BaseException as error:  # re-raised in the test thread
             errors.append(error)
 
     thread = threading.Thread(target=body, daemon=True)

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from absl.testing import flagsaver
 
+from analysis import metrics, plots, tables
 from envs.step_time import parse_step_time
 from launch import report as launch_report
-from systems.analysis import metrics, plots, tables
 from systems.common.config import TrainConfig
 from systems.common.outputs import EVAL_FIELDS, ON_POLICY_LOSSES, PPO_COLUMNS, PROGRESS_BASE
 from systems.hts.system import HTSConfig

@@ -1,4 +1,4 @@
-"""`python -m launch.sweep` (issue 6) and `systems/analysis/grid.py`: grid expansion and run names, argument splitting,
+"""`python -m launch.sweep` (issue 6) and `analysis/grid.py`: grid expansion and run names, argument splitting,
 validation, command lines, finished-run detection, manifest compatibility, the runner (parallel limit, failures,
 Ctrl-C) with stand-in children, and one real sweep of two tiny HTS CartPole runs, rerun (all skipped) and resumed."""
 
@@ -13,8 +13,8 @@ import threading
 import pytest
 from absl.testing import flagsaver
 
+from analysis import grid as grid_lib
 from launch import sweep
-from systems.analysis import grid as grid_lib
 from tests.faults import start_run_dir_holder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

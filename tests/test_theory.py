@@ -1,4 +1,4 @@
-"""Tests for systems.analysis.theory: seed 000's Claim 1 (Eq. 7, expected runtime) and Claim 2 (expected policy lag)
+"""Tests for analysis.theory: seed 000's Claim 1 (Eq. 7, expected runtime) and Claim 2 (expected policy lag)
 against hand values, exact expectations, naive reference loops and their Monte Carlo simulations over Fig. 3's
 ranges."""
 
@@ -8,7 +8,7 @@ import chex
 import numpy as np
 import pytest
 
-from systems.analysis import theory
+from analysis import theory
 
 # Fig. 3(a, b) of seed 000: n = 16 envs; K a multiple of n alpha for every alpha in 1..64 (K / n = 384).
 K = 6144

@@ -1,15 +1,20 @@
-"""Atomic file writes for everything a run keeps (checkpoints, `config.json`, `summary.json`, tuning tables).
+"""The one atomic file writer, for everything a run keeps: checkpoints, `config.json`, `summary.json`, tuning
+tables, Spreeze's weight files, replay-buffer files, GIFs and videos.
 
-A temporary file next to the target (`<path>.tmp-<pid>`) is written, flushed and fsynced, then `os.replace`d onto
-the target and the directory fsynced: a reader, or a run resumed after a crash, sees the old file or the new one,
-never a part. On any failure (a full disk, a file-size limit, Ctrl-C) the temporary file is removed before the error
-goes on, so nothing is left behind; the old file, if any, is untouched.
+A temporary file next to the target is written, flushed and fsynced, then `os.replace`d onto the target and the
+directory fsynced: a reader, or a run resumed after a crash, sees the old file or the new one, never a part. On any
+failure (a full disk, a file-size limit, Ctrl-C) the temporary file is removed before the error goes on, so nothing
+is left behind; the old file, if any, is untouched. Temporary names: `<path>.tmp-<pid>-<token>`, or
+`<prefix><pid>-<token><suffix>` in the target's directory where a reader sweeps its own writers' leftovers by name.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
+from collections.abc import Callable
+from typing import BinaryIO
 
 
 @contextlib.contextmanager
@@ -24,20 +29,51 @@ def naming_the_file(path: str):
         raise
 
 
-def write_atomic(path: str, data: bytes | str) -> None:
-    """Replaces `path` with `data` (bytes, or text written as UTF-8) atomically."""
-    tmp = f"{path}.tmp-{os.getpid()}"
+def temporary_path(path: str, prefix: str | None = None, suffix: str = "") -> str:
+    """A fresh temporary name in `path`'s directory (same file system, so the final rename is atomic)."""
+    tag = f"{os.getpid()}-{secrets.token_hex(4)}"
+    if prefix is None:
+        return f"{path}.tmp-{tag}{suffix}"
+    return os.path.join(os.path.dirname(os.path.abspath(path)), f"{prefix}{tag}{suffix}")
+
+
+def commit(tmp: str, path: str) -> None:
+    """Renames the finished `tmp` onto `path` and makes the rename durable."""
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def discard(tmp: str) -> None:
+    """Removes an unfinished temporary file (absent already is fine)."""
+    with contextlib.suppress(OSError):
+        os.remove(tmp)
+
+
+@contextlib.contextmanager
+def replacing(path: str, prefix: str | None = None, suffix: str = ""):
+    """Yields a temporary path to write; `path` is replaced by it when the block ends cleanly, and it is removed
+    when the block raises (anything, Ctrl-C included)."""
+    tmp = temporary_path(path, prefix, suffix)
     try:
-        with naming_the_file(path), open(tmp, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
+        discard(tmp)
         raise
-    fsync_dir(os.path.dirname(path) or ".")
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def write_atomic(path: str, content: bytes | str | Callable[[BinaryIO], object], prefix: str | None = None,
+                 suffix: str = "") -> None:
+    """Replaces `path` atomically with `content`: bytes, text (written as UTF-8), or a function that writes the
+    file's bytes to the binary file object it is given."""
+    with replacing(path, prefix, suffix) as tmp, naming_the_file(path), open(tmp, "wb") as f:
+        if callable(content):
+            content(f)
+        else:
+            f.write(content.encode() if isinstance(content, str) else content)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def fsync_dir(directory: str) -> None:

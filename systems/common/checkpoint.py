@@ -59,7 +59,7 @@ def load_latest_checkpoint(run_dir: str, target: Any, on_skip: OnSkip | None = N
                 raw = serialization.msgpack_restore(f.read())
             state = serialization.from_state_dict(target, raw["state"])
             meta = json.loads(raw["meta"])
-        except Exception as error:  # noqa: BLE001 - msgpack, flax, json and the OS raise assorted types
+        except Exception as error:  # msgpack, flax, json and the OS raise assorted types
             if on_skip is not None:
                 on_skip(path, describe_error(error))
             continue

@@ -31,7 +31,7 @@ class ThreadGroup:
                 target()
             except StopRequested:
                 pass
-            except BaseException as error:  # noqa: BLE001 - recorded and re-raised in the main thread
+            except BaseException as error:  # recorded and re-raised in the main thread
                 with self._lock:
                     if self._error is None:
                         self._error = error

@@ -76,7 +76,7 @@ def _join_in_thread(coordinator_address: str, num_processes: int, process_id: in
         try:
             jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
                                        process_id=process_id, initialization_timeout=timeout_s + 600)
-        except BaseException as error:  # noqa: BLE001 - handed to the main thread
+        except BaseException as error:  # handed to the main thread
             errors.append(error)
 
     thread = threading.Thread(target=join, name="jax-distributed-initialize", daemon=True)

@@ -23,12 +23,12 @@ temporary file and renames it, so a reader never sees half a GIF.
 from __future__ import annotations
 
 import math
-import os
-import secrets
 
 import chex
 import numpy as np
 from PIL import Image, ImageDraw
+
+from systems.common.atomic import write_atomic
 
 PENDULUM_SIZE = (240, 240)
 VECTOR_SIZE = (320, 240)
@@ -266,26 +266,12 @@ def write_gif(handle, frames, frame_ms: int, adaptive: bool = False) -> None:
 
 def save_gif(frames, path: str, frame_ms: int = FRAME_MS, max_frames: int = MAX_FRAMES,
              adaptive: bool = False) -> int:
-    """Writes `frames` (PIL images) as a looping animated GIF at `path`, atomically: a temporary file in the same
-    directory, flushed and fsynced, then `os.replace`; on any failure the temporary file is removed and `path` is
-    untouched. Longer sequences are subsampled to at most `max_frames` (every k-th frame and the last, each shown
-    k * frame_ms). Frames are mapped to one fixed palette (palette mode, no dithering; `adaptive`: each frame's own
-    palette). Returns the number of frames passed to the writer."""
+    """Writes `frames` (PIL images) as a looping animated GIF at `path`, atomically (`systems.common.atomic`).
+    Longer sequences are subsampled to at most `max_frames` (every k-th frame and the last, each shown k * frame_ms).
+    Frames are mapped to one fixed palette (palette mode, no dithering; `adaptive`: each frame's own palette).
+    Returns the number of frames passed to the writer."""
     picked, stride = _pick(list(frames), max_frames)
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f"{GIF_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.gif")
-    try:
-        with open(tmp, "wb") as f:
-            write_gif(f, picked, frame_ms * stride, adaptive)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_atomic(path, lambda f: write_gif(f, picked, frame_ms * stride, adaptive), GIF_TMP_PREFIX, ".gif")
     return len(picked)
 
 

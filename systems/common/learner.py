@@ -212,7 +212,7 @@ def compile_in_background(jitted: Callable, *example_args: Any) -> Callable[[], 
     def compile_now():
         try:
             jitted.lower(*example_args).compile()
-        except Exception:  # noqa: BLE001, S110 - the first real call compiles again and reports it
+        except Exception:  # the first real call compiles again and reports it
             pass
 
     # Not a daemon: the interpreter waits for it at exit. A run stopped during the compile (Ctrl-C, an error) must

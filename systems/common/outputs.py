@@ -291,7 +291,7 @@ class TensorBoardScalars:
     seconds and on `close`, as `SummaryWriter` flushes every 120 s."""
 
     def __init__(self, directory: str, flush_every_s: float = 30.0):
-        from tensorboardX.event_file_writer import EventsWriter  # noqa: PLC0415 - only runs write TensorBoard files
+        from tensorboardX.event_file_writer import EventsWriter  # only runs write TensorBoard files
 
         self.directory = directory
         os.makedirs(directory, exist_ok=True)
@@ -303,8 +303,8 @@ class TensorBoardScalars:
         self._next_flush = time.monotonic() + flush_every_s
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
-        from tensorboardX.proto.event_pb2 import Event  # noqa: PLC0415
-        from tensorboardX.summary import scalar  # noqa: PLC0415
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.summary import scalar
 
         with naming_the_file(self.path):
             self._writer.write_event(Event(wall_time=time.time(), step=int(step), summary=scalar(tag, value)))
@@ -315,8 +315,8 @@ class TensorBoardScalars:
     def add_gif(self, tag: str, gif: bytes, step: int, shape: tuple) -> None:
         """An animated GIF as an image summary: how TensorBoard shows a video (tensorboardX's `add_video` makes the
         same summary, through moviepy)."""
-        from tensorboardX.proto.event_pb2 import Event  # noqa: PLC0415
-        from tensorboardX.proto.summary_pb2 import Summary  # noqa: PLC0415
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.proto.summary_pb2 import Summary
 
         height, width, channels = shape
         image = Summary.Image(height=height, width=width, colorspace=channels, encoded_image_string=gif)

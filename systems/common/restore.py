@@ -1,4 +1,4 @@
-"""Rebuilds a trained policy from a run directory, for evaluation after training (issue 6, `launch.evaluate`).
+"""Rebuilds a trained policy from a run directory, for evaluation after training (`launch.evaluate`).
 
 The evaluated policy is the one the papers report: HTS-RL (seed 000, section 5) evaluates the current policy pi_theta
 (Eq. 4-6's actor) on separate environments; BA3C (seed 001) its single replicated network; GALA (seed 004) a learner's
@@ -6,7 +6,7 @@ parameters x_i (or the consensus average xbar = (1/n) sum_i x_i of Proposition 1
 (seed 002) the greedy / mean action of their off-policy actor or Q network.
 
 What "rebuild" means: the run's config is read back from `<run>/config.json` into the system's own config dataclass
-(`TrainConfig` for hts / sync, `DataParallelConfig`, `GossipConfig`, `PALConfig`, `SpreezeConfig`), the system's
+(`TrainConfig` for hts / sync, `BA3CConfig`, `GALAConfig`, `PALConfig`, `SpreezeConfig`), the system's
 own constructors build the network and the initial state exactly as the run did (same torso, widths, optimizer, so
 the same pytree), and the newest readable checkpoint is restored into that structure the way `--resume` does it
 (`systems.common.checkpoint.load_latest_checkpoint`; Spreeze's weight files through `systems.spreeze.weights`).
@@ -20,7 +20,7 @@ belong to the config is an error, never a silently wrong network. The restore is
 
 State layouts (what each system checkpoints, see `systems.common.monitor.Monitor.checkpoint`):
 
-* hts, sync, datapar: one `TrainState`; the data-parallel replicas are identical and one copy is saved.
+* hts, sync, ba3c: one `TrainState`; the data-parallel replicas are identical and one copy is saved.
 * gala: a `GossipState` with every learner: `--gossip=pmap` stacks them on a leading axis `[n, ...]` (in a
   multi-process run each process saves its own `n / num_processes`), `--gossip=async` keeps a tuple of n.
 * pal, spreeze: a `PALState` whose `agent` holds the off-policy learner state.
@@ -123,12 +123,13 @@ def restore_run(run_dir: str, entries: Mapping[str, SystemEntry]) -> RestoredRun
             "the run has not saved one yet"
         )
     system = _system_of(run_dir, files)
-    if system not in entries:
+    by_name = {**{old: entry for entry in entries.values() for old in entry.former_names}, **entries}
+    if system not in by_name:
         raise ConfigError(
             f"run '{run_dir}' was made by system '{system}', which launch.evaluate does not support "
             f"(supported: {', '.join(entries)})"
         )
-    return entries[system].restore(run_dir, raw_config)
+    return by_name[system].restore(run_dir, raw_config)
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -150,7 +151,7 @@ def _system_of(run_dir: str, files: list[str]) -> str:
             with open(path, "rb") as f:
                 raw = serialization.msgpack_restore(f.read())
             return str(json.loads(raw["meta"])["system"])
-        except Exception:  # noqa: BLE001 - an unreadable file is skipped, as load_latest_checkpoint does
+        except Exception:  # an unreadable file is skipped, as load_latest_checkpoint does
             continue
     try:
         with open(os.path.join(run_dir, "summary.json")) as f:

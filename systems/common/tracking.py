@@ -31,7 +31,7 @@ def require_wandb() -> None:
     """ConfigError (one line) when the wandb package is not installed, or when W&B would need an account it has no
     key for (W&B's own error is a long traceback). Called before the run directory is written."""
     try:
-        import wandb  # noqa: F401, PLC0415 - an optional extra
+        import wandb  # noqa: F401 - an optional extra
     except ImportError:
         raise ConfigError(WANDB_MISSING) from None
     if os.environ.get("WANDB_MODE", "").lower() not in _LOCAL_MODES and not _has_api_key():
@@ -55,7 +55,7 @@ class Tracker:
 
     def __init__(self, run_dir: str, config: Any):
         require_wandb()
-        import wandb  # noqa: PLC0415 - an optional extra
+        import wandb  # an optional extra
 
         run_id = _run_id(run_dir)
         try:
@@ -64,7 +64,7 @@ class Tracker:
                 name=os.path.basename(os.path.normpath(run_dir)), id=run_id, resume="allow", dir=run_dir,
                 config=dataclasses.asdict(config), settings=wandb.Settings(console="off", silent=True),
             )
-        except Exception as error:  # noqa: BLE001 - W&B's errors (no network, a bad key) are many and long
+        except Exception as error:  # W&B's errors (no network, a bad key) are many and long
             raise ConfigError(f"--track: W&B could not start its run ({first_line(error)}); WANDB_MODE=offline keeps "
                               "it in <run dir>/wandb") from None
 
@@ -75,7 +75,7 @@ class Tracker:
 
     def video(self, key: str, path: str, fps: float, step: int) -> None:
         """A video file (MP4 or GIF) at env step `step`."""
-        import wandb  # noqa: PLC0415 - an optional extra
+        import wandb  # an optional extra
 
         if step >= self._run.step:
             fmt = os.path.splitext(path)[1].lstrip(".").lower()

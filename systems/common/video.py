@@ -27,7 +27,6 @@ import dataclasses
 import errno
 import io
 import os
-import secrets
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -39,7 +38,7 @@ from PIL import Image
 from envs import rendering
 from envs.episodes import EpisodeTracker
 from envs.factory import EnvSpec, make_pool
-from systems.common import drawing
+from systems.common import atomic, drawing
 from systems.common.config import first_line
 
 MAX_FRAMES = 4_500  # 5 minutes at 15 frames a second (Atari)
@@ -70,8 +69,8 @@ class Video:
 
 def mp4_encoder_available() -> bool:
     try:
-        import imageio  # noqa: F401, PLC0415 - optional extra
-        import imageio_ffmpeg  # noqa: F401, PLC0415
+        import imageio  # noqa: F401 - optional extra
+        import imageio_ffmpeg  # noqa: F401
     except ImportError:
         return False
     return True
@@ -98,7 +97,7 @@ class _Mp4Writer:
     """Streams frames to an H.264 MP4 (imageio's ffmpeg writer; yuv420p, so odd sizes are padded by one pixel)."""
 
     def __init__(self, tmp_path: str, fps: float, path: str):
-        import imageio  # noqa: PLC0415 - optional extra
+        import imageio  # optional extra
 
         # ffmpeg shares our stderr: "quiet", so that a failure is our one line naming the file, not its own ten.
         self._writer = imageio.get_writer(tmp_path, format="FFMPEG", mode="I", fps=fps, codec="libx264",
@@ -176,7 +175,7 @@ class _Film:
         os.makedirs(directory, exist_ok=True)
         suffix = os.path.splitext(path)[1].lower()
         self.path = path
-        self.tmp = os.path.join(directory, f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}{suffix}")
+        self.tmp = atomic.temporary_path(path, _TMP_PREFIX, suffix)
         self.writer = _Mp4Writer(self.tmp, fps, path) if suffix == ".mp4" else _GifWriter(self.tmp, fps)
         self.preview = drawing.FrameSampler(PREVIEW_FRAMES)
 
@@ -186,7 +185,7 @@ class _Film:
 
     def keep(self) -> None:
         self.writer.close()
-        os.replace(self.tmp, self.path)
+        atomic.commit(self.tmp, self.path)
 
     def discard(self) -> None:
         """Drops the unfinished file; an error of the writer's own close must not hide the one that stopped it."""
@@ -195,10 +194,7 @@ class _Film:
         except OSError:
             pass
         finally:
-            try:
-                os.remove(self.tmp)
-            except FileNotFoundError:
-                pass
+            atomic.discard(self.tmp)
 
 
 def _framer(spec: EnvSpec, source: rendering.FrameSource) -> Callable:

@@ -4,8 +4,8 @@ from systems.common.registry import SystemEntry
 
 
 def _restore(run_dir: str, raw: dict):
-    from systems.common.restore import restore_train_state  # noqa: PLC0415 - JAX only when a run is restored
-    from systems.hts.system import HTSConfig  # noqa: PLC0415
+    from systems.common.restore import restore_train_state  # JAX only when a run is restored
+    from systems.hts.system import HTSConfig
 
     return restore_train_state(run_dir, raw, "hts", HTSConfig)
 

@@ -183,7 +183,7 @@ def _check_same_start(start_round: int) -> None:
     ConfigError otherwise, e.g. `--resume` of process directories whose newest checkpoints differ."""
     if jax.process_count() == 1:
         return
-    from jax.experimental import multihost_utils  # noqa: PLC0415
+    from jax.experimental import multihost_utils
 
     rounds = multihost_utils.process_allgather(np.int32(start_round))
     if len(set(rounds.tolist())) > 1:

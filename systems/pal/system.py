@@ -589,7 +589,7 @@ def measure_actors(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, buff
 def measure_learners(config: PALConfig, agent: OffPolicyAgent, buffer, seconds: float) -> float:
     """f_l(num_learners): optimizer steps per second with `config.num_learners` learner threads on `buffer`."""
     gate = RatioGate(update_interval=0, warmup=0, collected=2, updates=0, total_steps=2**62)
-    gate._collected0 = 1  # noqa: SLF001 - one step "collected": learners may run, nothing else is gated
+    gate._collected0 = 1  # one step "collected": learners may run, nothing else is gated
     group = ThreadGroup()
     store = ParameterStore(agent.policy_params(agent.initial_state.agent))
     server = ParameterServer(config, agent, agent.initial_state, buffer, store, gate, group, None, [])

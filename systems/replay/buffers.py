@@ -46,11 +46,9 @@ stacks by index (DQN Zoo / Dopamine): 7.1 GB for 1M Atari transitions.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import tempfile
 import threading
 import zipfile
 from collections.abc import Mapping
@@ -58,7 +56,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from systems.common.atomic import fsync_dir
+from systems.common.atomic import write_atomic
 from systems.replay import sum_tree as _sum_tree
 from systems.replay.sum_tree import SumTree
 
@@ -344,7 +342,7 @@ class ReplayBuffer:
                 raise ValueError(f"field {name!r} has dtype {dtype}: object fields cannot be saved")
         lock = self._global_lock if self._single_lock else self._tree_lock
         leaves, generation, copies, meta = self._snapshot(lock)
-        _write_atomically(path, lambda f: self._write_archive(f, leaves, generation, copies, meta, lock))
+        write_atomic(path, lambda f: self._write_archive(f, leaves, generation, copies, meta, lock))
         return path
 
     def _snapshot(self, lock):
@@ -433,7 +431,7 @@ class ReplayBuffer:
             raise ValueError(f"cannot load replay buffer from {path!r}: {' '.join(str(error).split())}") from None
         except FileNotFoundError:
             raise ValueError(f"cannot load replay buffer from {path!r}: no such file") from None
-        except Exception as error:  # noqa: BLE001 - zipfile / numpy / json errors of a corrupt file
+        except Exception as error:  # zipfile / numpy / json errors of a corrupt file
             detail = " ".join(f"{type(error).__name__}: {error}".split())
             raise ValueError(
                 f"cannot load replay buffer from {path!r}: corrupt or not a checkpoint ({detail})"
@@ -622,28 +620,6 @@ def _kernel_args(tree: SumTree):
 
 class _BadCheckpoint(Exception):
     """A `save` file that does not match the buffer loading it (`load` turns it into a ValueError)."""
-
-
-def _write_atomically(path: str, write) -> None:
-    """Calls `write(f)` on a binary file that becomes `path` atomically: a temporary file in the same directory
-    (with the permissions open() would give), flushed, fsynced and `os.replace`d onto `path`, then the directory
-    fsynced. On any failure the temporary file is removed and a previous file at `path` is untouched."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the permissions open() would
-    try:
-        with open(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(directory)  # make the rename itself durable (best effort)
 
 
 def _write_npy(archive: zipfile.ZipFile, name: str, array: np.ndarray) -> None:

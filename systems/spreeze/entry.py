@@ -4,19 +4,19 @@ from systems.common.registry import SystemEntry
 
 
 def _weights_dir(run_dir: str) -> str:
-    from systems.common.checkpoint import checkpoint_dir  # noqa: PLC0415
+    from systems.common.checkpoint import checkpoint_dir
 
     return checkpoint_dir(run_dir)
 
 
 def _checkpoint_files(run_dir: str) -> list[str]:
-    from systems.spreeze import weights as weights_lib  # noqa: PLC0415
+    from systems.spreeze import weights as weights_lib
 
     return [path for _, path in weights_lib.list_versions(_weights_dir(run_dir))]
 
 
 def _load(run_dir, target, on_skip):
-    from systems.spreeze import weights as weights_lib  # noqa: PLC0415
+    from systems.spreeze import weights as weights_lib
 
     loaded = weights_lib.load_latest(_weights_dir(run_dir), target, on_skip)
     if loaded is None:
@@ -26,8 +26,8 @@ def _load(run_dir, target, on_skip):
 
 
 def _restore(run_dir: str, raw: dict):
-    from systems.offpolicy.restore import restore_off_policy  # noqa: PLC0415 - JAX only when a run is restored
-    from systems.spreeze.system import SpreezeConfig  # noqa: PLC0415
+    from systems.offpolicy.restore import restore_off_policy  # JAX only when a run is restored
+    from systems.spreeze.system import SpreezeConfig
 
     return restore_off_policy(run_dir, raw, "spreeze", SpreezeConfig, _load)
 

@@ -1,4 +1,4 @@
-"""How a Spreeze run's processes signal each other without leaving anything behind (issue 13, item 6).
+"""How a Spreeze run's processes signal each other without leaving anything behind.
 
 multiprocessing's `Event` and `Queue` are built on named POSIX semaphores (`/dev/shm/sem.mp-*`) under the
 forkserver and spawn start methods; they are unlinked by the creating process's finalizers or, after a crash, by

@@ -17,8 +17,8 @@ Lifetime. The segment has no name in /dev/shm: a child receives a duplicate of i
 is pickled for it (`multiprocessing.reduction.DupFd`: as a `Process` argument, or through a multiprocessing
 connection while the owner lives), and the kernel frees the memory when the last descriptor and mapping are gone,
 however the processes end (exit, Ctrl-C, SIGKILL of the whole group, OOM). Nothing can go stale, nothing needs the
-resource tracker, and a crashed run leaves nothing for the next one to clean up (issue 13). An earlier version named
-its segments and relied on the resource tracker, which a SIGKILL of the process group killed too.
+resource tracker, and a crashed run leaves nothing for the next one to clean up (named segments
+would rely on the resource tracker, which a SIGKILL of the process group kills too).
 
 Lock discipline. One lock per buffer: a POSIX record lock (`fcntl.lockf`) on the segment's descriptor, which belongs
 to the process and which the kernel releases when the process dies, taken under a per-segment threading lock (record

@@ -20,7 +20,7 @@
 
 Any child that dies stops the run with its error; Ctrl-C and SIGTERM stop every process; a child exits when the
 learner dies. The replay segment and the processes' flags and pipes have no name in /dev/shm: the kernel frees them
-with their last process, even after a SIGKILL of the whole group (`systems.spreeze.ipc`, issue 13).
+with their last process, even after a SIGKILL of the whole group (`systems.spreeze.ipc`).
 """
 
 from __future__ import annotations

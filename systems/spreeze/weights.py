@@ -21,20 +21,20 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import time
 from typing import Any
 
 import jax
 from flax import serialization
 
-from systems.common.atomic import fsync_dir
+from systems.common.atomic import write_atomic
 from systems.common.checkpoint import NONFINITE_REASON, OnSkip, describe_error
 from systems.common.finite import restored_is_finite
 
 __all__ = ["WeightsWatcher", "latest", "list_versions", "load", "load_latest", "publish", "weights_path"]
 
 _FINAL = re.compile(r"weights_(\d{12,})\.msgpack")
+_TMP_PREFIX = ".weights-tmp-"
 _TMP = re.compile(r"\.weights-tmp-(\d+)-[0-9a-f]+")
 STALE_TMP_S = 3600.0  # a temporary file untouched for this long is removed even if its pid is (again) alive
 
@@ -47,9 +47,9 @@ def publish(directory: str, version: int, payload: Any, meta: dict | None = None
     """Writes `payload` (any pytree of arrays that flax can serialize) and JSON-able `meta` as `version`; returns the
     final path.
 
-    Temporary file in `directory` -> flush + fsync -> `os.replace` onto the final name -> fsync of the directory. Then
-    the files beyond the newest `keep` versions and temporary files of dead writers are deleted. If anything fails
-    before the rename, the temporary file is removed and the previously published versions are untouched.
+    Written atomically (`systems.common.atomic`, temporary name `.weights-tmp-{pid}-{token}`). Then the files beyond
+    the newest `keep` versions and temporary files of dead writers are deleted. If anything fails before the rename,
+    the temporary file is removed and the previously published versions are untouched.
 
     Versions must not go backwards: publishing a version lower than the newest one in `directory` raises ValueError
     (it would be pruned at once or be invisible to watchers -- a stale directory from an earlier run, without
@@ -70,20 +70,7 @@ def publish(directory: str, version: int, payload: Any, meta: dict | None = None
         {"state": serialization.to_state_dict(payload), "meta": json.dumps({} if meta is None else meta)}
     )
     path = weights_path(directory, version)
-    tmp = os.path.join(directory, f".weights-tmp-{os.getpid()}-{secrets.token_hex(6)}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(directory)
+    write_atomic(path, data, prefix=_TMP_PREFIX)
     _cleanup(directory, keep)
     return path
 
@@ -117,7 +104,7 @@ def load(path: str, template: Any) -> tuple[Any, dict]:
             raise ValueError("not a weights file (expected keys 'state' and 'meta')")
         meta = json.loads(raw["meta"])
         payload = serialization.from_state_dict(template, raw["state"])
-    except Exception as e:  # noqa: BLE001 - msgpack, json and flax raise assorted types for a broken file
+    except Exception as e:  # msgpack, json and flax raise assorted types for a broken file
         raise ValueError(f"corrupt or incompatible weights file {path} ({len(data)} bytes): {e}") from e
     _check_shapes(path, template, payload)
     return payload, meta

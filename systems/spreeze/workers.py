@@ -37,7 +37,7 @@ def _guard(name: str, events, body) -> None:
         body()
     except KeyboardInterrupt:
         pass
-    except BaseException:  # noqa: BLE001 - reported to the learner, which stops the run with it
+    except BaseException:  # reported to the learner, which stops the run with it
         try:
             events.put(("error", name, traceback.format_exc()))
         except OSError:  # the learner is gone

@@ -11,13 +11,13 @@ import pytest
 from multidevice import free_port, run_processes, run_python
 
 from systems.common.config import ConfigError
-from systems.gossip import system
+from systems.gala import system
 
 _ONE_ITERATION_OLD = """
 import functools, json
 import jax, jax.numpy as jnp, numpy as np
 from agents import LEARNER_AXIS, TrainState
-from systems.gossip.system import _gossip_step
+from systems.gala.system import _gossip_step
 
 n = 4
 def fake_update(state, behaviour_params, delta):  # a 'local step' that adds a known per-learner delta
@@ -57,8 +57,8 @@ def test_pmap_mode_mixes_exactly_the_messages_sent_one_iteration_earlier():
 
 _PMAP_RUN = """
 import json, sys
-from systems.gossip import system
-config = system.GossipConfig(
+from systems.gala import system
+config = system.GALAConfig(
     env_id="CartPole-v1", seed=5, sync_interval=5, envs_per_learner=4, num_learners=4, total_steps=4 * 20 * 30,
     eval_episodes=0, quiet=True, gossip="pmap", topology="{topology}", logdir=sys.argv[1], log_grad_cosine=True,
 )
@@ -100,7 +100,7 @@ def test_pmap_exponential_graph_runs_inside_its_bound(tmp_path):
 
 
 def test_async_learners_run_and_mix(tmp_path):
-    config = system.GossipConfig(
+    config = system.GALAConfig(
         env_id="CartPole-v1", seed=5, sync_interval=5, envs_per_learner=4, num_learners=3, total_steps=3 * 20 * 20,
         eval_episodes=2, quiet=True, logdir=str(tmp_path / "async"), max_staleness=2,
     )
@@ -129,7 +129,7 @@ def test_async_evaluations_see_the_learners_as_of_their_row(tmp_path, monkeypatc
         evaluate(self)
 
     monkeypatch.setattr(Monitor, "evaluate", slow_evaluate)
-    config = system.GossipConfig(
+    config = system.GALAConfig(
         env_id="CartPole-v1", seed=5, sync_interval=5, envs_per_learner=4, num_learners=3, total_steps=3 * 20 * 40,
         eval_episodes=1, eval_every=3 * 20 * 4, quiet=True, logdir=str(tmp_path / "async"),
     )
@@ -156,13 +156,13 @@ def test_async_evaluations_see_the_learners_as_of_their_row(tmp_path, monkeypatc
     ],
 )
 def test_bad_gossip_settings_are_clear_errors(changes, message):
-    config = system.GossipConfig(env_id="CartPole-v1", **changes)
+    config = system.GALAConfig(env_id="CartPole-v1", **changes)
     with pytest.raises(ConfigError, match=message):
         system.validate(config)
 
 
 def test_pmap_mode_needs_one_device_per_learner(tmp_path):
-    config = system.GossipConfig(env_id="CartPole-v1", gossip="pmap", num_learners=4, logdir=str(tmp_path / "x"))
+    config = system.GALAConfig(env_id="CartPole-v1", gossip="pmap", num_learners=4, logdir=str(tmp_path / "x"))
     with pytest.raises(ConfigError, match="one learner per device"):
         system.run(config)
 
@@ -172,8 +172,8 @@ import json, sys
 import numpy as np
 from flax import serialization
 from systems.common.checkpoint import list_checkpoints
-from systems.gossip import system
-config = system.GossipConfig(
+from systems.gala import system
+config = system.GALAConfig(
     env_id="CartPole-v1", seed=5, sync_interval=5, envs_per_learner=4, num_learners=4, total_steps=4 * 20 * 10,
     eval_episodes=0, quiet=True, gossip="pmap", logdir=sys.argv[1], {extra}
 )

@@ -12,14 +12,14 @@ _RUN = """
 import collections, json, sys
 import jax
 import numpy as np
-from systems.datapar import system
+from systems.ba3c import system
 lowered = collections.Counter()  # programs lowered to XLA (once per in-memory cache miss, persistent cache or not)
 jax.monitoring.register_event_duration_secs_listener(
     lambda event, duration, **kw: lowered.update([kw.get("fun_name")])
     if event == "/jax/core/compile/jaxpr_to_mlir_module_duration" else None)
 from systems.common.checkpoint import list_checkpoints
 from flax import serialization
-config = system.DataParallelConfig(
+config = system.BA3CConfig(
     env_id="CartPole-v1", seed=3, sync_interval=5, local_batch=20, total_steps=4 * 20 * 12, eval_episodes=0,
     quiet=True, debug=True, logdir=sys.argv[1], num_devices={num_devices}, {extra}
 )

@@ -20,7 +20,7 @@ MISSING_RLIABLE = 'the IQM and performance profiles need rliable: pip install -e
 def require_rliable():
     """(rliable.library, rliable.metrics, rliable.plot_utils); ImportError with one line when the extra is missing."""
     try:
-        from rliable import library, metrics, plot_utils  # noqa: PLC0415
+        from rliable import library, metrics, plot_utils
     except ImportError as error:
         raise ImportError(MISSING_RLIABLE) from error
     return library, metrics, plot_utils
@@ -52,11 +52,11 @@ def iqm_intervals(scores: Mapping[str, np.ndarray], *, reps: int = BOOTSTRAP_REP
 def plot_iqm_and_profiles(scores: Mapping[str, np.ndarray], path: str, *, taus: Sequence[float] | None = None,
                           xlabel: str = "normalized score", reps: int = BOOTSTRAP_REPS, seed: int = 0) -> None:
     """One PNG: the IQM with its interval per name (left) and the performance profiles with their bands (right)."""
-    import matplotlib  # noqa: PLC0415
+    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.lines  # noqa: PLC0415
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.lines
+    import matplotlib.pyplot as plt
 
     library, _, plot_utils = require_rliable()
     matrices = {name: _matrix(values) for name, values in scores.items()}

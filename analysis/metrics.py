@@ -1,5 +1,5 @@
 """Run metrics of seed 000 (HTS-RL), section 5 "Evaluation protocol", computed from finished run directories, with
-bootstrap 95% confidence intervals over seeds (issue 6: `python -m launch.report`).
+bootstrap 95% confidence intervals over seeds (`python -m launch.report`).
 
 A run directory is what every on-policy system writes (`systems/common/outputs.py`, `monitor.py`): `config.json`,
 `summary.json`, `progress.csv` and `evaluations.csv`. From it, per run:

@@ -7,7 +7,7 @@ Two execution modes, same learner update (`agents.a2c_update` and `agents.gossip
 * `--gossip=async` (Algorithm 1 as written): one thread per learner, each on its own device when there are enough.
   After its local A2C step a learner broadcasts its parameters without blocking (a newer message overwrites an
   unread one), mixes when it holds a message from every in-peer, and otherwise carries on
-  (`systems.gossip.buffers.GossipNetwork`). `--max_staleness` (tau) makes a learner wait when its newest message
+  (`systems.gala.buffers.GossipNetwork`). `--max_staleness` (tau) makes a learner wait when its newest message
   from an in-peer is more than tau local iterations old. A slow learner never holds the others back (without tau).
   Results depend on thread timing by design: a seed does not fix them. Static ring topology only.
 * `--gossip=pmap`: learners on the named pmap axis `LEARNER_AXIS`, in lock-step. Each iteration a learner takes its
@@ -70,7 +70,7 @@ from systems.common.rollout import (
     stack_host,
 )
 from systems.common.run import run_lockstep
-from systems.gossip.buffers import GossipNetwork
+from systems.gala.buffers import GossipNetwork
 
 SYSTEM = "gala"
 MODES = ("async", "pmap")
@@ -78,7 +78,7 @@ TOPOLOGIES = ("ring", "exponential")
 
 
 @dataclasses.dataclass(frozen=True)
-class GossipConfig(config_lib.TrainConfig):
+class GALAConfig(config_lib.TrainConfig):
     """A GALA run. `num_envs` is derived (learners x envs per learner); `learning_rate` is the base rate."""
 
     algo: str = "a2c"
@@ -112,7 +112,7 @@ class GossipState(NamedTuple):
     inbox: Any
 
 
-def validate(config: GossipConfig) -> None:
+def validate(config: GALAConfig) -> None:
     config_lib.require_finite_numbers(config)
     if config.normalize_obs or config.normalize_reward:
         raise config_lib.ConfigError(config_lib.NORMALIZATION_SINGLE_LEARNER)
@@ -141,7 +141,7 @@ def validate(config: GossipConfig) -> None:
         raise bad(str(error)) from None
 
 
-def resolve(config: GossipConfig) -> GossipConfig:
+def resolve(config: GALAConfig) -> GALAConfig:
     resolved = dataclasses.replace(
         config,
         num_envs=config.num_learners * config.envs_per_learner,
@@ -179,7 +179,7 @@ class CosineLog:
         self._handle.close()
 
 
-def run(config: GossipConfig) -> dict:
+def run(config: GALAConfig) -> dict:
     """Trains GALA-A2C; returns the summary (also written to `<run dir>/summary.json`)."""
     validate(config)
     distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,
@@ -190,7 +190,7 @@ def run(config: GossipConfig) -> dict:
     return _run_async(config)
 
 
-def make_agent(config: GossipConfig):
+def make_agent(config: GALAConfig):
     spec = make_spec(config.env_id)
     optimizer = make_optimizer(
         name=config.optimizer, learning_rate=config.learning_rate, total_updates=_iterations(config),
@@ -200,20 +200,20 @@ def make_agent(config: GossipConfig):
     return spec, setup, state
 
 
-def _iterations(config: GossipConfig) -> int:
+def _iterations(config: GALAConfig) -> int:
     """Local iterations per learner over the run (the learning-rate decay horizon)."""
     per_iteration = config.envs_per_learner * config.sync_interval
     return max(1, -(-config.total_steps // (per_iteration * config.num_learners)))
 
 
-def _metric_columns(config: GossipConfig) -> tuple[str, ...]:
+def _metric_columns(config: GALAConfig) -> tuple[str, ...]:
     """progress.csv: the A2C learners' metrics, the consensus distance ||X - mean(X)|| and its Proposition 1 bound
     (seed 004, Fig. 2a), and with --log_grad_cosine the mean pairwise gradient cosine (Fig. 2b)."""
     columns = on_policy_columns(config) + ("consensus_distance", "consensus_bound")
     return columns + (("grad_cosine_mean",) if config.log_grad_cosine else ())
 
 
-def _header(config: GossipConfig) -> str:
+def _header(config: GALAConfig) -> str:
     tau = "none" if config.max_staleness < 0 else str(config.max_staleness)
     return (f"  learners {config.num_learners} x {config.envs_per_learner} envs  {config.topology} "
             f"{config.num_peers} peer(s)  gossip {config.gossip}  tau {tau}  lr {config.learning_rate:g}")
@@ -255,7 +255,7 @@ def _axis_consensus_distance(params) -> jax.Array:
     return jnp.sqrt(jax.lax.psum(sq, LEARNER_AXIS))
 
 
-def _run_pmap(config: GossipConfig) -> dict:
+def _run_pmap(config: GALAConfig) -> dict:
     """GALA in lock-step (Algorithm 1 on the learner axis): one collector steps every local learner's envs, and
     every completed round is one iteration of all learners (`_LockstepGossip.on_round_complete`)."""
     devices = _pmap_local_devices(config.num_learners)
@@ -315,7 +315,7 @@ def _pmap_initial_state(state: TrainState, num_local: int, num_peers: int) -> Go
     )
 
 
-def _pmap_iterations(config: GossipConfig, update_fn, topology, devices: list) -> dict:
+def _pmap_iterations(config: GALAConfig, update_fn, topology, devices: list) -> dict:
     """The pmapped `_gossip_step` for each phase of the (possibly time-varying) topology."""
     if config.log_grad_cosine:
         update_fn = functools.partial(update_fn, return_grads=True)
@@ -333,7 +333,7 @@ class _LockstepGossip:
     """The pmap mode between rounds: this process's learners and the messages in transit (on the learner axis),
     the compiled iteration of each topology phase, the executor of every local learner's envs, and the logs."""
 
-    def __init__(self, config: GossipConfig, spec, setup, topology, monitor: Monitor, devices: list, first: int):
+    def __init__(self, config: GALAConfig, spec, setup, topology, monitor: Monitor, devices: list, first: int):
         restored = monitor.state
         # Host arrays with a leading learner axis: pmap puts learner i's row on device i at the first step.
         states = TrainState(params=restored.params, opt_state=restored.opt_state, key=restored.key,
@@ -407,7 +407,7 @@ class _LearnerSlot:
     grads: Any = None
 
 
-def _run_async(config: GossipConfig) -> dict:
+def _run_async(config: GALAConfig) -> dict:
     """GALA as Algorithm 1 is written: one thread per learner runs its own local iterations
     (`_AsyncLearners.on_round_complete`), and the main thread logs their reports with the gossip metrics."""
     spec, setup, state = make_agent(config)
@@ -456,7 +456,7 @@ class _AsyncLearners:
     """The async mode's learner threads and what they share: each learner's slot, device and executor, the gossip
     network, the compiled update and mix, the reports to the main thread, and the run's iteration budget."""
 
-    def __init__(self, config: GossipConfig, spec, setup, topology, restored: GossipState, start: int,
+    def __init__(self, config: GALAConfig, spec, setup, topology, restored: GossipState, start: int,
                  total_iterations: int):
         n, e = config.num_learners, config.envs_per_learner
         self._config, self._setup = config, setup
@@ -575,7 +575,7 @@ class _AsyncGossipLog:
     """The async mode's gossip metrics, logged by the main thread and repeated on every row until renewed: the
     Proposition 1 bound, the consensus distance and the learners' gradient similarity (`--log_grad_cosine`)."""
 
-    def __init__(self, config: GossipConfig, topology, slots: list[_LearnerSlot], monitor: Monitor):
+    def __init__(self, config: GALAConfig, topology, slots: list[_LearnerSlot], monitor: Monitor):
         self._slots, self._monitor = slots, monitor
         self._consensus_distance = jax.jit(consensus_distance)  # one compile, not seconds of op-by-op dispatch
         self._bound = ConsensusBound(topology, delay=1)

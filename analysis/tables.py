@@ -1,4 +1,4 @@
-"""Markdown tables in the style of seed 000 (HTS-RL), section 5, from `metrics.GroupMetrics` (issue 6).
+"""Markdown tables in the style of seed 000 (HTS-RL), section 5, from `metrics.GroupMetrics`.
 
 * `metrics_table`: Tables 1 and 2 -- one row per configuration: final metric, final time metric for a time limit
   (Table 1), required time in minutes to each target written "a/b" (Table 2: "time to 0.4 / time to 0.8", "-" when
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from systems.analysis import metrics as metrics_lib
+from analysis import metrics as metrics_lib
 
 CI_STYLES = ("pm", "interval")
 FINGERPRINT_CHARS = 8

@@ -1,4 +1,4 @@
-"""Sweep grids and sweep directories (issue 6: the papers' sweeps, e.g. HTS-RL's actors and synchronization interval
+"""Sweep grids and sweep directories (the papers' sweeps, e.g. HTS-RL's actors and synchronization interval
 alpha in seed 000 section 5, run by `python -m launch.sweep`).
 
 A sweep is the cartesian product of value lists of launcher flags times a list of seeds. Every grid point runs in its

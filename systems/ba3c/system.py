@@ -52,11 +52,11 @@ from systems.common.rollout import (
 )
 from systems.common.run import run_lockstep
 
-SYSTEM = "datapar"
+SYSTEM = "ba3c"
 
 
 @dataclasses.dataclass(frozen=True)
-class DataParallelConfig(config_lib.TrainConfig):
+class BA3CConfig(config_lib.TrainConfig):
     """A data-parallel run. `num_envs` is derived (all devices x envs per device) by `resolve`."""
 
     algo: str = "a2c"
@@ -77,11 +77,11 @@ class DataParallelConfig(config_lib.TrainConfig):
     debug: bool = False  # check after every update that all replicas hold bit-identical parameters
 
 
-def envs_per_device(config: DataParallelConfig) -> int:
+def envs_per_device(config: BA3CConfig) -> int:
     return config.local_batch // config.sync_interval
 
 
-def validate(config: DataParallelConfig) -> None:
+def validate(config: BA3CConfig) -> None:
     """One clear line (ConfigError) for the first bad data-parallel value; the shared checks run in `resolve`."""
     config_lib.require_finite_numbers(config)
     if config.normalize_obs or config.normalize_reward:
@@ -110,7 +110,7 @@ def validate(config: DataParallelConfig) -> None:
         raise config_lib.ConfigError(f"--num_processes must be >= 1, got {config.num_processes}")
 
 
-def select_devices(config: DataParallelConfig) -> list:
+def select_devices(config: BA3CConfig) -> list:
     """The local devices on the pmap axis: all of them, or the first `num_devices` (single process only)."""
     local = jax.local_devices()
     if config.num_devices == 0:
@@ -125,7 +125,7 @@ def select_devices(config: DataParallelConfig) -> list:
     return local[: config.num_devices]
 
 
-def resolve(config: DataParallelConfig, num_global_devices: int) -> DataParallelConfig:
+def resolve(config: BA3CConfig, num_global_devices: int) -> BA3CConfig:
     """The run's derived values: total envs, the scaled learning rate and the epsilon rule."""
     effective_batch = num_global_devices * config.local_batch
     eps = config.opt_eps
@@ -141,7 +141,7 @@ def resolve(config: DataParallelConfig, num_global_devices: int) -> DataParallel
     return resolved
 
 
-def make_agent(config: DataParallelConfig):
+def make_agent(config: BA3CConfig):
     """Spec, learner setup and initial state of a resolved config: the BA3C torso of width `hidden` on Atari and the
     large-batch optimizer (learning rate already scaled, epsilon already chosen by `resolve`)."""
     spec = make_spec(config.env_id)
@@ -161,7 +161,7 @@ def make_agent(config: DataParallelConfig):
     return spec, setup, state
 
 
-def run(config: DataParallelConfig) -> dict:
+def run(config: BA3CConfig) -> dict:
     """Trains data-parallel A2C (BA3C); returns the summary (also written to `<run dir>/summary.json`)."""
     validate(config)
     distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,

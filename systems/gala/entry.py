@@ -7,15 +7,15 @@ from systems.common.registry import SystemEntry
 def _restore(run_dir: str, raw: dict):
     """`--gossip=pmap` checkpoints stack the learners on a leading axis (a multi-process run: this process's
     `n / num_processes`), `--gossip=async` ones keep a tuple of n."""
-    import numpy as np  # noqa: PLC0415 - JAX only when a run is restored
+    import numpy as np  # JAX only when a run is restored
 
-    from systems.common import restore as lib  # noqa: PLC0415
-    from systems.common.config import RETIRED_HTS_FIELDS  # noqa: PLC0415
-    from systems.common.rollout import stack_host  # noqa: PLC0415
-    from systems.gossip import system as gossip  # noqa: PLC0415
+    from systems.common import restore as lib
+    from systems.common.config import RETIRED_HTS_FIELDS
+    from systems.common.rollout import stack_host
+    from systems.gala import system as gala
 
-    config = lib.config_from_json(gossip.GossipConfig, raw, retired=RETIRED_HTS_FIELDS)
-    spec, setup, state = gossip.make_agent(config)
+    config = lib.config_from_json(gala.GALAConfig, raw, retired=RETIRED_HTS_FIELDS)
+    spec, setup, state = gala.make_agent(config)
     pmap = config.gossip == "pmap"
     if pmap:
         n = config.num_learners // max(1, config.num_processes)  # learners in this process's checkpoint
@@ -23,21 +23,21 @@ def _restore(run_dir: str, raw: dict):
         def stacked(tree):
             return stack_host(tree, n)
 
-        target = gossip.GossipState(
+        target = gala.GossipState(
             params=stacked(state.params), opt_state=stacked(state.opt_state), key=stacked(state.key),
             update_step=np.zeros((), np.int32), learner_steps=np.zeros((n,), np.int32),
             inbox=tuple(stacked(state.params) for _ in range(config.num_peers)),
         )
     else:
         n = config.num_learners
-        target = gossip.GossipState(
+        target = gala.GossipState(
             params=tuple(state.params for _ in range(n)), opt_state=tuple(state.opt_state for _ in range(n)),
             key=tuple(state.key for _ in range(n)), update_step=np.zeros((), np.int32),
             learner_steps=np.zeros((n,), np.int32), inbox=(),
         )
-    restored, meta, path = lib.restore_into(run_dir, gossip.SYSTEM, target)
+    restored, meta, path = lib.restore_into(run_dir, gala.SYSTEM, target)
     return lib.RestoredRun(
-        run_dir=run_dir, system=gossip.SYSTEM, config=config, spec=spec, state=restored, meta=meta,
+        run_dir=run_dir, system=gala.SYSTEM, config=config, spec=spec, state=restored, meta=meta,
         checkpoint_path=path, eval_seed=setup.eval_seed, num_learners=n,
         _policy_params=lambda state, learner: _learner_params(state, learner, n, pmap),
         _make_act=lib.on_policy_act(setup.network.apply),
@@ -46,10 +46,10 @@ def _restore(run_dir: str, raw: dict):
 
 def _learner_params(state, learner: str, n: int, pmap: bool):
     """Learner `learner`'s parameters x_i, or (`restore.MEAN_LEARNER`) their average xbar in float64, cast back."""
-    import jax  # noqa: PLC0415
-    import numpy as np  # noqa: PLC0415
+    import jax
+    import numpy as np
 
-    from systems.common import restore as lib  # noqa: PLC0415
+    from systems.common import restore as lib
 
     if learner == lib.MEAN_LEARNER:
         if pmap:

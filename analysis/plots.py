@@ -1,4 +1,4 @@
-"""Figures of seed 000 (HTS-RL), section 5, from grouped runs (issue 6; matplotlib, Agg backend).
+"""Figures of seed 000 (HTS-RL), section 5, from grouped runs (matplotlib, Agg backend).
 
 * Fig. 5 (`fig5_curves.png`): training curves, one column per environment; top row evaluation return against env
   steps, bottom row against wall time; per configuration the mean over seeds and the 95% bootstrap band
@@ -23,10 +23,10 @@ from collections.abc import Sequence
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib import ticker  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib import ticker
 
-from systems.analysis import metrics as metrics_lib  # noqa: E402
+from analysis import metrics as metrics_lib
 
 FIG5 = "fig5_curves.png"
 FIG4_SPS = "fig4_sps_vs_envs.png"

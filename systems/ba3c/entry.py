@@ -1,0 +1,24 @@
+"""Distributed BA3C's registry entry (`systems.common.registry`): runs restore into one `TrainState` (the replicas
+are identical; one copy is saved)."""
+
+from systems.common.registry import SystemEntry
+
+
+def _restore(run_dir: str, raw: dict):
+    """BA3C: the BA3C torso of width `hidden` on Atari and the large-batch optimizer, as `systems.ba3c.run`
+    builds them from the resolved config (learning rate already scaled, epsilon already chosen)."""
+    from systems.ba3c import system as ba3c
+    from systems.common import restore as lib  # JAX only when a run is restored
+    from systems.common.config import RETIRED_HTS_FIELDS
+
+    config = lib.config_from_json(ba3c.BA3CConfig, raw, retired=RETIRED_HTS_FIELDS)
+    spec, setup, target = ba3c.make_agent(config)
+    state, meta, path = lib.restore_into(run_dir, ba3c.SYSTEM, target)
+    return lib.RestoredRun(
+        run_dir=run_dir, system=ba3c.SYSTEM, config=config, spec=spec, state=state, meta=meta,
+        checkpoint_path=path, eval_seed=setup.eval_seed, num_learners=1, _policy_params=lib.single_params,
+        _make_act=lib.on_policy_act(setup.network.apply),
+    )
+
+
+ENTRY = SystemEntry(name="ba3c", launcher="ba3c", restore=_restore, former_names=("datapar",))
