@@ -1,4 +1,4 @@
-"""The Atari and GFootball CNNs on XLA CPU, layer by layer and form by form (issue 17): which exact formulation of each
+"""The Atari and GFootball CNNs on XLA CPU, layer by layer and form by form: which exact formulation of each
 convolution (`agents.conv`) is fastest for the actors' forward pass and for the learner's forward+backward pass, and
 the whole networks (Nature CNN, GFootball CNN, BA3C's network) against the same networks in PyTorch (the peer, from a
 benchmark-only virtual environment).
@@ -212,7 +212,7 @@ def write(rows: list[dict], nets: list[dict], peer: list[dict], plans: dict, out
         writer.writeheader()
         writer.writerows(rows)
     lines = [
-        "# The Atari and GFootball CNNs on XLA CPU: convolution forms, layer by layer (issue 17)", "",
+        "# The Atari and GFootball CNNs on XLA CPU: convolution forms, layer by layer", "",
         f"- Machine: {machine()} (no GPU). Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. "
         f"JAX {jax.__version__}. Commit {git_commit()}. Wall time {wall / 60:.1f} min."
         + (f" Per-layer rows from an earlier run (`{_LAYERS_FROM.value}`), whole networks measured now."

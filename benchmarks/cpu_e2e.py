@@ -1,4 +1,4 @@
-"""Pixel tasks end to end on the CPU (issue 17): steady SPS of the main job against CleanRL's PyTorch PPO, side by
+"""Pixel tasks end to end on the CPU: steady SPS of the main job against CleanRL's PyTorch PPO, side by
 side in one run, and GFootball's time to a score of 0.8 before and after the CPU convolution plan.
 
     PYTHONPATH=. python -m benchmarks.cpu_e2e --parts=breakout,gfootball [--before=/tmp/before]
@@ -11,7 +11,7 @@ Parts (every run is its own process, one at a time; a finished run's result is k
   minibatches of 256, 1 actor thread) against CleanRL's `ppo_atari_envpool.py` (its own file, unchanged, from
   CleanRL's repository; PyTorch on the CPU, `--cuda=False`) on Breakout-v5 with its defaults, which are the same
   sizes (8 envs, 128 steps, 4 epochs, 4 minibatches), alternating, `--seconds` of wall time each, `--repeats` times;
-  with `--before`, also the same command in a checkout of the commit before issue 17. Steady SPS: env steps over
+  with `--before`, also the same command in a checkout of an earlier commit. Steady SPS: env steps over
   wall time between the 4th and the last update (htsrl: `progress.csv`; CleanRL: its `SPS:` lines, the running
   average global_step / elapsed, from which each update's time is recovered), so start-up and compilation are out.
 * `gfootball`: `launch.hts --env=gfootball/academy_empty_goal_close-v1` with the setting of
@@ -45,7 +45,7 @@ _PARTS = flags.DEFINE_list("parts", ["breakout"], "breakout, gfootball.")
 _SECONDS = flags.DEFINE_integer("seconds", 300, "Wall time of each Breakout run.")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Breakout runs per program.")
 _SEEDS = flags.DEFINE_list("seeds", ["1", "2", "3"], "GFootball seeds.")
-_BEFORE = flags.DEFINE_string("before", "", "A checkout of the commit before issue 17 ('' skips its rows).")
+_BEFORE = flags.DEFINE_string("before", "", "A checkout of an earlier commit to compare with ('' skips its rows).")
 _CLEANRL_PYTHON = flags.DEFINE_string("cleanrl_python", "/tmp/cleanrl-venv/bin/python",
                                       "Python of CleanRL's venv (torch, envpool 0.8, gym 0.23).")
 _CLEANRL_SCRIPT = flags.DEFINE_string("cleanrl_script", "/tmp/cleanrl-peer/ppo_atari_envpool.py",

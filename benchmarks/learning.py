@@ -1,4 +1,4 @@
-"""Learning side by side with an established peer at equal env steps, for every launcher (issues 12 and 26).
+"""Learning side by side with an established peer at equal env steps, for every launcher.
 
 Each task is one env with one family of algorithms and the sides that run it: ours through our launchers with their
 own presets, and the peer, Stable-Baselines3 trained by rl-zoo3's own `train` script with rl-zoo3's tuned

@@ -1,4 +1,4 @@
-"""Every launcher's preset at its real size: time to the first update, compile time and peak memory (issue 12).
+"""Every launcher's preset at its real size: time to the first update, compile time and peak memory.
 
 For each (launcher, task family, algorithm) it runs what a user runs, `python -m launch.<launcher> --env=<task>`,
 with the preset untouched except the run length (one round for the on-policy systems; `learning_starts` + 1,000 env
@@ -12,7 +12,7 @@ steps for PAL and Spreeze, so the first updates happen) and evaluation off, in a
 | peak PSS GB | largest proportional set size of the launcher's process tree over 0.2 s samples (with children |
 | | such as Spreeze's samplers; shared pages counted once) |
 
-Bounds from issue 12: first update under 60 s and peak memory under 4 GB on the 2-core machine. The table marks
+Bounds: first update under 60 s and peak memory under 4 GB on the 2-core machine. The table marks
 rows that miss either.
 
     PYTHONPATH=. python -m benchmarks.presets                 # every preset; rows already measured are kept

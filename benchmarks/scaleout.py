@@ -13,7 +13,7 @@ Groups of rows:
   step times (mean 5 ms). Lock-step systems wait for the slowest of all 64 envs at every env step, an async GALA
   learner only for the slowest of its own 16: the zero-compute model of that is E[max of 64 Exp] / E[max of 16
   Exp] = H_64 / H_16 (harmonic numbers).
-* `hts` (seed 000, issue 15): `systems.hts.system.run`, HTS-PPO on CartPole-v1 (classic-control PPO preset, 16
+* `hts` (seed 000): `systems.hts.system.run`, HTS-PPO on CartPole-v1 (classic-control PPO preset, 16
   envs x sync_interval 64 = 1,024 env steps per round, 2 actor threads on device 0) with its learner as 1, 2 and 4
   data-parallel replicas in one process and as 2 processes x 2 replicas joined by `jax.distributed` on 127.0.0.1
   (both processes started at once, output to files; the row reports process 0's run), the two 4-replica layouts
@@ -742,7 +742,7 @@ def _hts_lines(hts: list[dict]) -> list[str]:
     if not hts:
         return []
     lines = [
-        "## HTS-RL learner over devices (issue 15)",
+        "## HTS-RL learner over devices",
         "",
         f"CartPole-v1, HTS-PPO (`systems.hts`) with the classic-control PPO preset (CleanRL ppo.py: Adam 2.5e-4 "
         f"annealed, 4 epochs x 4 minibatches, clip 0.2, GAE 0.95), {HTS_NUM_ENVS} envs x sync_interval "

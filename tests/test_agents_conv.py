@@ -1,4 +1,4 @@
-"""`agents.conv` (issue 17): every formulation of the CNNs' convolutions computes what `flax.linen.Conv` computes with
+"""`agents.conv`: every formulation of the CNNs' convolutions computes what `flax.linen.Conv` computes with
 the same parameters, forward and backward, in either layout and with a backward form different from its forward form;
 the networks keep their parameters and their function under every plan, and the default plan follows the backend."""
 

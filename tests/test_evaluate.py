@@ -1,7 +1,8 @@
-"""`launch.evaluate` and `systems.common.restore` (issue 6): a saved policy is rebuilt exactly (its fingerprint equals
+"""`launch.evaluate` and `systems.common.restore`: a saved policy is rebuilt exactly (its fingerprint equals
 summary.json's), evaluated with the Evaluator's protocol (same returns as the Evaluator's own action functions, the
 same seed gives the same returns), one episode is saved as a GIF, and bad input is one line with exit code 2."""
 
+import dataclasses
 import json
 import os
 
@@ -183,6 +184,16 @@ def _other_env(tmp_path, hts_run):
     return run_dir
 
 
+def test_a_run_saved_under_a_former_system_name_restores_with_that_system(tmp_path, hts_run):
+    """BA3C's runs carried the system name 'datapar' before its folder took the launcher's name."""
+    run_dir = _no_checkpoint(tmp_path, hts_run)
+    save_checkpoint(run_dir, 64, restore_run(hts_run, ENTRIES).state, {"env_steps": 64, "system": "datapar"})
+    assert ENTRIES["ba3c"].former_names == ("datapar",) and "datapar" not in ENTRIES
+    seen = []
+    entries = {**ENTRIES, "ba3c": dataclasses.replace(ENTRIES["ba3c"], restore=lambda d, raw: seen.append(d) or "ba3c")}
+    assert restore_run(run_dir, entries) == "ba3c" and seen == [run_dir]
+
+
 @pytest.mark.parametrize(
     "make_run,flags,message",
     [
@@ -195,7 +206,7 @@ def _other_env(tmp_path, hts_run):
         (lambda tmp, run: run, dict(eval_num_episodes=0), "--eval_num_episodes"),
         (lambda tmp, run: "", {}, "--run is required"),
         (lambda tmp, run: run, dict(capture_video="ep.avi"), "--capture_video must name an .mp4 or .gif"),
-        # Issue 27: a traceback after the evaluation ran, which was lost with it.
+        # A traceback after the evaluation ran, which was lost with it.
         (lambda tmp, run: run, dict(capture_video="/etc/passwd/ep.mp4"), "cannot create its directory /etc/passwd"),
     ],
     ids=["missing-dir", "no-config", "no-checkpoint", "unsupported-system", "other-network", "learner", "episodes",

@@ -158,7 +158,7 @@ def test_bad_layouts_are_one_line(changes, message):
     (dict(learner_devices="3"), "--learner_devices=3: device 3 does not exist; this process has 1 device(s)"),
     (dict(num_processes=3), "--num_envs=8 does not split evenly over --num_processes=3"),
     (dict(num_processes=2, coordinator_address="127.0.0.1:1", time_limit=60), "--time_limit with several processes"),
-    # Issue 27: JAX took these to an IndexError traceback and a segmentation fault; the last one trained alone.
+    # JAX took these to an IndexError traceback and a segmentation fault; the last one trained alone.
     (dict(num_processes=2, coordinator_address="nohostport"), "must be HOST:PORT with a port in 1-65535"),
     (dict(num_processes=2, coordinator_address="localhost:notaport"), "must be HOST:PORT with a port in 1-65535"),
     (dict(coordinator_address="127.0.0.1:1"), "--coordinator_address needs --num_processes > 1"),

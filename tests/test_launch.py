@@ -242,7 +242,7 @@ def test_a_flag_the_launcher_does_not_take_is_one_line_naming_who_takes_it(capsy
 
 @pytest.mark.parametrize("launcher_module", [launch_hts, launch_sync], ids=["hts", "sync"])
 def test_a_stray_positional_argument_is_refused_before_any_run(capsys, launcher_module):
-    """`launch.hts --game=Breakout stray_arg` started a full run (issue 27): every launcher shares this parser."""
+    """`launch.hts --game=Breakout stray_arg` started a full run: every launcher shares this parser."""
     name = launcher_module.__name__.rpartition(".")[2]
     launcher_module.FLAGS.unparse_flags()
     try:

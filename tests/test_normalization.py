@@ -1,4 +1,4 @@
-"""Observation normalization, reward scaling and value clipping for continuous-control PPO (issue 12, part 2):
+"""Observation normalization, reward scaling and value clipping for continuous-control PPO:
 the running statistics match a numpy reference, the update normalizes a round with its behaviour statistics and
 merges the round in (step, env) order, HTS stays bit-identical across actor counts on a MuJoCo task, the statistics
 survive --resume, and evaluation applies the frozen statistics of the policy it evaluates."""

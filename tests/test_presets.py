@@ -1,4 +1,4 @@
-"""Every on-policy preset's update builds at its real size (issue 12): `python -m launch.hts --env=Hopper-v4` once
+"""Every on-policy preset's update builds at its real size: `python -m launch.hts --env=Hopper-v4` once
 unrolled CleanRL's 10 epochs x 32 minibatches into one XLA program that did not build in 7.5 minutes and 14 GB.
 
 Each preset's update is compiled in its own process at the preset's real sizes (rollout `sync_interval x

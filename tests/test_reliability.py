@@ -1,4 +1,4 @@
-"""Reliability: what a run promises when things go wrong (issue 13). Fault injection (a NaN update, SIGTERM, bad
+"""Reliability: what a run promises when things go wrong. Fault injection (a NaN update, SIGTERM, bad
 values) against the on-policy systems; each test failed before its fix. Extend it with a new fault per promise.
 
 Promises (README, "Stopping a run"): a non-finite loss or parameter stops the run with one line and exit status 3,
@@ -150,7 +150,7 @@ def test_launcher_exits_3_with_one_line_on_a_nan_update(tmp_path):
 
 @pytest.mark.parametrize("replay", ["per", "uniform"])
 def test_pal_dqn_divergence_is_one_line_and_exit_3(tmp_path, capsys, replay):
-    """Issue 27: the learner thread's `priorities must be finite` (the replay refusing NaN TD errors) came before
+    """The learner thread's `priorities must be finite` (the replay refusing NaN TD errors) came before
     the monitor's non-finite guard saw the loss: a 37-line traceback and exit 1."""
     from launch import pal as launch_pal
     from tests.launchers import run_launcher
@@ -176,7 +176,7 @@ _SMALL = ("--env=CartPole-v1", "--total_steps=100000000", "--checkpoint_every=64
     ("launch.pal", ("--learning_starts=200",)),
 ])
 def test_sigterm_saves_the_newest_parameters_writes_the_summary_and_exits_143(tmp_path, module, flags):
-    """A second stop signal during the save changes nothing (issue 27). Launch.spreeze's SIGTERM:
+    """A second stop signal during the save changes nothing. Launch.spreeze's SIGTERM:
     tests/test_spreeze_system.py (with Ctrl-C, the same path)."""
     run_dir = str(tmp_path / "run")
     proc = _launch(module, *_SMALL, *flags, f"--logdir={run_dir}")
@@ -205,7 +205,7 @@ def test_sigterm_saves_the_newest_parameters_writes_the_summary_and_exits_143(tm
     ("launch.ba3c", 0, signal.SIGTERM),  # the coordinator waits for a peer that never comes: SIGTERM ends it
 ])
 def test_a_multi_host_job_that_does_not_form_ends_with_one_line(tmp_path, module, process_id, stop):
-    """Issue 27: a missing coordinator or peer hung in silence past 140 s and ignored Ctrl-C and SIGTERM."""
+    """A missing coordinator or peer hung in silence past 140 s and ignored Ctrl-C and SIGTERM."""
     run_dir = str(tmp_path / "run")
     proc = _launch(module, "--env=CartPole-v1", "--num_processes=2", f"--process_id={process_id}",
                    f"--coordinator_address=127.0.0.1:{free_port()}", "--startup_timeout=3", f"--logdir={run_dir}")
@@ -277,7 +277,7 @@ def test_ctrl_c_at_any_moment_of_start_up_exits_130_with_one_line(tmp_path, mome
         (dict(total_steps=32), "less than one round"),
         (dict(total_steps=10**12), "int32"),
         (dict(num_envs=100_000_000), "above the limit"),
-        # Issue 27: tracebacks after the run directory was written, and a hang before it.
+        # Tracebacks after the run directory was written, and a hang before it.
         (dict(seed=-1), "--seed must be in [0, 2,146,435,071], got -1"),
         (dict(seed=10**14), "--seed must be in [0,"),
         (dict(eval_episodes=10**9), "--eval_episodes=1,000,000,000 is above the limit of 10,000"),
@@ -299,7 +299,7 @@ def test_nonsense_values_are_refused_with_one_line(overrides, message):
     ("spreeze", dict(env="Pendulum-v1", eval_episodes=10**9), "--eval_episodes=1,000,000,000 is above the limit"),
 ])
 def test_sizes_beyond_the_machine_are_one_line_before_the_run_directory(tmp_path, capsys, launcher, flags, message):
-    """Issue 27: a 1.46 TiB buffer was a MemoryError traceback and 100,000 samplers forked until the machine
+    """A 1.46 TiB buffer was a MemoryError traceback and 100,000 samplers forked until the machine
     crawled; the limits are the machine's (`systems.common.limits`)."""
     import importlib
 
@@ -355,7 +355,7 @@ def test_a_second_run_without_resume_is_refused_and_leaves_the_first_untouched(t
 
 
 def test_a_directory_whose_run_saved_nothing_names_the_way_out(tmp_path):
-    """Issue 27: a run stopped before its first checkpoint left a directory that --resume and a plain rerun both
+    """A run stopped before its first checkpoint left a directory that --resume and a plain rerun both
     refused, neither saying what to do."""
     import shutil
 
@@ -389,7 +389,7 @@ def test_resume_may_change_the_length_and_reporting(tmp_path):
 
 
 def test_resuming_a_finished_run_keeps_its_sps(tmp_path):
-    """Issue 27: `--resume` of a finished run trained nothing and rewrote summary.json with `"sps": 0.0`."""
+    """`--resume` of a finished run trained nothing and rewrote summary.json with `"sps": 0.0`."""
     config = _finished_sync_run(tmp_path)
     with open(os.path.join(config.logdir, "summary.json")) as f:
         first = json.load(f)["sps"]
@@ -501,7 +501,7 @@ def test_resume_cuts_a_row_torn_by_a_kill_so_the_report_reads_the_run(tmp_path):
 
 
 def test_resume_drops_the_rows_logged_after_its_checkpoint(tmp_path):
-    """Issue 27: after a kill, progress.csv kept the rows past the checkpoint the resumed run restarted from, so its
+    """After a kill, progress.csv kept the rows past the checkpoint the resumed run restarted from, so its
     env steps repeated."""
     config = _config(tmp_path, eval_episodes=0, checkpoint_every=128)
     sync.run(config)  # 6 rounds of 64 env steps, checkpoints at 128, 256 and 384
@@ -515,7 +515,7 @@ def test_resume_drops_the_rows_logged_after_its_checkpoint(tmp_path):
 
 
 def test_a_changed_layout_flag_is_named_not_the_env_count_it_sets(tmp_path):
-    """Issue 27: Spreeze's resume refusal named --num_envs (derived) when the user had changed --num_samplers."""
+    """Spreeze's resume refusal named --num_envs (derived) when the user had changed --num_samplers."""
     from systems.common import rundir
 
     @dataclasses.dataclass(frozen=True)
@@ -532,7 +532,7 @@ def test_a_changed_layout_flag_is_named_not_the_env_count_it_sets(tmp_path):
 
 
 def test_a_logdir_through_dot_dot_creates_no_directory_on_the_way(tmp_path):
-    """Issue 27: `--logdir=a/../b` left an empty `a`."""
+    """`--logdir=a/../b` left an empty `a`."""
     sync.run(_config(tmp_path, total_steps=64, eval_episodes=0, logdir=str(tmp_path / "a" / ".." / "b")))
     assert sorted(os.listdir(tmp_path)) == ["b"] and os.path.exists(tmp_path / "b" / "summary.json")
 
@@ -594,7 +594,7 @@ def test_a_full_disk_stops_the_run_with_one_line_and_leaves_whole_files(tmp_path
     lines = _our_lines(err)
     assert len(lines) == 1 and lines[0].startswith("error: cannot write ") and "File too large" in lines[0], lines
     named = lines[0][len("error: cannot write "):].split(": ")[0]
-    assert named.startswith(run_dir) and not os.path.isdir(named), named  # a file, not its directory (issue 27)
+    assert named.startswith(run_dir) and not os.path.isdir(named), named  # a file, not its directory
     left = [os.path.join(root, name) for root, _, names in os.walk(run_dir) for name in names if ".tmp" in name]
     assert left == []
     deadline = time.monotonic() + 30  # Spreeze's children exit with the learner
@@ -643,7 +643,7 @@ def test_learning_starts_at_or_beyond_the_budget_is_refused(module, config_name,
 
 
 def _shm_names() -> set[str]:
-    """What a Spreeze run could leave in /dev/shm: its replay segment (named `spreeze-*` before issue 13) and
+    """What a Spreeze run could leave in /dev/shm: its replay segment (named `spreeze-*` in an earlier version) and
     multiprocessing's named semaphores (`sem.mp-*`: Events, Queues and Locks under spawn and forkserver)."""
     return {name for name in os.listdir("/dev/shm") if name.startswith(("sem.mp-", "spreeze-"))}
 

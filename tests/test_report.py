@@ -1,4 +1,4 @@
-"""Report tools of issue 6 (seed 000, section 5 evaluation protocol; Tables 1, 2, 4, 5; Figs. 4, 5): run metrics
+"""Report tools (seed 000, section 5 evaluation protocol; Tables 1, 2, 4, 5; Figs. 4, 5): run metrics
 against hand-computed values on synthetic run directories, bootstrap intervals, grouping, exact Markdown tables,
 figures, and `launch.report` (output and the one-line exit-2 error path). No training runs."""
 

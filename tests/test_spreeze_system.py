@@ -157,7 +157,7 @@ def test_ctrl_c_stops_every_process_saves_weights_and_frees_shared_memory(tmp_pa
             break
         time.sleep(0.2)
     proc.send_signal(signum)
-    proc.send_signal(signal.SIGINT)  # a second stop signal while it saves changes nothing (issue 27)
+    proc.send_signal(signal.SIGINT)  # a second stop signal while it saves changes nothing
     _, stderr = proc.communicate(timeout=60)
     # Python handles pending signals in number order (SIGINT first): either may be the one that decides.
     assert proc.returncode in (status, 130), stderr

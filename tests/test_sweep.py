@@ -1,4 +1,4 @@
-"""`python -m launch.sweep` (issue 6) and `analysis/grid.py`: grid expansion and run names, argument splitting,
+"""`python -m launch.sweep` and `analysis/grid.py`: grid expansion and run names, argument splitting,
 validation, command lines, finished-run detection, manifest compatibility, the runner (parallel limit, failures,
 Ctrl-C) with stand-in children, and one real sweep of two tiny HTS CartPole runs, rerun (all skipped) and resumed."""
 

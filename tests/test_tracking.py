@@ -46,7 +46,7 @@ def test_track_without_wandb_is_one_line(tmp_path):
 
 
 def test_track_without_a_login_is_one_line_before_anything_is_written(tmp_path):
-    """Issue 27: without WANDB_MODE=offline and without an API key, W&B raised a 45-line traceback after the run
+    """Without WANDB_MODE=offline and without an API key, W&B raised a 45-line traceback after the run
     directory was written, which then refused a rerun."""
     code = ("import os, sys, runpy\n"
             "for name in ('WANDB_MODE', 'WANDB_API_KEY'): os.environ.pop(name, None)\n"

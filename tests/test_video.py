@@ -1,4 +1,4 @@
-"""`--capture_video` (issue 16): evaluation episodes filmed in real frames where the simulator gives them.
+"""`--capture_video`: evaluation episodes filmed in real frames where the simulator gives them.
 
 * The filmed Atari env is the policy's own env: rendering changes nothing of its steps, and the colour frame it
   shows is the state the gray 84x84 observation was made from.
@@ -159,7 +159,7 @@ def test_a_training_run_films_each_evaluation_to_files_tensorboard_and_wandb(tmp
 
 
 def test_a_video_the_encoder_cannot_write_stops_the_run_with_one_line_naming_it(tmp_path):
-    """Issue 27: an encoder failure printed ffmpeg's command and output over ten lines, and the error line did not
+    """An encoder failure printed ffmpeg's command and output over ten lines, and the error line did not
     name the file. The encoder here is a stand-in that fails as ffmpeg does on a full disk: it exits at once."""
     run_dir = tmp_path / "run"
     result = subprocess.run(
