@@ -15,6 +15,7 @@ cli.exit_at_once_on_signals()  # before the heavy imports below
 
 from envs.factory import family_of, resolve_env_id  # noqa: E402
 from launch import common, flagsets  # noqa: E402
+from systems.offpolicy.config import DISCRETE_ALGOS  # noqa: E402
 from systems.pal import system  # noqa: E402
 
 FLAGS = flagsets.flag_values("pal")
@@ -54,7 +55,7 @@ def make_config() -> system.PALConfig:
     env_id = resolve_env_id(f.game, f.env)
     algo = f.algo or "dqn"
     family = family_of(env_id)
-    kind = "discrete" if algo in system.DISCRETE_ALGOS else "continuous"
+    kind = "discrete" if algo in DISCRETE_ALGOS else "continuous"
     if family not in PRESETS or kind not in PRESETS[family]:
         raise ValueError(f"launch.pal has no {kind}-action setup for {family} tasks such as {env_id}")
     values = dict(PRESETS[family][kind])

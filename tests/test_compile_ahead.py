@@ -16,7 +16,10 @@ from systems.common.config import TrainConfig
 from systems.common.learner import build, compile_in_background, compiles_in_progress
 from systems.common.rollout import RoundStorage
 from systems.offpolicy.agent import build_agent
-from systems.pal.system import PALConfig, ParameterServer, RatioGate, make_buffer
+from systems.pal.actors import RatioGate
+from systems.pal.config import PALConfig
+from systems.pal.learner import ParameterServer
+from systems.pal.system import make_buffer
 
 _LOWERING = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 _lowered: collections.Counter = collections.Counter()

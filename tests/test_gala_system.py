@@ -17,7 +17,7 @@ _ONE_ITERATION_OLD = """
 import functools, json
 import jax, jax.numpy as jnp, numpy as np
 from agents import LEARNER_AXIS, TrainState
-from systems.gala.system import _gossip_step
+from systems.gala.lockstep import _gossip_step
 
 n = 4
 def fake_update(state, behaviour_params, delta):  # a 'local step' that adds a known per-learner delta

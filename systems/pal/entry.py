@@ -6,7 +6,7 @@ from systems.common.registry import SystemEntry
 
 def _restore(run_dir: str, raw: dict):
     from systems.offpolicy.restore import restore_off_policy  # JAX only when a run is restored
-    from systems.pal.system import PALConfig
+    from systems.pal.config import PALConfig
 
     return restore_off_policy(run_dir, raw, "pal", PALConfig)
 

@@ -58,6 +58,7 @@ import numpy as np
 
 from systems.common.atomic import write_atomic
 from systems.replay import sum_tree as _sum_tree
+from systems.replay.base import PriorityTreeBuffer, check_priority_params, checked_indices
 from systems.replay.sum_tree import SumTree
 
 _OPTIMISTIC_TRIES = 3  # lock-free copies before the sampler copies under the tree lock
@@ -74,7 +75,7 @@ class Sample(NamedTuple):
     weights: np.ndarray  # [B] float32 importance weights in (0, 1] (all 1 for the uniform buffer)
 
 
-class ReplayBuffer:
+class ReplayBuffer(PriorityTreeBuffer):
     """The interface and storage shared by `UniformBuffer` and `PrioritizedBuffer`; use one of those."""
 
     _prioritized: bool
@@ -97,17 +98,10 @@ class ReplayBuffer:
             raise TypeError("ReplayBuffer is the shared base; use UniformBuffer or PrioritizedBuffer")
         if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer) or capacity < 1:
             raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
-        for name, value in (("alpha", alpha), ("beta", beta)):
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
-        if not (math.isfinite(eps) and eps > 0):
-            raise ValueError(f"eps must be finite and > 0 (it keeps every completed slot sampleable), got {eps!r}")
+        alpha, beta, eps = check_priority_params(alpha, beta, eps)
         if not isinstance(example, Mapping) or not example:
             raise ValueError("example must be a non-empty dict of field name -> one transition's array")
-        self._capacity = int(capacity)
-        self.alpha = float(alpha)
-        self.beta = float(beta)
-        self.eps = float(eps)
+        self._init_tree(capacity, alpha=alpha, beta=beta, eps=eps, k=k, seed=seed)
         self._single_lock = bool(single_lock)
         self._fields: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         self._storage: dict[str, np.ndarray] = {}
@@ -117,24 +111,14 @@ class ReplayBuffer:
             value = np.asarray(value)
             self._fields[name] = (value.shape, value.dtype)
             self._storage[name] = np.zeros((self._capacity, *value.shape), dtype=value.dtype)
-        self._tree = SumTree(self._capacity, k)
         self._tree_kernels = _kernel_args(self._tree)  # see `_set_priorities`
-        self._cursor = 0  # next slot to write (FIFO eviction)
-        self._size = 0  # slots reserved so far, at most capacity
+        self._cursor = 0  # next slot to write (FIFO eviction); `_size`: slots reserved so far, at most capacity
         self._writing = np.zeros(self._capacity, dtype=bool)  # slot reserved and not yet published
         self._generation = np.zeros(self._capacity, dtype=np.int64)  # bumped when a write to the slot starts
-        self._max_priority = 1.0  # running max of stored priorities (PER: new transitions get max_i p_i)
-        self._rng = np.random.default_rng(seed)  # used only under the tree (or global) lock
-        self._tree_lock = threading.Condition(threading.Lock())  # global_tree_lock; inserters wait on busy slots
         self._waiters = 0  # threads in `_wait`, so publishing skips notify_all when nobody waits
-        self._leaf_lock = threading.Lock()  # last_level_lock
         self._global_lock = threading.Lock()  # single_lock=True only
 
     # ----------------------------------------------------------------------------------------------- info
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
 
     @property
     def fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -144,20 +128,6 @@ class ReplayBuffer:
     @property
     def single_lock(self) -> bool:
         return self._single_lock
-
-    @property
-    def max_priority(self) -> float:
-        """The priority new transitions get: running max of stored priorities, at least 1 (1 for uniform)."""
-        return self._max_priority
-
-    @property
-    def tree(self) -> SumTree:
-        """The slots' sum tree, for diagnostics and tests; reading it while other threads run is not locked."""
-        return self._tree
-
-    def __len__(self) -> int:
-        """Slots holding a transition or being written: min(transitions inserted, capacity)."""
-        return self._size
 
     # ----------------------------------------------------------------------------------------------- insert
 
@@ -221,19 +191,14 @@ class ReplayBuffer:
         w_i = (P(i) / min_j P(j)) ** -beta.
         Raises ValueError if the buffer is empty; if every slot is mid-write, waits until one is published.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        beta = self.beta if beta is None else float(beta)
-        if not (math.isfinite(beta) and beta >= 0):
-            raise ValueError(f"beta must be finite and >= 0, got {beta!r}")
-        rng = self._rng if rng is None else rng
+        rng, beta = self._sampling(batch_size, rng, beta)
         if self._single_lock:
             with self._global_lock:
                 indices, probabilities, size = self._draw(batch_size, rng)
                 batch = self._gather(indices)
         else:
             indices, probabilities, size, batch = self._sample_lazy(batch_size, rng)
-        return Sample(indices, batch, importance_weights(self._prioritized, size, probabilities, beta))
+        return Sample(indices, batch, self._weights(size, probabilities, beta))
 
     def _sample_lazy(self, batch_size, rng):
         return sample_with_redraw(self, batch_size, rng)
@@ -260,15 +225,7 @@ class ReplayBuffer:
         Bad values raise ValueError, bad indices IndexError, and nothing is written. Returns the number of slots
         updated (always 0 for the uniform buffer, whose check is all it does)."""
         indices = self._check_slots(indices)
-        priorities = np.asarray(priorities, dtype=np.float64)
-        if priorities.shape != indices.shape:
-            raise ValueError(f"priorities have shape {priorities.shape}, indices {indices.shape}")
-        if priorities.size and not (np.isfinite(priorities).all() and priorities.min() >= 0):
-            raise ValueError("priorities must be finite and >= 0")
-        stored = (priorities + self.eps) ** self.alpha
-        if stored.size and not stored.max() <= self._tree.max_leaf:  # NaN or inf fail this comparison too
-            raise ValueError(f"(priority + eps) ** alpha must stay below {self._tree.max_leaf:.3g}, so that the sum "
-                             "over every slot stays finite")
+        stored = self._stored_priorities(indices, priorities)
         if not self._prioritized:
             return 0
         lock = self._global_lock if self._single_lock else self._tree_lock
@@ -596,17 +553,7 @@ class ReplayBuffer:
         return arrays, n
 
     def _check_slots(self, indices):
-        indices = np.asarray(indices)
-        if indices.ndim != 1:
-            raise IndexError(f"indices must be 1-D, got shape {indices.shape}")
-        if indices.size == 0:
-            return indices.astype(np.int64)
-        if indices.dtype == np.bool_ or not np.issubdtype(indices.dtype, np.integer):
-            raise IndexError(f"indices must be integers, got dtype {indices.dtype}")
-        size = self._size  # only grows, so a slot valid now stays valid
-        if indices.min() < 0 or indices.max() >= size:
-            raise IndexError(f"indices must lie in [0, len={size}), got [{indices.min()}, {indices.max()}]")
-        return indices.astype(np.int64, copy=False)
+        return checked_indices(indices, self._size, "len")  # `_size` only grows: a slot valid now stays valid
 
 
 def _kernel_args(tree: SumTree):
@@ -682,14 +629,6 @@ class PrioritizedBuffer(ReplayBuffer):
         single_lock: one global lock for everything (benchmark baseline) instead of lazy writing.
         """
         super().__init__(capacity, example, alpha=alpha, beta=beta, k=k, eps=eps, seed=seed, single_lock=single_lock)
-
-
-def importance_weights(prioritized: bool, size: int, probabilities: np.ndarray, beta: float) -> np.ndarray:
-    """[B] float32 PER weights (N P(i)) ** -beta / max over the batch (see `ReplayBuffer.sample`); ones if uniform."""
-    if not prioritized:
-        return np.ones(probabilities.shape, dtype=np.float32)
-    weights = (size * probabilities) ** -beta  # [B]
-    return (weights / weights.max()).astype(np.float32)
 
 
 def sample_with_redraw(buffer, batch_size: int, rng):

@@ -69,14 +69,12 @@ invalidated and whose row became a new transition since it was sampled lands on 
 
 from __future__ import annotations
 
-import math
-import threading
 from collections.abc import Mapping
 
 import numpy as np
 
-from systems.replay.buffers import Sample, importance_weights, sample_with_redraw
-from systems.replay.sum_tree import SumTree
+from systems.replay.base import PriorityTreeBuffer, check_priority_params, checked_indices
+from systems.replay.buffers import Sample, sample_with_redraw
 
 _RESERVED_NAMES = frozenset({"obs", "next_obs", "streams", "continues"})
 _FREE, _WRITING, _LIVE = 0, 1, 2  # row states: not a (resident) transition, transition being written, transition
@@ -113,12 +111,7 @@ def _check_priority_params(prioritized: bool, alpha, beta, eps) -> tuple[float, 
     resident transition equally likely with weight 1."""
     if not prioritized:
         return 0.0, 0.0, 1.0
-    for name, value in (("alpha", alpha), ("beta", beta)):
-        if not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
-    if not (math.isfinite(eps) and eps > 0):
-        raise ValueError(f"eps must be finite and > 0 (it keeps every transition sampleable), got {eps!r}")
-    return alpha, beta, eps
+    return check_priority_params(alpha, beta, eps)
 
 
 def _parse_extras(extras) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -139,7 +132,7 @@ def _parse_extras(extras) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     return spec
 
 
-class FrameStackBuffer:
+class FrameStackBuffer(PriorityTreeBuffer):
     """Thread-safe prioritized (or uniform) replay of frame-stacked observations, each frame stored once."""
 
     def __init__(
@@ -183,26 +176,21 @@ class FrameStackBuffer:
 
         self._num_streams = int(num_streams)
         self._segment = segment
-        self._capacity = segment * self._num_streams
+        self._init_tree(segment * self._num_streams, alpha=alpha, beta=beta, eps=eps, k=k, seed=seed)
         self._stack = int(stack)
         self._frame_shape = tuple(int(d) for d in frame_shape)
         self._frame_dtype = np.dtype(frame_dtype)
         self._prioritized = prioritized
         self._check_continues = bool(check_continues)
-        self.alpha = float(alpha)
-        self.beta = float(beta)
-        self.eps = float(eps)
+        self._allocate()
 
-        self._allocate(k, seed)
-
-    def _allocate(self, k: int, seed: int | None) -> None:
-        """Preallocates the rows, sum tree, per-row and per-stream bookkeeping, generator and locks."""
+    def _allocate(self) -> None:
+        """Preallocates the rows and the per-row and per-stream bookkeeping (the tree and locks: `_init_tree`)."""
         # Storage (np.zeros: pages are mapped lazily, on first write).
         self._frames = np.zeros((self._capacity, *self._frame_shape), dtype=self._frame_dtype)
         self._extras = {
             name: np.zeros((self._capacity, *shape), dtype) for name, (shape, dtype) in self._extras_spec.items()
         }
-        self._tree = SumTree(self._capacity, k)
         # Per row, guarded by the tree lock: state and generation (bumped when a transition is invalidated/reserved).
         self._state = np.zeros(self._capacity, dtype=np.int8)
         self._generation = np.zeros(self._capacity, dtype=np.int64)
@@ -212,20 +200,10 @@ class FrameStackBuffer:
         self._has_pending = np.zeros(self._num_streams, dtype=bool)  # a continuing insert may follow
         self._busy = np.zeros(self._num_streams, dtype=bool)  # an insert into the stream is in flight
         self._inserts = np.zeros(self._num_streams, dtype=np.int64)  # inserts started, to detect racing owners
-        self._size = 0  # rows in state _WRITING or _LIVE
-        self._reserved = 0  # rows in state _WRITING
-        self._max_priority = 1.0
-        self._rng = np.random.default_rng(seed)  # used only under the tree lock
-        self._tree_lock = threading.Condition(threading.Lock())  # global_tree_lock
-        self._leaf_lock = threading.Lock()  # last_level_lock
+        self._reserved = 0  # rows in state _WRITING (`_size`: rows in state _WRITING or _LIVE)
         self._window = np.arange(-self._stack + 1, 2, dtype=np.int64)  # [stack + 1] offsets of t's window
 
     # ----------------------------------------------------------------------------------------------- info
-
-    @property
-    def capacity(self) -> int:
-        """Frame rows in use: num_streams * (capacity // num_streams)."""
-        return self._capacity
 
     @property
     def num_streams(self) -> int:
@@ -254,29 +232,11 @@ class FrameStackBuffer:
         return dict(self._extras_spec)
 
     @property
-    def prioritized(self) -> bool:
-        return self._prioritized
-
-    @property
-    def max_priority(self) -> float:
-        """The priority new transitions get: running max of stored priorities, at least 1 (1 for uniform)."""
-        return self._max_priority
-
-    @property
-    def tree(self) -> SumTree:
-        """The rows' sum tree, for diagnostics and tests; reading it while other threads run is not locked."""
-        return self._tree
-
-    @property
     def memory_bytes(self) -> int:
         """Bytes of the preallocated storage: frames, extras, sum tree and per-row/per-stream bookkeeping."""
         arrays = [self._frames, *self._extras.values(), self._state, self._generation]
         arrays += [self._head, self._pending, self._has_pending, self._busy, self._inserts]
         return sum(a.nbytes for a in arrays) + self._tree.nbytes
-
-    def __len__(self) -> int:
-        """Transitions resident or being written (padding and next-obs-only rows are not counted)."""
-        return self._size
 
     # ----------------------------------------------------------------------------------------------- insert
 
@@ -372,14 +332,9 @@ class FrameStackBuffer:
           with N = len(self), as `PrioritizedBuffer.sample` (all 1 when prioritized=False).
         Raises ValueError if nothing is resident; if every transition is mid-write, waits until one is published.
         """
-        if not _is_int(batch_size) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        beta = self.beta if beta is None else float(beta)
-        if not (math.isfinite(beta) and beta >= 0):
-            raise ValueError(f"beta must be finite and >= 0, got {beta!r}")
-        rng = self._rng if rng is None else rng
+        rng, beta = self._sampling(batch_size, rng, beta)
         indices, probabilities, size, batch = sample_with_redraw(self, batch_size, rng)
-        return Sample(indices, batch, importance_weights(self._prioritized, size, probabilities, beta))
+        return Sample(indices, batch, self._weights(size, probabilities, beta))
 
     def _draw(self, batch_size, rng):
         """Prefix-sum search for a batch (caller holds the tree lock): ids, P(i), N."""
@@ -414,15 +369,7 @@ class FrameStackBuffer:
         invalidated, padding) are skipped. Bad values raise ValueError, bad ids IndexError, and nothing is written.
         Returns the number of transitions updated (always 0 when prioritized=False, where this only checks)."""
         indices = self._check_ids(indices)
-        priorities = np.asarray(priorities, dtype=np.float64)
-        if priorities.shape != indices.shape:
-            raise ValueError(f"priorities have shape {priorities.shape}, indices {indices.shape}")
-        if not np.all(np.isfinite(priorities)) or np.any(priorities < 0):
-            raise ValueError("priorities must be finite and >= 0")
-        stored = (priorities + self.eps) ** self.alpha
-        if stored.size and not stored.max() <= self._tree.max_leaf:  # NaN or inf fail this comparison too
-            raise ValueError(f"(priority + eps) ** alpha must stay below {self._tree.max_leaf:.3g}, so that the sum "
-                             "over every slot stays finite")
+        stored = self._stored_priorities(indices, priorities)
         if not self._prioritized:
             return 0
         with self._tree_lock:
@@ -449,18 +396,7 @@ class FrameStackBuffer:
         self._tree.update_ancestors(written)
 
     def _check_ids(self, indices):
-        indices = np.asarray(indices)
-        if indices.ndim != 1:
-            raise IndexError(f"indices must be 1-D, got shape {indices.shape}")
-        if indices.size == 0:
-            return indices.astype(np.int64)
-        if indices.dtype == np.bool_ or not np.issubdtype(indices.dtype, np.integer):
-            raise IndexError(f"indices must be integers, got dtype {indices.dtype}")
-        if indices.min() < 0 or indices.max() >= self._capacity:
-            raise IndexError(
-                f"indices must lie in [0, capacity={self._capacity}), got [{indices.min()}, {indices.max()}]"
-            )
-        return indices.astype(np.int64, copy=False)
+        return checked_indices(indices, self._capacity, "capacity")
 
     def _check_insert(self, streams, obs, next_obs, continues, extras):
         streams = np.asarray(streams)

@@ -1,0 +1,72 @@
+"""GALA's configuration (seed 004, Table 2): learners, graph, gossip mode and staleness bound, and their checks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from agents import scale_learning_rate
+from agents.gossip import make_topology
+from agents.optim import LR_SCALING_RULES
+from systems.common import config as config_lib
+
+SYSTEM = "gala"
+MODES = ("async", "pmap")
+TOPOLOGIES = ("ring", "exponential")
+
+
+@dataclasses.dataclass(frozen=True)
+class GALAConfig(config_lib.TrainConfig):
+    """A GALA run. `num_envs` is derived (learners x envs per learner); `learning_rate` is the base rate."""
+
+    algo: str = "a2c"
+    num_learners: int = 4
+    envs_per_learner: int = 16
+    topology: str = "ring"  # ring | exponential (time-varying, pmap mode only)
+    num_peers: int = 1  # out-peers per learner (paper: a 1-peer ring)
+    gossip: str = "async"  # async | pmap
+    max_staleness: int = -1  # tau in local iterations (async); -1: no bound, never wait
+    lr_scaling: str = "sqrt"  # none | linear | sqrt, by the number of learners (paper: sqrt)
+    log_grad_cosine: bool = False
+    coordinator_address: str = ""
+    num_processes: int = 1
+    process_id: int = 0
+    startup_timeout: int = 120  # seconds a multi-host process waits for the whole job to join
+
+
+def validate(config: GALAConfig) -> None:
+    config_lib.require_finite_numbers(config)
+    if config.normalize_obs or config.normalize_reward:
+        raise config_lib.ConfigError(config_lib.NORMALIZATION_SINGLE_LEARNER)
+    bad = config_lib.ConfigError
+    if config.num_learners < 1:
+        raise bad(f"--num_learners must be positive, got {config.num_learners}")
+    if config.envs_per_learner < 1:
+        raise bad(f"--envs_per_learner must be positive, got {config.envs_per_learner}")
+    if config.gossip not in MODES:
+        raise bad(f"--gossip must be async or pmap, got '{config.gossip}'")
+    if config.topology not in TOPOLOGIES:
+        raise bad(f"--topology must be ring or exponential, got '{config.topology}'")
+    if config.topology == "exponential" and config.gossip == "async":
+        raise bad("--topology=exponential is time-varying and needs lock-step iterations: use --gossip=pmap")
+    if config.max_staleness < -1:
+        raise bad(f"--max_staleness must be -1 (no bound) or >= 0, got {config.max_staleness}")
+    if config.lr_scaling not in LR_SCALING_RULES:
+        raise bad(f"--lr_scaling must be none, linear or sqrt, got '{config.lr_scaling}'")
+    if config.algo != "a2c":
+        raise bad("launch.gala trains A2C learners; --algo must be a2c")
+    if config.gossip == "async" and config.num_processes > 1:
+        raise bad("--gossip=async runs on one host; use --gossip=pmap with --num_processes > 1")
+    try:
+        make_topology(config.topology, config.num_learners, config.num_peers)
+    except ValueError as error:
+        raise bad(str(error)) from None
+
+
+def resolve(config: GALAConfig) -> GALAConfig:
+    resolved = dataclasses.replace(
+        config,
+        num_envs=config.num_learners * config.envs_per_learner,
+        learning_rate=scale_learning_rate(config.learning_rate, config.num_learners, config.lr_scaling),
+    )
+    config_lib.validate(resolved)
+    return resolved
