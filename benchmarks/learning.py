@@ -176,7 +176,10 @@ NOTES = {
         "first evaluation (50k steps), 5,700 at 250k and 6,200-7,000 from 550k on; seeds 1 and 2 lower, climbing "
         "to 5,220 and 5,380 by 1M. Every run of this task shared the cores with other work (load 2.5-5.0): the "
         "peer's seed 2 ran alone from 445k steps on at 800 SPS (its evaluations included), against its 256 SPS "
-        "over the whole run, so the wall-time column overstates the peer's cost; its CPU time does not."
+        "over the whole run, so the wall-time column overstates the peer's cost; its CPU time does not. The default "
+        "rows (2026-11-26) run the task preset, the same settings as the flags row: 5,427, 4,937 and 3,924 by seed "
+        "(the flags row, at commit 3867bd8: 5,328, 5,337, 4,794; the code between them moved the bits, not isolated), "
+        "2 of 3 seeds reaching 4,800; they ran niced beside the test suite (load 5.7-6.5), so compare CPU time."
     ),
     "CartPole-v1 a2c": (
         "the peer (8 envs x 5 steps, 12,500 updates in 500k steps) evaluates at 500 in every seed from 25-100k steps "
