@@ -220,11 +220,13 @@ NOTES = {
         "run alone on the 2 cores (loads 1.5-2.3). Every side reaches -200. Spreeze (free-running samplers, 64x64 "
         "networks) needs the most env steps (13k) but the least wall time to -200: 13 s median against 26 s for PAL "
         "SAC and 36 s for SB3's SAC, and runs 20k steps in 0.4 min against 4.0; its final metric is the lowest "
-        "(-219 over 2 seeds; seed 1 ends at -262), as its updates per env step are fewer. PAL's SAC and TD3 end "
+        "(-208 over 5 seeds; seeds 1 and 3 end at -262 and -282), as its updates per env step are fewer. Its five "
+        "seeds reached -200 at 10.3, 10.6, 12.8, 13.7 and 13.8 s (seeds 2-4 on 2026-11-26, alone, loads 1.3-1.9): "
+        "each under the paper's 16.3 s. PAL's SAC and TD3 end "
         "within 15 of SB3's SAC (-148 and -150 against -136). SB3's TD3 runs rl-zoo3's setting of 10k random "
         "steps before learning, so the last ten evaluations (11k-20k steps) include its first: its final metric "
         "(-463) says little; it reached -200 at 15k steps in every seed. The peer's wall time is interpolated from "
-        "its training episodes' clock (module doc). Spreeze's third seed was stopped by the end of the session."
+        "its training episodes' clock (module doc). The other sides' seeds 3 and 4 are not run yet."
     ),
     "Breakout-v5": (
         "the README's main command (`launch.hts --game=Breakout`, HTS-PPO with CleanRL's Atari settings), one seed: "
