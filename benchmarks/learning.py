@@ -228,6 +228,14 @@ NOTES = {
         "(-463) says little; it reached -200 at 15k steps in every seed. The peer's wall time is interpolated from "
         "its training episodes' clock (module doc). The other sides' seeds 3 and 4 are not run yet."
     ),
+    "LunarLander-v2 a2c": (
+        "partial (2026-11-26: seeds 0-1 of every side, seed 2 of some; the rest is running). The peer itself solves "
+        "1 of 3 seeds within 1M steps (final 86 [48, 161]). GALA async solved seed 0 (195); GALA pmap (76) and "
+        "plain Adam at batch 320 (56) end within the peer's interval or near it. BA3C's large-batch Adam falls far "
+        "below at batches 80 and 320 (-387 and -1,503: returns fall as training goes on, the pattern of a diverging "
+        "policy) where plain Adam at the same batch and learning rate does not: not yet explained; to find before "
+        "the row counts."
+    ),
     "Breakout-v5": (
         "the README's main command (`launch.hts --game=Breakout`, HTS-PPO with CleanRL's Atari settings), one seed: "
         "evaluation return 1.9 at 50k steps, 13 at 450k, 17-24 from 750k on (final metric 19.15). The run "
