@@ -233,8 +233,8 @@ NOTES = {
         "1 of 3 seeds within 1M steps (final 86 [48, 161]). GALA async solved seed 0 (195); GALA pmap (76) and "
         "plain Adam at batch 320 (56) end within the peer's interval or near it. BA3C's large-batch Adam falls far "
         "below at batches 80 and 320 (-387 and -1,503: below a random policy's about -180 from "
-        "the first evaluation at 50k steps, down to -1,100 to -1,600 by 250k, and never back above -380) where plain Adam at the same batch and learning rate does not: not yet explained; to find before "
-        "the row counts."
+        "the first evaluation at 50k steps, down to -1,100 to -1,600 by 250k, and never back above -380) where "
+        "plain Adam at the same batch and learning rate does not: not yet explained; to find before the row counts."
     ),
     "Breakout-v5": (
         "the README's main command (`launch.hts --game=Breakout`, HTS-PPO with CleanRL's Atari settings), one seed: "
