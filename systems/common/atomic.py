@@ -56,11 +56,10 @@ def replacing(path: str, prefix: str | None = None, suffix: str = ""):
     tmp = temporary_path(path, prefix, suffix)
     try:
         yield tmp
-        os.replace(tmp, path)
+        commit(tmp, path)
     except BaseException:
         discard(tmp)
         raise
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def write_atomic(path: str, content: bytes | str | Callable[[BinaryIO], object], prefix: str | None = None,

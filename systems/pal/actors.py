@@ -18,7 +18,7 @@ from systems.offpolicy.config import DISCRETE_ALGOS
 from systems.pal.config import PALConfig
 from systems.replay import FrameStackBuffer
 
-_POLL = 0.05
+POLL_SECONDS = 0.05  # how long a waiting actor, learner or the run's loop sleeps before it looks again
 
 
 class RatioGate:
@@ -59,7 +59,7 @@ class RatioGate:
                     return True
                 if stopping.is_set():
                     raise StopRequested
-                self._cond.wait(_POLL)
+                self._cond.wait(POLL_SECONDS)
 
     def add_collected(self, steps: int) -> None:
         with self._cond:
@@ -89,7 +89,7 @@ class RatioGate:
                     return True
                 if stopping.is_set():
                     raise StopRequested
-                self._cond.wait(_POLL)
+                self._cond.wait(POLL_SECONDS)
 
     def add_update(self) -> None:
         with self._cond:

@@ -17,11 +17,10 @@ from systems.common.concurrency import ParameterStore, StopRequested, ThreadGrou
 from systems.common.learner import compile_in_background
 from systems.common.monitor import LearnerReport
 from systems.offpolicy.agent import OffPolicyAgent, PALState
-from systems.pal.actors import RatioGate
+from systems.pal.actors import POLL_SECONDS, RatioGate
 from systems.pal.config import PALConfig
 
 _REPORT_SECONDS = 1.0  # at most one progress row per second (updates can run at thousands per second)
-_POLL = 0.05
 
 
 class ParameterServer:
@@ -81,7 +80,7 @@ class ParameterServer:
             self.inbox.put((learner_id, sample))
             while True:
                 try:
-                    priorities = self.outboxes[learner_id].get(timeout=_POLL)
+                    priorities = self.outboxes[learner_id].get(timeout=POLL_SECONDS)
                     break
                 except queue.Empty:
                     if self.finished.is_set():
@@ -134,7 +133,7 @@ class ParameterServer:
     def _next_sample(self):
         while True:
             try:
-                return self.inbox.get(timeout=_POLL)
+                return self.inbox.get(timeout=POLL_SECONDS)
             except queue.Empty:
                 if self.group.stopping.is_set():
                     raise StopRequested from None

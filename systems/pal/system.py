@@ -52,13 +52,12 @@ from systems.common.monitor import Monitor, Progress
 from systems.offpolicy.agent import OffPolicyAgent, PALState, build_agent
 from systems.offpolicy.config import metric_columns, reached_target
 from systems.pal import allocate as allocate_lib
-from systems.pal.actors import Actor, EpisodeSink, RatioGate
+from systems.pal.actors import POLL_SECONDS, Actor, EpisodeSink, RatioGate
 from systems.pal.config import PALConfig, check_env, validate
 from systems.pal.learner import ParameterServer
 from systems.replay import FrameStackBuffer, PrioritizedBuffer, UniformBuffer
 
 SYSTEM = "pal"
-_POLL = 0.05
 
 # ----------------------------------------------------------------------------------------------- the run
 
@@ -126,7 +125,7 @@ def _run_threads(group: ThreadGroup, targets, count, seconds: float) -> float:
         group.spawn(name, target)
     start, first = time.perf_counter(), count()
     while time.perf_counter() - start < seconds and group.running():
-        time.sleep(_POLL)
+        time.sleep(POLL_SECONDS)
         group.check()
     elapsed, last = time.perf_counter() - start, count()
     group.stop()

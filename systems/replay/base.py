@@ -99,6 +99,12 @@ class PriorityTreeBuffer:
                              "over every slot stays finite")
         return stored
 
+    def _set_priorities(self, indices, values):
+        """Algorithm 3 lines 3-6 (leaves under the leaf lock, then their ancestors); the caller holds the tree lock."""
+        with self._leaf_lock:
+            written = self._tree.set_leaves(indices, values)
+        self._tree.update_ancestors(written)
+
 
 def checked_indices(indices, upper: int, name: str) -> np.ndarray:
     """[B] int64 slot ids in [0, upper), or IndexError naming the bound (`name`, e.g. "len")."""

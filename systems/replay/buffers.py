@@ -490,9 +490,7 @@ class ReplayBuffer(PriorityTreeBuffer):
         more time than the kernels take). Same kernels, same arguments: the tree is bit-identical either way."""
         kernels = self._tree_kernels
         if kernels is None:
-            with self._leaf_lock:
-                written = self._tree.set_leaves(indices, values)
-            self._tree.update_ancestors(written)
+            super()._set_priorities(indices, values)
             return
         array, leaf_offset, offsets, k, stride = kernels
         with self._leaf_lock:

@@ -389,12 +389,6 @@ class FrameStackBuffer(PriorityTreeBuffer):
 
     # ----------------------------------------------------------------------------------------------- helpers
 
-    def _set_priorities(self, indices, values):
-        """Algorithm 3 lines 3-6; the caller holds the tree lock."""
-        with self._leaf_lock:
-            written = self._tree.set_leaves(indices, values)
-        self._tree.update_ancestors(written)
-
     def _check_ids(self, indices):
         return checked_indices(indices, self._capacity, "capacity")
 
