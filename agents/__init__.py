@@ -16,8 +16,8 @@ from agents.gae import gae_advantages
 from agents.losses import a2c_loss, ppo_loss
 from agents.networks import ActorCritic, make_network
 from agents.optim import (
+    LARGE_BATCH_EPS,
     large_batch_adam,
-    large_batch_eps,
     make_optimizer,
     scale_by_large_batch_adam,
     scale_learning_rate,
@@ -52,8 +52,8 @@ __all__ = [
     "dqn_update",
     "entropy",
     "gae_advantages",
+    "LARGE_BATCH_EPS",
     "large_batch_adam",
-    "large_batch_eps",
     "log_prob",
     "make_network",
     "make_optimizer",

@@ -3,7 +3,7 @@ seed 001) over `--num_devices` devices, or over several hosts with `--num_proces
 --coordinator_address`. Envs are sized by `--local_batch` (there is no `--num_envs`).
 
 Defaults follow the paper: Adam with epsilon inside the square root, beta1 0.8, beta2 0.75, learning rate 1e-3 not
-scaled with the batch, epsilon 1e-8 once the effective batch is 512 or more (else 1e-3), FC width 256 (`--hidden`,
+scaled with the batch, epsilon 1e-8 (Table 1), FC width 256 (`--hidden`,
 128 is the paper's final choice). `--help` lists the flags with their defaults (`launch.flagsets`)."""
 
 import dataclasses

@@ -110,16 +110,6 @@ def test_large_batch_adam_accepts_a_schedule():
     chex.assert_trees_all_close(got[-1], expected, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("batch,eps", [(1, 1e-3), (511, 1e-3), (512, 1e-8), (4096, 1e-8)])
-def test_large_batch_eps(batch, eps):
-    assert agents.large_batch_eps(batch) == eps
-
-
-def test_large_batch_eps_rejects_empty_batch():
-    with pytest.raises(ValueError, match="effective_batch"):
-        agents.large_batch_eps(0)
-
-
 @pytest.mark.parametrize("rule,expected", [("none", 1e-3), ("linear", 16e-3), ("sqrt", 4e-3)])
 def test_scale_learning_rate(rule, expected):
     assert agents.scale_learning_rate(1e-3, 16, rule) == pytest.approx(expected, rel=1e-12)

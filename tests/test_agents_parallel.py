@@ -88,7 +88,7 @@ behaviour = net.init(jax.random.key(1), jnp.zeros((1, 4)))
 rollout = _rollout(net, behaviour, np.random.default_rng(3), T, B)
 optimizer = agents.make_optimizer(
     name="adam_large_batch", learning_rate=1e-2, total_updates=1, anneal_lr=False, max_grad_norm=0.5,
-    eps=agents.large_batch_eps(T * B))
+    eps=1e-3)
 config = agents.A2CConfig(gamma=0.9, gae_lambda=0.95)
 state = agents.TrainState(params, optimizer.init(params), jax.random.key(0), jnp.zeros((), jnp.int32))
 flat = lambda tree: np.concatenate([np.ravel(x) for x in jax.tree.leaves(tree)]).tolist()
