@@ -24,7 +24,7 @@ from systems.common.outputs import params_fingerprint
 from systems.common.restore import restore_run
 from systems.registry import ENTRIES
 from tests.faults import failing_ffmpeg
-from tests.launchers import run_launcher
+from tests.helpers import run_launcher
 
 
 def _read(path):

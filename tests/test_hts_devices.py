@@ -15,7 +15,7 @@ from systems.common.config import ConfigError
 from systems.hts import layout
 from systems.hts import system as hts
 from systems.hts.system import HTSConfig
-from tests.launchers import run_launcher
+from tests.helpers import read_summary, run_launcher
 
 # One child process, several runs: prints one JSON line per run (fingerprint, lag, the recorded layout).
 _RUNS = """
@@ -218,7 +218,7 @@ def test_sigterm_of_a_two_process_job_checkpoints_one_round_and_resumes(tmp_path
     assert newest == _newest_checkpoint(run_dir / "process-1")  # the same round on both processes
     resumed = _start_job(run_dir, free_port(), "--resume", f"--total_steps={int(newest[5:17]) + 8 * 128 * 2}")
     assert [proc.wait(timeout=240) for proc in resumed] == [0, 0]
-    summaries = [json.loads((d / "summary.json").read_text()) for d in (run_dir, run_dir / "process-1")]
+    summaries = [read_summary(d) for d in (run_dir, run_dir / "process-1")]
     assert summaries[0]["param_fingerprint"] == summaries[1]["param_fingerprint"]
     assert summaries[0]["updates"] == int(newest[5:17]) // (8 * 128) + 2
 

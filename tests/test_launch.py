@@ -1,7 +1,6 @@
 """Launcher smoke tests (tiny sizes, through the launcher's own parser), bad flags, and checkpoint kill/resume."""
 
 import importlib
-import json
 import os
 import signal
 import subprocess
@@ -19,18 +18,13 @@ from systems.common.config import TrainConfig
 from systems.common.learner import build
 from systems.registry import LAUNCHERS
 from tests.faults import wait_for_checkpoints
-from tests.launchers import run_launcher
+from tests.helpers import read_summary, run_launcher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _summary(run_dir):
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        return json.load(f)
-
-
 def _outputs_ok(run_dir, steps):
-    summary = _summary(run_dir)
+    summary = read_summary(run_dir)
     assert summary["env_steps"] == steps
     assert len(summary["param_fingerprint"]) == 64
     for name in ("config.json", "progress.csv", "evaluations.csv"):
@@ -149,7 +143,7 @@ def test_kill_then_resume(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    summary = _summary(run_dir)
+    summary = read_summary(run_dir)
     assert summary["resumed_from_env_steps"] == killed_at
     assert summary["env_steps"] == killed_at + 1280
 
@@ -165,7 +159,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_a_checkpoint(tmp_path):
         proc.kill()
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err
-    summary = _summary(run_dir)
+    summary = read_summary(run_dir)
     assert summary["interrupted"] is True
     assert summary["env_steps"] > 0 and list_checkpoints(run_dir)
 

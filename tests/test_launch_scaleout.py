@@ -1,35 +1,22 @@
 """Smoke tests of `launch.ba3c` and `launch.gala` (tiny sizes, through the launcher's own parser, one CPU device),
 resume, and bad flags: one `error:` line and exit 2."""
 
-import json
-import os
-
 import pytest
 
 from launch import ba3c as launch_ba3c
 from launch import gala as launch_gala
-from tests.launchers import run_launcher
-
-
-def _summary(run_dir):
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        return json.load(f)
-
-
-def _config(run_dir):
-    with open(os.path.join(run_dir, "config.json")) as f:
-        return json.load(f)
+from tests.helpers import read_config, read_summary, run_launcher
 
 
 def test_ba3c_smoke_on_breakout_uses_the_ba3c_network(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     flags = dict(game="Breakout", local_batch=8, sync_interval=4, total_steps=32, hidden=64, eval_episodes=1)
     run_launcher(launch_ba3c.main, logdir=run_dir, **flags)
-    summary = _summary(run_dir)
+    summary = read_summary(run_dir)
     assert summary["env_steps"] == 32 and summary["updates"] == 4
     # Table 2: the BA3C network's size is 98,624 + hidden x (1602 + A) + A + 1 (Breakout: A = 4).
     assert summary["param_count"] == 98_624 + 64 * (1602 + 4) + 4 + 1
-    config = _config(run_dir)
+    config = read_config(run_dir)
     assert config["optimizer"] == "adam_large_batch" and config["adam_b1"] == 0.8 and config["adam_b2"] == 0.75
     assert config["learning_rate"] == 1e-3 and config["opt_eps"] == 1e-8  # Table 1, at any batch
     assert "effective batch 8" in capsys.readouterr().out
@@ -40,7 +27,7 @@ def test_ba3c_resume_continues_from_the_checkpoint(tmp_path):
     base = dict(env="CartPole-v1", local_batch=20, sync_interval=5, eval_episodes=0, quiet=True, logdir=run_dir)
     run_launcher(launch_ba3c.main, total_steps=200, **base)
     run_launcher(launch_ba3c.main, total_steps=400, resume=True, **base)
-    summary = _summary(run_dir)
+    summary = read_summary(run_dir)
     assert summary["resumed_from_env_steps"] == 200 and summary["env_steps"] == 400 and summary["updates"] == 20
 
 
@@ -50,9 +37,9 @@ def test_gala_smoke(tmp_path, gossip_flags):
     flags = dict(env="CartPole-v1", num_learners=2, envs_per_learner=2, sync_interval=5, total_steps=200,
                  eval_episodes=1, quiet=True, **gossip_flags)
     run_launcher(launch_gala.main, logdir=run_dir, **flags)
-    summary = _summary(run_dir)
+    summary = read_summary(run_dir)
     assert summary["env_steps"] == 200 and summary["updates"] == 20
-    config = _config(run_dir)
+    config = read_config(run_dir)
     assert config["learning_rate"] == pytest.approx(7e-4 * 2**0.5)  # sqrt(number of learners) scaling
     assert config["optimizer"] == "rmsprop" and config["num_envs"] == 4
     assert len(summary["gossip"]) == 2

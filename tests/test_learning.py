@@ -5,8 +5,8 @@ import pytest
 
 from systems.common.config import preset
 from systems.hts import system as hts
-from systems.hts.system import HTSConfig
 from systems.sync import system as sync
+from tests.helpers import tiny_hts
 
 BUDGET = 150_000
 
@@ -14,10 +14,8 @@ BUDGET = 150_000
 def _config(tmp_path, name):
     values = preset("classic", "ppo")
     values.update(num_envs=8, sync_interval=64, total_steps=BUDGET, learning_rate=1e-3)
-    return HTSConfig(
-        env_id="CartPole-v1", **values, num_actors=2, eval_episodes=10, eval_every=BUDGET // 3,
-        eval_deterministic=True, quiet=True, logdir=str(tmp_path / name), seed=1,
-    )
+    return tiny_hts(tmp_path / name, **values, num_actors=2, eval_episodes=10, eval_every=BUDGET // 3,
+                    eval_deterministic=True, seed=1, checkpoint_every=0)
 
 
 @pytest.mark.slow

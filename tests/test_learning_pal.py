@@ -13,6 +13,7 @@ import os
 import pytest
 
 from systems.pal import system
+from tests.helpers import tiny_pal
 
 pytestmark = pytest.mark.slow
 
@@ -24,11 +25,9 @@ def _evaluations(run_dir):
 
 def _run(tmp_path, **values):
     run_dir = str(tmp_path / "run")
-    base = dict(seed=1, num_actors=2, num_learners=2, hidden_sizes=(64, 64), eval_episodes=10, quiet=True,
-                logdir=run_dir, learning_starts=1_000, buffer_size=100_000, checkpoint_every=0)
-    base.update(values)
-    base["num_envs"] = base["num_actors"] * base["envs_per_actor"]
-    summary = system.run(system.PALConfig(**base))
+    base = dict(seed=1, hidden_sizes=(64, 64), eval_episodes=10, learning_starts=1_000, buffer_size=100_000,
+                checkpoint_every=0, target_update_period=system.PALConfig.target_update_period)  # not tiny_pal's
+    summary = system.run(tiny_pal(run_dir, **{**base, **values}))
     return summary, _evaluations(run_dir)
 
 

@@ -2,7 +2,6 @@
 resume with the replay buffer, `--allocate=auto`, and bad input through the launcher (one `error:` line, exit 2)."""
 
 import dataclasses
-import json
 import math
 import os
 import subprocess
@@ -17,14 +16,9 @@ from launch import pal as launch_pal
 from systems.common.concurrency import StopRequested
 from systems.pal import system
 from systems.pal.allocate import choose_allocation, format_profile
-from tests.launchers import run_launcher
+from tests.helpers import read_summary, run_launcher, tiny_pal
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _summary(run_dir):
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        return json.load(f)
 
 
 # ----------------------------------------------------------------------------------------------- the gate
@@ -139,21 +133,9 @@ def test_allocation_respects_the_core_budget_and_rejects_bad_input():
 # ----------------------------------------------------------------------------------------------- runs
 
 
-def _config(run_dir, **overrides):
-    values = dict(
-        env_id="CartPole-v1", algo="dqn", seed=3, num_actors=2, envs_per_actor=2, num_learners=2, batch_size=32,
-        update_interval=2.0, buffer_size=2_000, learning_starts=200, total_steps=1_000, hidden_sizes=(32,),
-        target_update_period=50, eval_episodes=2, eval_every=500, checkpoint_every=500, logdir=run_dir,
-        quiet=True, learning_rate=1e-3, max_grad_norm=10.0,
-    )
-    values.update(overrides)
-    values["num_envs"] = values["num_actors"] * values["envs_per_actor"]
-    return system.PALConfig(**values)
-
-
 def test_pal_dqn_per_run_holds_the_ratio_and_writes_the_outputs(tmp_path):
     run_dir = str(tmp_path / "run")
-    summary = system.run(_config(run_dir))
+    summary = system.run(tiny_pal(run_dir))
     assert summary["system"] == "pal" and summary["env_steps"] >= 1_000
     assert summary["optimizer_steps"] == (1_000 - 200) // 2  # warmup + u * U <= collected
     assert summary["collected_per_update"] == pytest.approx(2.0, rel=0.02)
@@ -170,9 +152,9 @@ def test_pal_dqn_per_run_holds_the_ratio_and_writes_the_outputs(tmp_path):
 def test_pal_every_algorithm_runs(tmp_path, algo):
     env = "CartPole-v1" if algo == "ddqn" else "Pendulum-v1"
     run_dir = str(tmp_path / algo)
-    summary = system.run(_config(run_dir, env_id=env, algo=algo, replay="uniform" if algo == "td3" else "per",
-                                 total_steps=600, learning_starts=100, update_interval=1.0, tau=0.005
-                                 if algo != "ddqn" else 1.0))
+    summary = system.run(tiny_pal(run_dir, env_id=env, algo=algo, replay="uniform" if algo == "td3" else "per",
+                                  total_steps=600, learning_starts=100, update_interval=1.0, tau=0.005
+                                  if algo != "ddqn" else 1.0))
     assert summary["optimizer_steps"] == 500 and summary["algo"] == algo
     assert np.isfinite(summary["last_eval_return"])
     assert all(np.isfinite(v) for v in summary["last_metrics"].values())
@@ -182,8 +164,8 @@ def test_pal_dqn_on_atari_stores_each_frame_once(tmp_path):
     """Breakout frames go to the frame-indexed buffer (one 84x84 frame per row, stacks rebuilt by index), so the
     run's buffer costs about 7 KB per transition instead of 56 KB for stored obs and next_obs."""
     run_dir = str(tmp_path / "run")
-    summary = system.run(_config(run_dir, env_id="Breakout-v5", total_steps=400, learning_starts=200,
-                                 update_interval=8.0, batch_size=8, eval_episodes=0, buffer_size=4_000))
+    summary = system.run(tiny_pal(run_dir, env_id="Breakout-v5", total_steps=400, learning_starts=200,
+                                  update_interval=8.0, batch_size=8, eval_episodes=0, buffer_size=4_000))
     assert summary["optimizer_steps"] == (400 - 200) // 8
     assert summary["replay_bytes"] == 4_000 * (84 * 84 + 4 + 4 + 4)
     assert summary["replay_size"] > 0 and summary["priorities_updated"] > 0
@@ -191,11 +173,11 @@ def test_pal_dqn_on_atari_stores_each_frame_once(tmp_path):
 
 def test_pal_resume_restores_the_replay_buffer(tmp_path):
     run_dir = str(tmp_path / "run")
-    first = system.run(_config(run_dir, total_steps=600, checkpoint_buffer=True))
+    first = system.run(tiny_pal(run_dir, total_steps=600, checkpoint_buffer=True))
     assert first["env_steps"] >= 600
     files = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
     assert any(f.startswith("buffer_") for f in files)
-    second = system.run(_config(run_dir, total_steps=1_000, checkpoint_buffer=True, resume=True))
+    second = system.run(tiny_pal(run_dir, total_steps=1_000, checkpoint_buffer=True, resume=True))
     assert second["buffer_restored"] and second["resumed_from_env_steps"] == first["env_steps"]
     assert second["env_steps"] >= 1_000
     # No warm-up again: the restored buffer is learned from at once.
@@ -205,13 +187,13 @@ def test_pal_resume_restores_the_replay_buffer(tmp_path):
 def test_pal_resume_falls_back_to_the_older_buffer_when_the_newest_is_corrupt(tmp_path, capsys):
     """A corrupt `buffer_*.npz` was a traceback with no fallback."""
     run_dir = str(tmp_path / "run")
-    system.run(_config(run_dir, total_steps=1_000, checkpoint_buffer=True))
+    system.run(tiny_pal(run_dir, total_steps=1_000, checkpoint_buffer=True))
     directory = os.path.join(run_dir, "checkpoints")
     older, newest = sorted(f for f in os.listdir(directory) if f.startswith("buffer_"))
     with open(os.path.join(directory, newest), "r+b") as f:
         f.truncate(300)
     capsys.readouterr()
-    second = system.run(_config(run_dir, total_steps=1_400, checkpoint_buffer=True, resume=True))
+    second = system.run(tiny_pal(run_dir, total_steps=1_400, checkpoint_buffer=True, resume=True))
     err = capsys.readouterr().err
     assert f"warning: cannot load replay buffer from '{os.path.join(directory, newest)}': corrupt" in err
     assert second["buffer_restored"] and second["env_steps"] >= 1_400
@@ -219,15 +201,15 @@ def test_pal_resume_falls_back_to_the_older_buffer_when_the_newest_is_corrupt(tm
 
 def test_pal_resume_without_buffer_warms_up_again(tmp_path):
     run_dir = str(tmp_path / "run")
-    first = system.run(_config(run_dir, total_steps=600))
-    second = system.run(_config(run_dir, total_steps=1_000, resume=True))
+    first = system.run(tiny_pal(run_dir, total_steps=600))
+    second = system.run(tiny_pal(run_dir, total_steps=1_000, resume=True))
     assert not second["buffer_restored"]
     assert second["optimizer_steps"] == first["optimizer_steps"] + (1_000 - first["env_steps"] - 200) // 2
 
 
 def test_pal_allocate_auto_profiles_and_chooses(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
-    config = _config(run_dir, allocate="auto", cores=3, profile_seconds=0.3, total_steps=400, quiet=False)
+    config = tiny_pal(run_dir, allocate="auto", cores=3, profile_seconds=0.3, total_steps=400, quiet=False)
     summary = system.run(config)
     allocation = summary["allocation"]
     assert set(allocation["actor_env_steps_per_second"]) == {"1", "2"}
@@ -244,7 +226,7 @@ def test_free_running_threads_stop_when_the_run_ends(tmp_path):
     """update_interval 0: learners never wait in the gate, so they must still see the stop."""
     run_dir = str(tmp_path / "run")
     start = time.monotonic()
-    summary = system.run(_config(run_dir, update_interval=0.0, total_steps=600, eval_episodes=0))
+    summary = system.run(tiny_pal(run_dir, update_interval=0.0, total_steps=600, eval_episodes=0))
     assert summary["optimizer_steps"] > 0
     assert time.monotonic() - start < 60
     alive = [t.name for t in threading.enumerate()
@@ -263,16 +245,16 @@ def test_pal_config_rejects_bad_values(tmp_path):
     ]
     for overrides in bad:
         with pytest.raises(system.config_lib.ConfigError):
-            system.validate(_config(str(tmp_path), **overrides))
+            system.validate(tiny_pal(str(tmp_path), **overrides))
     with pytest.raises(system.config_lib.ConfigError, match="continuous"):
-        system.run(_config(str(tmp_path / "x"), algo="sac"))  # CartPole is discrete
+        system.run(tiny_pal(str(tmp_path / "x"), algo="sac"))  # CartPole is discrete
 
 
 def test_launcher_smoke(tmp_path):
     run_dir = str(tmp_path / "run")
     run_launcher(launch_pal.main, env="CartPole-v1", total_steps=400, learning_starts=100, batch_size=16,
                  hidden_sizes=["16"], eval_episodes=1, logdir=run_dir, quiet=True)
-    summary = _summary(run_dir)
+    summary = read_summary(run_dir)
     assert summary["algo"] == "dqn" and summary["optimizer_steps"] == 300
 
 

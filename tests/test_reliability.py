@@ -38,6 +38,7 @@ from systems.hts.system import HTSConfig
 from systems.hts.system import validate as hts_validate
 from systems.sync import system as sync
 from tests.faults import start_run_dir_holder, wait_for_checkpoints
+from tests.helpers import read_summary, run_launcher, tiny_hts
 from tests.multidevice import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,14 +66,6 @@ def _poison_updates_from(monkeypatch, first_bad_update: int) -> None:
     monkeypatch.setattr(run_lib, "build", poisoned_build)
 
 
-def _config(tmp_path, **overrides) -> HTSConfig:
-    values = dict(env_id="CartPole-v1", num_envs=4, sync_interval=16, total_steps=6 * 64, num_epochs=1,
-                  num_minibatches=2, checkpoint_every=64, eval_every=128, eval_episodes=2, quiet=True,
-                  logdir=str(tmp_path / "run"))
-    values.update(overrides)
-    return HTSConfig(**values)
-
-
 # --------------------------------------------------------------------------------------------- non-finite guard
 
 
@@ -87,7 +80,7 @@ def test_first_nonfinite_names_the_metric_before_the_parameters():
 @pytest.mark.parametrize("system", [hts, sync], ids=["hts", "sync"])
 def test_a_nan_update_stops_the_run_and_the_newest_checkpoint_stays_finite(tmp_path, monkeypatch, system):
     _poison_updates_from(monkeypatch, first_bad_update=3)
-    config = _config(tmp_path)
+    config = tiny_hts(tmp_path / "run")
     with pytest.raises(NonFiniteError, match=r"update 3 \(192 env steps\): a parameter is not finite"):
         system.run(config)
     _, template = build(config, make_spec(config.env_id))
@@ -153,7 +146,6 @@ def test_pal_dqn_divergence_is_one_line_and_exit_3(tmp_path, capsys, replay):
     """The learner thread's `priorities must be finite` (the replay refusing NaN TD errors) came before
     the monitor's non-finite guard saw the loss: a 37-line traceback and exit 1."""
     from launch import pal as launch_pal
-    from tests.launchers import run_launcher
 
     with pytest.raises(SystemExit) as exit_info:
         run_launcher(launch_pal.main, env="CartPole-v1", replay=replay, learning_rate=1e30, total_steps=20_000,
@@ -194,8 +186,7 @@ def test_sigterm_saves_the_newest_parameters_writes_the_summary_and_exits_143(tm
     name = "terminated (SIGTERM)" if proc.returncode == 143 else "interrupted"
     newest = list_checkpoints(run_dir)[-1]
     assert f"{name}; the newest parameters are saved in {newest}" in err and "Traceback" not in err
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        summary = json.load(f)
+    summary = read_summary(run_dir)
     assert summary["interrupted"] and summary["env_steps"] >= 640
     assert int(os.path.basename(newest)[5:17]) == summary["env_steps"]  # the newest, not the last periodic one
 
@@ -303,8 +294,6 @@ def test_sizes_beyond_the_machine_are_one_line_before_the_run_directory(tmp_path
     crawled; the limits are the machine's (`systems.common.limits`)."""
     import importlib
 
-    from tests.launchers import run_launcher
-
     run_dir = tmp_path / "run"
     with pytest.raises(SystemExit) as exit_info:
         run_launcher(importlib.import_module(f"launch.{launcher}").main, logdir=str(run_dir), **flags)
@@ -331,7 +320,7 @@ def test_a_nan_learning_rate_is_one_line_and_exit_2(tmp_path, module, extra):
 
 
 def _finished_sync_run(tmp_path) -> config_lib.TrainConfig:
-    config = _config(tmp_path, total_steps=128, eval_episodes=0)
+    config = tiny_hts(tmp_path / "run", total_steps=128, eval_episodes=0)
     sync.run(config)
     return config
 
@@ -391,8 +380,7 @@ def test_resume_may_change_the_length_and_reporting(tmp_path):
 def test_resuming_a_finished_run_keeps_its_sps(tmp_path):
     """`--resume` of a finished run trained nothing and rewrote summary.json with `"sps": 0.0`."""
     config = _finished_sync_run(tmp_path)
-    with open(os.path.join(config.logdir, "summary.json")) as f:
-        first = json.load(f)["sps"]
+    first = read_summary(config.logdir)["sps"]
     summary = hts.run(dataclasses.replace(config, resume=True))
     assert first > 0 and summary["env_steps"] == 128 and summary["sps"] == first
 
@@ -401,7 +389,7 @@ def test_a_run_directory_in_use_is_refused_and_freed_when_its_holder_is_killed(t
     from systems.common import rundir
 
     run_dir = str(tmp_path / "run")
-    config = _config(tmp_path)
+    config = tiny_hts(tmp_path / "run")
     holder = start_run_dir_holder(run_dir)
     try:
         assert rundir.holder_pid(run_dir) == holder.pid
@@ -429,7 +417,7 @@ def _truncate(path: str, size: int = 100) -> None:
 def test_resume_sets_a_corrupt_newest_checkpoint_aside_with_a_warning_and_continues(tmp_path, capsys):
     """A corrupt newest checkpoint was skipped with no message, and stayed the newest by name: the resumed run's
     own checkpoints were then pruned in its favour."""
-    config = _config(tmp_path, eval_episodes=0)
+    config = tiny_hts(tmp_path / "run", eval_episodes=0)
     sync.run(config)
     older, newest = list_checkpoints(config.logdir)[-2:]
     _truncate(newest)
@@ -447,7 +435,7 @@ def test_resume_sets_a_corrupt_newest_checkpoint_aside_with_a_warning_and_contin
 
 
 def test_resume_with_no_readable_checkpoint_names_each_and_renames_none(tmp_path):
-    config = _config(tmp_path, eval_episodes=0)
+    config = tiny_hts(tmp_path / "run", eval_episodes=0)
     sync.run(config)
     paths = list_checkpoints(config.logdir)
     for path in paths:
@@ -473,7 +461,7 @@ def test_evaluate_warns_of_a_bad_newest_checkpoint_and_restores_the_older(tmp_pa
     from systems.common.restore import restore_run
     from systems.registry import ENTRIES
 
-    config = _config(tmp_path, eval_episodes=0)
+    config = tiny_hts(tmp_path / "run", eval_episodes=0)
     sync.run(config)
     older, newest = list_checkpoints(config.logdir)[-2:]
     damage(newest)
@@ -489,7 +477,7 @@ def test_resume_cuts_a_row_torn_by_a_kill_so_the_report_reads_the_run(tmp_path):
     it, and the report refused (or, with the right width by chance, misread) the file."""
     from analysis import metrics
 
-    config = _config(tmp_path, eval_episodes=0)
+    config = tiny_hts(tmp_path / "run", eval_episodes=0)
     sync.run(config)
     for name in ("progress.csv", "evaluations.csv"):
         with open(os.path.join(config.logdir, name), "a") as f:
@@ -503,7 +491,7 @@ def test_resume_cuts_a_row_torn_by_a_kill_so_the_report_reads_the_run(tmp_path):
 def test_resume_drops_the_rows_logged_after_its_checkpoint(tmp_path):
     """After a kill, progress.csv kept the rows past the checkpoint the resumed run restarted from, so its
     env steps repeated."""
-    config = _config(tmp_path, eval_episodes=0, checkpoint_every=128)
+    config = tiny_hts(tmp_path / "run", eval_episodes=0, checkpoint_every=128)
     sync.run(config)  # 6 rounds of 64 env steps, checkpoints at 128, 256 and 384
     for path in list_checkpoints(config.logdir)[-1:]:
         os.remove(path)  # as if killed after logging 384 but before its checkpoint: the resume starts at 256
@@ -533,7 +521,7 @@ def test_a_changed_layout_flag_is_named_not_the_env_count_it_sets(tmp_path):
 
 def test_a_logdir_through_dot_dot_creates_no_directory_on_the_way(tmp_path):
     """`--logdir=a/../b` left an empty `a`."""
-    sync.run(_config(tmp_path, total_steps=64, eval_episodes=0, logdir=str(tmp_path / "a" / ".." / "b")))
+    sync.run(tiny_hts(tmp_path / "a" / ".." / "b", total_steps=64, eval_episodes=0))
     assert sorted(os.listdir(tmp_path)) == ["b"] and os.path.exists(tmp_path / "b" / "summary.json")
 
 

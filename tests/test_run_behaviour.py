@@ -9,7 +9,7 @@ from systems.common import learner as learner_lib
 from systems.common import run as run_lib
 from systems.common.evaluation import EvaluationRecord, final_metric, required_time
 from systems.hts import system as hts
-from systems.hts.system import HTSConfig
+from tests.helpers import tiny_hts
 
 
 def _record(i, returns):
@@ -31,12 +31,9 @@ def test_required_time_is_when_the_running_average_reaches_the_target():
 
 
 def _tiny(tmp_path, **overrides):
-    values = dict(
-        env_id="CartPole-v1", num_envs=4, sync_interval=8, total_steps=10_000_000, num_epochs=1, num_minibatches=2,
-        eval_episodes=2, quiet=True, logdir=str(tmp_path / "run"), num_actors=2,
-    )
-    values.update(overrides)
-    return HTSConfig(**values)
+    """`tiny_hts` with 2 actors, 8-step rounds and no step budget, checkpoint or evaluation before the end."""
+    return tiny_hts(tmp_path / "run", sync_interval=8, total_steps=10_000_000, num_actors=2, checkpoint_every=0,
+                    eval_every=0, **overrides)
 
 
 def test_time_limit_stops_training_and_reports_the_final_time_metric(tmp_path):

@@ -15,20 +15,9 @@ import pytest
 
 from systems.spreeze import system
 from systems.spreeze import weights as weights_lib
+from tests.helpers import read_config, read_summary, tiny_spreeze
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _config(run_dir, **overrides):
-    values = dict(
-        env_id="Pendulum-v1", algo="sac", seed=2, num_samplers=2, envs_per_sampler=1, batch_size=32,
-        buffer_size=5_000, learning_starts=200, total_steps=1_500, hidden_sizes=(16,), publish_every=20,
-        eval_episodes=2, eval_every=500, logdir=run_dir, quiet=True, learning_rate=1e-3, max_grad_norm=0.0,
-        opt_eps=1e-8, tau=0.005,
-    )
-    values.update(overrides)
-    values["num_envs"] = values["num_samplers"] * values["envs_per_sampler"]
-    return system.SpreezeConfig(**values)
 
 
 def _segments(run_dir):
@@ -39,7 +28,7 @@ def _segments(run_dir):
 @pytest.mark.parametrize("transfer", ["shm", "queue"])
 def test_spreeze_run_writes_outputs_weights_and_frees_shared_memory(tmp_path, transfer):
     run_dir = str(tmp_path / transfer)
-    summary = system.run(_config(run_dir, transfer=transfer))
+    summary = system.run(tiny_spreeze(run_dir, transfer=transfer))
     assert summary["system"] == "spreeze" and summary["env_steps"] >= 1_500
     assert summary["optimizer_steps"] > 0 and summary["update_fps"] > 0 and summary["sampling_fps"] > 0
     assert summary["evaluations"] >= 2  # the test process's records plus the final evaluation
@@ -52,8 +41,8 @@ def test_spreeze_run_writes_outputs_weights_and_frees_shared_memory(tmp_path, tr
 
 def test_spreeze_resume_continues_from_the_newest_weight_file(tmp_path):
     run_dir = str(tmp_path / "run")
-    first = system.run(_config(run_dir, total_steps=800))
-    second = system.run(_config(run_dir, total_steps=1_600, resume=True))
+    first = system.run(tiny_spreeze(run_dir, total_steps=800))
+    second = system.run(tiny_spreeze(run_dir, total_steps=1_600, resume=True))
     assert second["resumed_from_env_steps"] == first["env_steps"]
     assert second["optimizer_steps"] >= first["optimizer_steps"] and second["env_steps"] >= 1_600
 
@@ -62,12 +51,12 @@ def test_spreeze_resume_sets_a_corrupt_newest_weight_file_aside(tmp_path, capsys
     """A corrupt newest weight file made the run impossible to resume until deleted by hand (publishing an older
     version next to it was refused)."""
     run_dir = str(tmp_path / "run")
-    system.run(_config(run_dir, total_steps=800))
+    system.run(tiny_spreeze(run_dir, total_steps=800))
     newest = weights_lib.list_versions(os.path.join(run_dir, "checkpoints"))[-1][1]
     with open(newest, "r+b") as f:
         f.truncate(100)
     capsys.readouterr()
-    second = system.run(_config(run_dir, total_steps=1_200, resume=True))
+    second = system.run(tiny_spreeze(run_dir, total_steps=1_200, resume=True))
     assert f"warning: checkpoint {newest} is unreadable (" in capsys.readouterr().err
     assert os.path.exists(newest + ".unreadable") and second["env_steps"] >= 1_200
 
@@ -90,7 +79,7 @@ def test_a_dead_sampler_stops_the_run_with_its_error(tmp_path):
     thread = threading.Thread(target=kill_a_sampler, daemon=True)
     thread.start()
     with pytest.raises(RuntimeError, match="sampler-1 exited with code -9"):
-        system.run(_config(run_dir, total_steps=10_000_000, time_limit=60))
+        system.run(tiny_spreeze(run_dir, total_steps=10_000_000, time_limit=60))
     thread.join(timeout=5)
     assert killed
     assert _segments(run_dir) == []
@@ -98,8 +87,8 @@ def test_a_dead_sampler_stops_the_run_with_its_error(tmp_path):
 
 def test_spreeze_stops_at_target(tmp_path):
     run_dir = str(tmp_path / "run")
-    summary = system.run(_config(run_dir, total_steps=10_000_000, target_return=-1e9, stop_at_target=True,
-                                 time_limit=60))
+    summary = system.run(tiny_spreeze(run_dir, total_steps=10_000_000, target_return=-1e9, stop_at_target=True,
+                                      time_limit=60))
     assert summary["time_to_target"] is not None and summary["env_steps"] < 10_000_000
 
 
@@ -123,8 +112,8 @@ def test_launcher_bad_input_is_one_line_and_exit_2(args, message):
 
 def test_auto_tuning_chooses_and_stores_the_table(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
-    summary = system.run(_config(run_dir, num_samplers=0, batch_size=0, tune_seconds=0.3, max_batch_size=512,
-                                 total_steps=600, eval_episodes=0, quiet=False))
+    summary = system.run(tiny_spreeze(run_dir, num_samplers=0, batch_size=0, tune_seconds=0.3, max_batch_size=512,
+                                      total_steps=600, eval_episodes=0, quiet=False))
     tuning = summary["tuning"]
     assert tuning["num_samplers"]["choice"] >= 1 and tuning["batch_size"]["choice"] in (256, 512)
     assert summary["batch_size"] == tuning["batch_size"]["choice"]
@@ -135,9 +124,8 @@ def test_auto_tuning_chooses_and_stores_the_table(tmp_path, capsys):
 
 def test_config_file_round_trip(tmp_path):
     run_dir = str(tmp_path / "run")
-    system.run(_config(run_dir, total_steps=400, eval_episodes=0))
-    with open(os.path.join(run_dir, "config.json")) as f:
-        config = json.load(f)
+    system.run(tiny_spreeze(run_dir, total_steps=400, eval_episodes=0))
+    config = read_config(run_dir)
     assert config["num_samplers"] == 2 and config["transfer"] == "shm"
 
 
@@ -164,8 +152,7 @@ def test_ctrl_c_stops_every_process_saves_weights_and_frees_shared_memory(tmp_pa
     assert ("interrupted" if proc.returncode == 130 else "terminated (SIGTERM)") in stderr
     assert "Traceback" not in stderr
     assert _segments(run_dir) == []
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        summary = json.load(f)
+    summary = read_summary(run_dir)
     assert summary["interrupted"] and weights_lib.list_versions(checkpoints)[-1][0] == summary["optimizer_steps"]
 
 
