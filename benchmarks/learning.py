@@ -224,16 +224,17 @@ NOTES = {
         "Loads of 1.8-4.6: the cores were shared with the test suite; CPU time is the fair cost."
     ),
     "Pendulum-v1 sac": (
-        "run alone on the 2 cores (loads 1.5-2.3). Every side reaches -200. Spreeze (free-running samplers, 64x64 "
-        "networks) needs the most env steps (13k) but the least wall time to -200: 13 s median against 26 s for PAL "
-        "SAC and 36 s for SB3's SAC, and runs 20k steps in 0.4 min against 4.0; its final metric is the lowest "
-        "(-208 over 5 seeds; seeds 1 and 3 end at -262 and -282), as its updates per env step are fewer. Its five "
-        "seeds reached -200 at 10.3, 10.6, 12.8, 13.7 and 13.8 s (seeds 2-4 on 2026-11-26, alone, loads 1.3-1.9): "
-        "each under the paper's 16.3 s. PAL's SAC and TD3 end "
-        "within 15 of SB3's SAC (-148 and -150 against -136). SB3's TD3 runs rl-zoo3's setting of 10k random "
+        "5 seeds per side. Seeds 0-2 ran alone on the 2 cores (loads 1.5-2.3); seed 3 of SB3's SAC and TD3 and of "
+        "PAL's SAC ran beside the test suite (loads 3.0-4.8, their wall times are inflated; CPU time is the fair "
+        "cost). Every side reaches -200 in every seed. Spreeze (free-running samplers, 64x64 networks) needs the "
+        "most env steps (12k median) but the least wall time to -200: 13 s median against 35 s for PAL SAC and 38 s "
+        "for SB3's SAC, and runs 20k steps in 0.4 min against 2.7 and 4.0; its final metric is the lowest (-208; "
+        "seeds 1 and 3 end at -262 and -282), as its updates per env step are fewer. Its five seeds reached -200 at "
+        "10.3, 10.6, 12.8, 13.7 and 13.8 s: each under the paper's 16.3 s. PAL's SAC and TD3 end within 5 of SB3's "
+        "SAC (-143.5 and -145.8 against -141.3; intervals overlap). SB3's TD3 runs rl-zoo3's setting of 10k random "
         "steps before learning, so the last ten evaluations (11k-20k steps) include its first: its final metric "
-        "(-463) says little; it reached -200 at 15k steps in every seed. The peer's wall time is interpolated from "
-        "its training episodes' clock (module doc). The other sides' seeds 3 and 4 are not run yet."
+        "(-474) says little; it reached -200 at 15k steps in every seed. The peer's wall time is interpolated from "
+        "its training episodes' clock (module doc)."
     ),
     "LunarLander-v2 a2c": (
         "seeds 0-2 (2026-11-26; seeds 3-4 not run yet). The peer itself solves 1 of 3 seeds within 1M steps "
