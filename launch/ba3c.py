@@ -30,7 +30,7 @@ def make_config() -> system.BA3CConfig:
                    lr_scaling=FLAGS.lr_scaling or "none", debug=FLAGS.debug, **common.multihost_values(FLAGS)),
     )
     local_batch = FLAGS.local_batch if FLAGS.local_batch is not None else config.num_envs * config.sync_interval
-    config = dataclasses.replace(config, local_batch=local_batch)
+    config = dataclasses.replace(config, local_batch=local_batch, num_envs=0)  # num_envs: the plan's
     system.validate(config)
     return config
 

@@ -36,7 +36,7 @@ def make_config() -> system.GALAConfig:
                    **common.multihost_values(FLAGS)),
     )
     envs = FLAGS.envs_per_learner or _PRESET_ENVS_PER_LEARNER.get(family_of(config.env_id), 16)
-    config = dataclasses.replace(config, envs_per_learner=envs)
+    config = dataclasses.replace(config, envs_per_learner=envs, num_envs=0)  # num_envs: the plan's
     system.validate(config)
     return config
 

@@ -3,9 +3,11 @@
 
 Each multi-device run happens in its own process (the device count is fixed when JAX starts)."""
 
+import dataclasses
 import json
 
 import numpy as np
+import pytest
 from multidevice import free_port, run_processes, run_python
 
 _RUN = """
@@ -79,3 +81,18 @@ def test_two_processes_equal_one_process_over_the_same_devices(tmp_path):
     np.testing.assert_array_equal(multi[0], multi[1])
     # ... equal to the single-process run over the same 4 devices up to the all-reduce's summation order.
     np.testing.assert_allclose(multi[0], single_params, rtol=1e-5, atol=1e-6)
+
+
+def test_the_plan_derives_the_run_over_its_devices_and_leaves_the_config_as_asked():
+    from systems.ba3c.config import BA3CConfig, plan
+    from systems.common.config import ConfigError
+
+    config = BA3CConfig(env_id="CartPole-v1", sync_interval=5, local_batch=20, total_steps=1_000, lr_scaling="linear")
+    four = plan(config, num_global_devices=4)
+    assert (four.devices, four.envs_per_device, four.num_envs, four.effective_batch) == (4, 4, 16, 80)
+    assert four.learning_rate == pytest.approx(4e-3) and config.learning_rate == 1e-3  # Sec. 2.4's linear rule
+    assert four.opt_eps == 1e-8 and config.opt_eps is None  # Table 1's epsilon for large-batch Adam
+    assert four.total_rounds == 13  # ceil(1000 / 80): the last round completes
+    assert plan(dataclasses.replace(config, optimizer="adam"), 1).opt_eps == 1e-5
+    with pytest.raises(ConfigError, match="less than one round"):
+        plan(config, num_global_devices=64)  # 64 x 20 = 1,280 > 1,000 steps

@@ -38,8 +38,8 @@ for i, changes in enumerate({runs}):
     with open(f"{{summary['run_dir']}}/config.json") as f:
         recorded = json.load(f)
     print(json.dumps({{"fingerprint": summary["param_fingerprint"], "updates": summary["updates"],
-                      "max_policy_lag": summary["max_policy_lag"], "actor_devices": recorded["actor_devices"],
-                      "learner_devices": recorded["learner_devices"]}}))
+                      "max_policy_lag": summary["max_policy_lag"], "actor_devices": recorded["plan"]["actor_devices"],
+                      "learner_devices": recorded["plan"]["learner_devices"]}}))
 """
 
 

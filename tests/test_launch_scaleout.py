@@ -1,6 +1,9 @@
 """Smoke tests of `launch.ba3c` and `launch.gala` (tiny sizes, through the launcher's own parser, one CPU device),
 resume, and bad flags: one `error:` line and exit 2."""
 
+import json
+import os
+
 import pytest
 
 from launch import ba3c as launch_ba3c
@@ -18,7 +21,11 @@ def test_ba3c_smoke_on_breakout_uses_the_ba3c_network(tmp_path, capsys):
     assert summary["param_count"] == 98_624 + 64 * (1602 + 4) + 4 + 1
     config = read_config(run_dir)
     assert config["optimizer"] == "adam_large_batch" and config["adam_b1"] == 0.8 and config["adam_b2"] == 0.75
-    assert config["learning_rate"] == 1e-3 and config["opt_eps"] == 1e-8  # Table 1, at any batch
+    # config.json: the config as asked (epsilon unset: the plan's), and the plan beside it.
+    assert config["learning_rate"] == 1e-3 and config["opt_eps"] is None
+    assert config["num_envs"] == 0  # not read: the plan's
+    assert config["plan"] == dict(devices=1, envs_per_device=2, num_envs=2, effective_batch=8, learning_rate=1e-3,
+                                  opt_eps=1e-8, total_rounds=4)  # epsilon: Table 1's, at any batch
     assert "effective batch 8" in capsys.readouterr().out
 
 
@@ -40,9 +47,29 @@ def test_gala_smoke(tmp_path, gossip_flags):
     summary = read_summary(run_dir)
     assert summary["env_steps"] == 200 and summary["updates"] == 20
     config = read_config(run_dir)
-    assert config["learning_rate"] == pytest.approx(7e-4 * 2**0.5)  # sqrt(number of learners) scaling
-    assert config["optimizer"] == "rmsprop" and config["num_envs"] == 4
+    assert config["learning_rate"] == 7e-4 and config["optimizer"] == "rmsprop"  # as asked
+    assert config["plan"]["learning_rate"] == pytest.approx(7e-4 * 2**0.5)  # sqrt(number of learners) scaling
+    assert config["plan"]["num_envs"] == 4 and config["num_envs"] == 0  # the launcher leaves num_envs to the plan
     assert len(summary["gossip"]) == 2
+
+
+def test_a_gala_run_saved_before_plans_resumes_and_still_refuses_another_learning_rate(tmp_path, capsys):
+    """Runs saved before config.json held a plan kept the derived values (scaled learning rate, total envs) in the
+    config's own fields: a resume compares those with the plan, not with the values as asked."""
+    run_dir = str(tmp_path / "run")
+    base = dict(env="CartPole-v1", num_learners=2, envs_per_learner=2, sync_interval=5, eval_episodes=0, quiet=True,
+                logdir=run_dir)
+    run_launcher(launch_gala.main, total_steps=200, **base)
+    saved = read_config(run_dir)
+    old = {**{k: v for k, v in saved.items() if k != "plan"}, "learning_rate": saved["plan"]["learning_rate"],
+           "num_envs": saved["plan"]["num_envs"]}
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump(old, f)
+    with pytest.raises(SystemExit):
+        run_launcher(launch_gala.main, total_steps=400, resume=True, learning_rate=1e-3, **base)
+    assert "--learning_rate=0.001" in capsys.readouterr().err
+    run_launcher(launch_gala.main, total_steps=400, resume=True, **base)
+    assert read_summary(run_dir)["resumed_from_env_steps"] == 200 and "plan" in read_config(run_dir)
 
 
 @pytest.mark.parametrize(

@@ -5,14 +5,14 @@ from systems.common.registry import SystemEntry
 
 
 def _restore(run_dir: str, raw: dict):
-    """BA3C: the BA3C torso of width `hidden` on Atari and the large-batch optimizer, as `systems.ba3c.run`
-    builds them from the resolved config (learning rate already scaled, epsilon already chosen)."""
+    """BA3C: the BA3C torso of width `hidden` on Atari and the optimizer, as `systems.ba3c.run` builds them. The
+    plan is that of one device: only the optimizer state's structure matters here, not its rates."""
     from systems.ba3c import system as ba3c
     from systems.common import restore as lib  # JAX only when a run is restored
     from systems.common.config import RETIRED_HTS_FIELDS
 
     config = lib.config_from_json(ba3c.BA3CConfig, raw, retired=RETIRED_HTS_FIELDS)
-    spec, setup, target = ba3c.make_agent(config)
+    spec, setup, target = ba3c.make_agent(config, ba3c.plan(config, num_global_devices=1))
     state, meta, path = lib.restore_into(run_dir, ba3c.SYSTEM, target)
     return lib.RestoredRun(
         run_dir=run_dir, system=ba3c.SYSTEM, config=config, spec=spec, state=state, meta=meta,

@@ -30,11 +30,11 @@ import functools
 import jax
 import numpy as np
 
-from agents import DEVICE_AXIS, LARGE_BATCH_EPS, make_network, make_optimizer, scale_learning_rate
-from agents.optim import LR_SCALING_RULES
+from agents import DEVICE_AXIS, make_network, make_optimizer
 from envs.executor import Executor
 from envs.factory import make_spec
 from envs.step_time import parse_step_time
+from systems.ba3c.config import SYSTEM, BA3CConfig, Plan, plan, validate
 from systems.common import config as config_lib
 from systems.common import distributed
 from systems.common.learner import build, compile_in_background, optimizer_steps_per_update
@@ -53,62 +53,7 @@ from systems.common.rollout import (
 )
 from systems.common.run import run_lockstep
 
-SYSTEM = "ba3c"
-
-
-@dataclasses.dataclass(frozen=True)
-class BA3CConfig(config_lib.TrainConfig):
-    """A data-parallel run. `num_envs` is derived (all devices x envs per device) by `resolve`."""
-
-    algo: str = "a2c"
-    optimizer: str = "adam_large_batch"
-    learning_rate: float = 1e-3  # before --lr_scaling
-    anneal_lr: bool = False
-    opt_eps: float | None = None  # None: 1e-8 for adam_large_batch (Table 1), else 1e-5
-    num_devices: int = 0  # devices per process on the pmap axis (0: all local devices)
-    local_batch: int = 80  # data points per device per update = envs per device x sync_interval
-    hidden: int = 256  # BA3C FC width (Atari); 128 is the paper's final choice (Table 2)
-    adam_b1: float = 0.8
-    adam_b2: float = 0.75
-    lr_scaling: str = "none"  # none | linear | sqrt, by the number of devices (the batch multiplier)
-    coordinator_address: str = ""  # host:port of process 0 (multi-host)
-    num_processes: int = 1
-    process_id: int = 0
-    startup_timeout: int = 120  # seconds a multi-host process waits for the whole job to join
-    debug: bool = False  # check after every update that all replicas hold bit-identical parameters
-
-
-def envs_per_device(config: BA3CConfig) -> int:
-    return config.local_batch // config.sync_interval
-
-
-def validate(config: BA3CConfig) -> None:
-    """One clear line (ConfigError) for the first bad data-parallel value; the shared checks run in `resolve`."""
-    config_lib.require_finite_numbers(config)
-    if config.normalize_obs or config.normalize_reward:
-        raise config_lib.ConfigError(config_lib.NORMALIZATION_SINGLE_LEARNER)
-    if config.num_devices < 0:
-        raise config_lib.ConfigError(f"--num_devices must be non-negative, got {config.num_devices}")
-    if config.sync_interval <= 0:
-        raise config_lib.ConfigError(f"--sync_interval must be positive, got {config.sync_interval}")
-    if config.local_batch <= 0 or config.local_batch % config.sync_interval:
-        raise config_lib.ConfigError(
-            f"--local_batch={config.local_batch} must be a positive multiple of --sync_interval="
-            f"{config.sync_interval} (envs per device = local_batch / sync_interval)"
-        )
-    if config.hidden <= 0:
-        raise config_lib.ConfigError(f"--hidden must be positive, got {config.hidden}")
-    if config.lr_scaling not in LR_SCALING_RULES:
-        raise config_lib.ConfigError(f"--lr_scaling must be one of {', '.join(LR_SCALING_RULES)}, got "
-                                     f"'{config.lr_scaling}'")
-    if config.algo != "a2c":
-        raise config_lib.ConfigError("launch.ba3c trains A2C (BA3C); --algo must be a2c")
-    if not (0 <= config.adam_b1 < 1 and 0 <= config.adam_b2 < 1):
-        raise config_lib.ConfigError("--adam_b1 and --adam_b2 must be in [0, 1)")
-    if config.opt_eps is not None and config.opt_eps <= 0:
-        raise config_lib.ConfigError(f"--opt_eps must be positive, got {config.opt_eps}")
-    if config.num_processes < 1:
-        raise config_lib.ConfigError(f"--num_processes must be >= 1, got {config.num_processes}")
+__all__ = ["SYSTEM", "BA3CConfig", "Plan", "make_agent", "plan", "run", "select_devices", "validate"]
 
 
 def select_devices(config: BA3CConfig) -> list:
@@ -126,24 +71,9 @@ def select_devices(config: BA3CConfig) -> list:
     return local[: config.num_devices]
 
 
-def resolve(config: BA3CConfig, num_global_devices: int) -> BA3CConfig:
-    """The run's derived values: total envs, the scaled learning rate and the optimizer's epsilon."""
-    eps = config.opt_eps
-    if eps is None:
-        eps = LARGE_BATCH_EPS if config.optimizer == "adam_large_batch" else 1e-5
-    resolved = dataclasses.replace(
-        config,
-        num_envs=num_global_devices * envs_per_device(config),
-        learning_rate=scale_learning_rate(config.learning_rate, num_global_devices, config.lr_scaling),
-        opt_eps=eps,
-    )
-    config_lib.validate(resolved)
-    return resolved
-
-
-def make_agent(config: BA3CConfig):
-    """Spec, learner setup and initial state of a resolved config: the BA3C torso of width `hidden` on Atari and the
-    large-batch optimizer (learning rate already scaled, epsilon already chosen by `resolve`)."""
+def make_agent(config: BA3CConfig, run_plan: Plan):
+    """Spec, learner setup and initial state: the BA3C torso of width `hidden` on Atari and the optimizer with the
+    plan's learning rate (scaled over the devices) and epsilon."""
     spec = make_spec(config.env_id)
     network = make_network(
         spec.obs_shape, spec.action_dim, spec.continuous, torso="ba3c" if spec.family == "atari" else None,
@@ -151,9 +81,9 @@ def make_agent(config: BA3CConfig):
         orthogonal_init=config.orthogonal_init, log_std_init=config.log_std_init,
     )
     optimizer = make_optimizer(
-        name=config.optimizer, learning_rate=config.learning_rate,
-        total_updates=config_lib.total_rounds(config) * optimizer_steps_per_update(config),
-        anneal_lr=config.anneal_lr, max_grad_norm=config.max_grad_norm, eps=config.opt_eps,
+        name=config.optimizer, learning_rate=run_plan.learning_rate,
+        total_updates=run_plan.total_rounds * optimizer_steps_per_update(config),
+        anneal_lr=config.anneal_lr, max_grad_norm=config.max_grad_norm, eps=run_plan.opt_eps,
         b1=config.adam_b1 if config.optimizer != "rmsprop" else None,
         b2=config.adam_b2 if config.optimizer != "rmsprop" else None,
     )
@@ -168,20 +98,20 @@ def run(config: BA3CConfig) -> dict:
                            config.startup_timeout)
     devices = select_devices(config)
     num_local = len(devices)
-    num_global = num_local * jax.process_count()
-    config = resolve(config, num_global)
+    run_plan = plan(config, num_local * jax.process_count())
     process = jax.process_index()
     config = distributed.per_process_config(config)  # process 0 owns the run directory and the evaluations
 
-    spec, setup, state = make_agent(config)
-    e = envs_per_device(config)
-    effective_batch = num_global * config.local_batch
-    header = (f"  devices {num_global} ({jax.process_count()} process(es))  local batch {config.local_batch}  "
-              f"effective batch {effective_batch}  lr {config.learning_rate:g}  eps {config.opt_eps:g}")
-    monitor = Monitor(SYSTEM, config, state, progress=Progress(metric_columns=on_policy_columns(config), header=header),
-                      evaluator=on_policy_evaluator(config, spec, setup))
+    spec, setup, state = make_agent(config, run_plan)
+    e = run_plan.envs_per_device
+    header = (f"  devices {run_plan.devices} ({jax.process_count()} process(es))  local batch {config.local_batch}  "
+              f"effective batch {run_plan.effective_batch}  lr {run_plan.learning_rate:g}  eps {run_plan.opt_eps:g}")
+    progress = Progress(metric_columns=on_policy_columns(config), steps_per_update=run_plan.steps_per_round,
+                        sizes=f"envs {run_plan.num_envs}  alpha {config.sync_interval}", header=header)
+    monitor = Monitor(SYSTEM, config, state, progress=progress, evaluator=on_policy_evaluator(config, spec, setup),
+                      plan=dataclasses.asdict(run_plan))
     start_round = int(monitor.state.update_step)
-    total_rounds = config_lib.total_rounds(config)
+    total_rounds = run_plan.total_rounds
     if start_round >= total_rounds:
         return monitor.finish()
 

@@ -107,12 +107,14 @@ class Monitor:
         policy_params: Callable[[Any], Any] | None = None,
         checkpointing: Checkpointing = Checkpointing(),
         may_change_on_resume: frozenset = frozenset(),
+        plan: dict | None = None,
     ):
         """`state` is the learner state (any pytree with `params` and a scalar `update_step`). `evaluator` is
         anything with `run(params) -> returns` (None: no evaluation); `policy_params(state)` picks the parameters
         it plays (systems with several parameter sets: gossip's learner 0). The run directory is claimed first
         (`systems.common.rundir`: locked, no second run without --resume, the run's defining flags unchanged on
-        resume but for `may_change_on_resume`)."""
+        resume but for `may_change_on_resume`). `plan`: the values the system derived from `config` (its devices,
+        scaled learning rate, ...), recorded beside it in config.json."""
         self.system = system
         self.config = config
         self.progress = progress
@@ -120,9 +122,9 @@ class Monitor:
         self.policy_params = policy_params or (lambda s: s.params)
         # normpath: `--logdir=a/../b` is b, and must not create an empty a on the way.
         self.run_dir = os.path.normpath(config.logdir) if config.logdir else default_run_dir(system, config)
-        self._claim(may_change_on_resume)
+        self._claim(may_change_on_resume, plan)
         self._resume(state)
-        self.outputs = RunOutputs(self.run_dir, config, append=config.resume, quiet=config.quiet,
+        self.outputs = RunOutputs(self.run_dir, config, plan=plan, append=config.resume, quiet=config.quiet,
                                   progress_fields=PROGRESS_BASE + tuple(progress.metric_columns),
                                   resumed_from=self.resumed_from)
         self._plan_steps()
@@ -139,12 +141,12 @@ class Monitor:
         self._last_output = self._t0
         self._state_time: float | None = None  # when `state` was made (the newest report's time)
 
-    def _claim(self, may_change_on_resume: frozenset) -> None:
+    def _claim(self, may_change_on_resume: frozenset, plan: dict | None) -> None:
         if self.config.resume and not os.path.isdir(self.run_dir):
             raise config_lib.ConfigError(
                 f"--resume needs --logdir to be an existing run directory, got '{self.config.logdir}'"
             )
-        self.run_directory = rundir.claim(self.run_dir, self.config, may_change=may_change_on_resume)
+        self.run_directory = rundir.claim(self.run_dir, self.config, may_change=may_change_on_resume, plan=plan)
 
     def _resume(self, state: Any) -> None:
         """The initial state, or with --resume the newest readable checkpoint's state, evaluations and wall time."""

@@ -19,6 +19,7 @@ import numpy as np
 
 from systems.common import video as video_lib
 from systems.common.atomic import naming_the_file, write_atomic
+from systems.common.config import PLAN_KEY
 from systems.common.tracking import Tracker
 
 # The progress.csv columns every system writes; each system adds its own metrics' columns (`Monitor`'s `Progress`).
@@ -93,18 +94,22 @@ def json_default(value):
 class RunOutputs:
     """Writes one run directory. `append=True` (resume) keeps the CSVs and adds to them."""
 
-    def __init__(self, run_dir: str, config: Any, *, append: bool, quiet: bool = False,
+    def __init__(self, run_dir: str, config: Any, *, append: bool, plan: dict | None = None, quiet: bool = False,
                  progress_fields: tuple[str, ...] = PROGRESS_BASE, resumed_from: int | None = None):
         """`progress_fields`: progress.csv's columns (the system's schema). A resumed run keeps the columns its
         progress.csv already has, so a run from before a schema change stays one consistent table, and drops the
-        rows logged after `resumed_from` env steps (its checkpoint's): the resumed run logs those steps again."""
+        rows logged after `resumed_from` env steps (its checkpoint's): the resumed run logs those steps again.
+        config.json holds the config's fields and, under `PLAN_KEY`, the `plan` the system derived from them."""
         self.run_dir = run_dir
         self._resumed_from = resumed_from
         os.makedirs(run_dir, exist_ok=True)
         # First: without the wandb extra this stops with one line before any file is written.
         self._tracker = Tracker(run_dir, config) if getattr(config, "track", False) else None
         self.quiet = quiet
-        write_json_atomic(os.path.join(run_dir, "config.json"), dataclasses.asdict(config))
+        recorded = dataclasses.asdict(config)
+        if plan is not None:
+            recorded[PLAN_KEY] = plan
+        write_json_atomic(os.path.join(run_dir, "config.json"), recorded)
         self._progress = self._open_csv("progress.csv", progress_fields, append)
         self._evals = self._open_csv("evaluations.csv", EVAL_FIELDS, append)
         self._tb = TensorBoardScalars(os.path.join(run_dir, "tb"))

@@ -68,16 +68,17 @@ class RunContext:
 
 
 def start_run(system: str, config: config_lib.TrainConfig, *, may_change_on_resume: frozenset = frozenset(),
-              header: str = "") -> RunContext:
+              header: str = "", plan: dict | None = None) -> RunContext:
     """Validates `config` (ConfigError on a bad value) and prepares the run (restoring a checkpoint on resume;
     `may_change_on_resume`: the system's fields a resumed run may change, `rundir.claim`; `header`: lines the
-    progress output starts with, after the run's own)."""
+    progress output starts with, after the run's own; `plan`: the values the system derived, for config.json)."""
     config_lib.validate(config)
     step_time = parse_step_time(config.step_time)
     spec = make_spec(config.env_id)
     setup, state = build(config, spec)
     monitor = Monitor(system, config, state, progress=Progress(metric_columns=on_policy_columns(config), header=header),
-                      evaluator=on_policy_evaluator(config, spec, setup), may_change_on_resume=may_change_on_resume)
+                      evaluator=on_policy_evaluator(config, spec, setup), may_change_on_resume=may_change_on_resume,
+                      plan=plan)
     return RunContext(config=config, spec=spec, setup=setup, monitor=monitor, step_time=step_time)
 
 

@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 from systems.common.checkpoint import checkpoint_dir
-from systems.common.config import ConfigError
+from systems.common.config import PLAN_KEY, ConfigError
 from systems.common.outputs import json_default
 
 LOCK_FILE = ".lock"
@@ -50,10 +50,11 @@ class RunDirectory:
             self._fd = -1
 
 
-def claim(path: str, config: Any, *, may_change: frozenset = frozenset()) -> RunDirectory:
+def claim(path: str, config: Any, *, may_change: frozenset = frozenset(), plan: dict | None = None) -> RunDirectory:
     """Creates and locks `path` for the run of `config` (a config dataclass with `resume`); ConfigError (one line)
     when the directory cannot be used: not creatable, in use, holding another run without --resume, or holding a
-    run whose defining flags differ from `config`'s with --resume."""
+    run whose defining flags differ from `config`'s with --resume. `plan`: the values the system derived from
+    `config`, which a run saved before its system recorded plans kept in the config's own fields."""
     try:
         os.makedirs(path, exist_ok=True)
         fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -70,7 +71,7 @@ def claim(path: str, config: Any, *, may_change: frozenset = frozenset()) -> Run
     run_dir = RunDirectory(path, fd)
     try:
         _write_pid(fd)
-        _check_existing(path, config, may_change)
+        _check_existing(path, config, may_change, plan)
     except BaseException:
         run_dir.release()
         raise
@@ -92,7 +93,7 @@ def holder_pid(path: str) -> int | None:
     return None
 
 
-def _check_existing(path: str, config: Any, may_change: frozenset) -> None:
+def _check_existing(path: str, config: Any, may_change: frozenset, plan: dict | None) -> None:
     previous = _read_config(path)
     if not config.resume:
         if previous is not None and _saved_nothing(path):
@@ -109,6 +110,8 @@ def _check_existing(path: str, config: Any, may_change: frozenset) -> None:
     if previous is None:
         raise ConfigError(f"--resume: {path} holds no run (no readable {CONFIG_FILE})")
     current = json.loads(json.dumps(dataclasses.asdict(config), default=json_default))
+    if plan is not None and PLAN_KEY not in previous:  # saved with the derived values in the config's fields
+        current.update((name, value) for name, value in plan.items() if name in current)
     allowed = (RESUMABLE_FIELDS | may_change) & current.keys()
     # num_envs last: PAL and Spreeze derive it from their layout flags, which are what a user changed.
     for name, value in sorted(current.items(), key=lambda item: item[0] in _DERIVED_FIELDS):

@@ -1,4 +1,6 @@
-"""GALA's configuration (seed 004, Table 2): learners, graph, gossip mode and staleness bound, and their checks."""
+"""GALA's configuration (seed 004, Table 2): learners, graph, gossip mode and staleness bound, their checks, and the
+run's `plan` (total envs, the learning rate scaled over the learners, iterations), recorded beside the config in
+config.json and never written back into it."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ TOPOLOGIES = ("ring", "exponential")
 
 @dataclasses.dataclass(frozen=True)
 class GALAConfig(config_lib.TrainConfig):
-    """A GALA run. `num_envs` is derived (learners x envs per learner); `learning_rate` is the base rate."""
+    """A GALA run as the user asked for it. The envs are `envs_per_learner` per learner (`Plan.num_envs` in all);
+    `num_envs` is not read (the launcher records 0). `learning_rate` is the rate before `--lr_scaling`."""
 
     algo: str = "a2c"
     num_learners: int = 4
@@ -60,13 +63,24 @@ def validate(config: GALAConfig) -> None:
         make_topology(config.topology, config.num_learners, config.num_peers)
     except ValueError as error:
         raise bad(str(error)) from None
+    config_lib.validate(dataclasses.replace(config, num_envs=config.num_learners * config.envs_per_learner))
 
 
-def resolve(config: GALAConfig) -> GALAConfig:
-    resolved = dataclasses.replace(
-        config,
-        num_envs=config.num_learners * config.envs_per_learner,
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What a GALA run derives from its config: every learner's envs, the learning rate scaled by `--lr_scaling`
+    over the learners (seed 004 scales by the square root), and each learner's local iterations over the run (the
+    learning-rate decay horizon; in lock-step, the rounds)."""
+
+    num_envs: int
+    learning_rate: float
+    iterations: int
+
+
+def plan(config: GALAConfig) -> Plan:
+    num_envs = config.num_learners * config.envs_per_learner
+    return Plan(
+        num_envs=num_envs,
         learning_rate=scale_learning_rate(config.learning_rate, config.num_learners, config.lr_scaling),
+        iterations=max(1, -(-config.total_steps // (num_envs * config.sync_interval))),
     )
-    config_lib.validate(resolved)
-    return resolved

@@ -15,7 +15,7 @@ def _restore(run_dir: str, raw: dict):
     from systems.gala import system as gala
 
     config = lib.config_from_json(gala.GALAConfig, raw, retired=RETIRED_HTS_FIELDS)
-    spec, setup, state = gala.make_agent(config)
+    spec, setup, state = gala.make_agent(config, gala.plan(config))
     pmap = config.gossip == "pmap"
     if pmap:
         n = config.num_learners // max(1, config.num_processes)  # learners in this process's checkpoint

@@ -11,8 +11,9 @@ import numpy as np
 from agents import make_optimizer
 from envs.factory import make_spec
 from systems.common.learner import build
+from systems.common.monitor import Progress
 from systems.common.outputs import on_policy_columns
-from systems.gala.config import GALAConfig
+from systems.gala.config import GALAConfig, Plan
 
 
 class GossipState(NamedTuple):
@@ -59,20 +60,14 @@ class CosineLog:
         self._handle.close()
 
 
-def make_agent(config: GALAConfig):
+def make_agent(config: GALAConfig, run_plan: Plan):
     spec = make_spec(config.env_id)
     optimizer = make_optimizer(
-        name=config.optimizer, learning_rate=config.learning_rate, total_updates=iterations(config),
+        name=config.optimizer, learning_rate=run_plan.learning_rate, total_updates=run_plan.iterations,
         anneal_lr=config.anneal_lr, max_grad_norm=config.max_grad_norm, eps=config.opt_eps,
     )
     setup, state = build(config, spec, optimizer=optimizer)
     return spec, setup, state
-
-
-def iterations(config: GALAConfig) -> int:
-    """Local iterations per learner over the run (the learning-rate decay horizon)."""
-    per_iteration = config.envs_per_learner * config.sync_interval
-    return max(1, -(-config.total_steps // (per_iteration * config.num_learners)))
 
 
 def metric_columns(config: GALAConfig) -> tuple[str, ...]:
@@ -82,7 +77,10 @@ def metric_columns(config: GALAConfig) -> tuple[str, ...]:
     return columns + (("grad_cosine_mean",) if config.log_grad_cosine else ())
 
 
-def header(config: GALAConfig) -> str:
+def progress(config: GALAConfig, run_plan: Plan, steps_per_update: int | None = None) -> Progress:
+    """The start line (learners, graph, gossip mode, staleness bound, the plan's learning rate) and the columns."""
     tau = "none" if config.max_staleness < 0 else str(config.max_staleness)
-    return (f"  learners {config.num_learners} x {config.envs_per_learner} envs  {config.topology} "
-            f"{config.num_peers} peer(s)  gossip {config.gossip}  tau {tau}  lr {config.learning_rate:g}")
+    header = (f"  learners {config.num_learners} x {config.envs_per_learner} envs  {config.topology} "
+              f"{config.num_peers} peer(s)  gossip {config.gossip}  tau {tau}  lr {run_plan.learning_rate:g}")
+    return Progress(metric_columns=metric_columns(config), steps_per_update=steps_per_update,
+                    sizes=f"envs {run_plan.num_envs}  alpha {config.sync_interval}", header=header)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -16,7 +17,7 @@ from envs.executor import Executor
 from envs.step_time import parse_step_time
 from systems.common import config as config_lib
 from systems.common import distributed
-from systems.common.monitor import LearnerReport, Monitor, Progress, on_policy_evaluator
+from systems.common.monitor import LearnerReport, Monitor, on_policy_evaluator
 from systems.common.rollout import (
     RoundCollector,
     RoundStorage,
@@ -27,8 +28,8 @@ from systems.common.rollout import (
     stack_host,
 )
 from systems.common.run import run_lockstep
-from systems.gala.config import SYSTEM, GALAConfig
-from systems.gala.learners import CosineLog, GossipState, header, make_agent, metric_columns
+from systems.gala.config import SYSTEM, GALAConfig, Plan
+from systems.gala.learners import CosineLog, GossipState, make_agent, progress
 
 
 def _gossip_step(state: TrainState, rollout, inbox, *, update_fn, shifts, num_learners, with_cosine):
@@ -63,21 +64,22 @@ def _axis_consensus_distance(params) -> jax.Array:
     return jnp.sqrt(jax.lax.psum(sq, LEARNER_AXIS))
 
 
-def run_pmap(config: GALAConfig) -> dict:
+def run_pmap(config: GALAConfig, run_plan: Plan) -> dict:
     """GALA in lock-step (Algorithm 1 on the learner axis): one collector steps every local learner's envs, and
     every completed round is one iteration of all learners (`_LockstepGossip.on_round_complete`)."""
     devices = _pmap_local_devices(config.num_learners)
     first = jax.process_index() * len(devices)  # this process's first learner
     config = distributed.per_process_config(config)
-    spec, setup, state = make_agent(config)
+    spec, setup, state = make_agent(config, run_plan)
     topology = make_topology(config.topology, config.num_learners, config.num_peers)
     monitor = Monitor(
         SYSTEM, config, _pmap_initial_state(state, len(devices), config.num_peers),
-        progress=Progress(metric_columns=metric_columns(config), header=header(config)),
+        progress=progress(config, run_plan, steps_per_update=run_plan.num_envs * config.sync_interval),
         evaluator=on_policy_evaluator(config, spec, setup), policy_params=lambda s: replica(s.params),
+        plan=dataclasses.asdict(run_plan),
     )
     start = int(monitor.state.update_step)
-    total = config_lib.total_rounds(config)
+    total = run_plan.iterations
     if start >= total:
         return monitor.finish()
     gossip = _LockstepGossip(config, spec, setup, topology, monitor, devices, first)
@@ -180,7 +182,8 @@ class _LockstepGossip:
         metrics["consensus_distance"] = float(stats["consensus_distance"])
         metrics["consensus_bound"] = self._bound.add(float(stats["update_norm_total"]))
         if self.cosine_log is not None:
-            env_steps = (iteration + 1) * self._config.num_envs * self._config.sync_interval
+            env_steps = (iteration + 1) * self._config.num_learners * self._config.envs_per_learner \
+                * self._config.sync_interval
             metrics["grad_cosine_mean"] = self.cosine_log.add(env_steps, np.asarray(stats["grad_cosine"]))
         return metrics
 

@@ -33,12 +33,13 @@ learner 0's policy; the fingerprint in summary.json covers every learner's param
 from __future__ import annotations
 
 from systems.common import distributed
-from systems.gala.config import MODES, SYSTEM, TOPOLOGIES, GALAConfig, resolve, validate
+from systems.gala.config import MODES, SYSTEM, TOPOLOGIES, GALAConfig, Plan, plan, validate
 from systems.gala.learners import GossipState, make_agent
 from systems.gala.lockstep import run_pmap
 from systems.gala.threaded import run_async
 
-__all__ = ["MODES", "SYSTEM", "TOPOLOGIES", "GALAConfig", "GossipState", "make_agent", "run", "validate"]
+__all__ = ["MODES", "SYSTEM", "TOPOLOGIES", "GALAConfig", "GossipState", "Plan", "make_agent", "plan", "run",
+           "validate"]
 
 
 def run(config: GALAConfig) -> dict:
@@ -46,7 +47,7 @@ def run(config: GALAConfig) -> dict:
     validate(config)
     distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,
                            config.startup_timeout)
-    config = resolve(config)
+    run_plan = plan(config)
     if config.gossip == "pmap":
-        return run_pmap(config)
-    return run_async(config)
+        return run_pmap(config, run_plan)
+    return run_async(config, run_plan)

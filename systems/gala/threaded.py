@@ -21,7 +21,7 @@ from envs.executor import Executor
 from envs.step_time import parse_step_time
 from systems.common.concurrency import StopRequested, ThreadGroup
 from systems.common.learner import compile_in_background
-from systems.common.monitor import LearnerReport, Monitor, Progress, on_policy_evaluator
+from systems.common.monitor import LearnerReport, Monitor, on_policy_evaluator
 from systems.common.rollout import (
     RoundCollector,
     RoundStorage,
@@ -29,8 +29,8 @@ from systems.common.rollout import (
     rollout_shapes,
 )
 from systems.gala.buffers import GossipNetwork
-from systems.gala.config import SYSTEM, GALAConfig
-from systems.gala.learners import CosineLog, GossipState, header, make_agent, metric_columns
+from systems.gala.config import SYSTEM, GALAConfig, Plan
+from systems.gala.learners import CosineLog, GossipState, make_agent, progress
 
 
 class _LearnersSnapshot(NamedTuple):
@@ -52,16 +52,16 @@ class _LearnerSlot:
     grads: Any = None
 
 
-def run_async(config: GALAConfig) -> dict:
+def run_async(config: GALAConfig, run_plan: Plan) -> dict:
     """GALA as Algorithm 1 is written: one thread per learner runs its own local iterations
     (`_AsyncLearners.on_round_complete`), and the main thread logs their reports with the gossip metrics."""
-    spec, setup, state = make_agent(config)
+    spec, setup, state = make_agent(config, run_plan)
     topology = make_topology(config.topology, config.num_learners, config.num_peers)
-    progress = Progress(metric_columns=metric_columns(config), header=header(config),
-                        steps_per_update=config.envs_per_learner * config.sync_interval)
     monitor = Monitor(
-        SYSTEM, config, _async_initial_state(state, config.num_learners), progress=progress,
+        SYSTEM, config, _async_initial_state(state, config.num_learners),
+        progress=progress(config, run_plan, steps_per_update=config.envs_per_learner * config.sync_interval),
         evaluator=on_policy_evaluator(config, spec, setup), policy_params=lambda s: s.params[0],
+        plan=dataclasses.asdict(run_plan),
     )
     total_iterations = monitor.total_updates
     start = int(monitor.state.update_step)

@@ -131,7 +131,7 @@ def validate(config: HTSConfig) -> None:
 
 
 def _resolve_layout(config: HTSConfig) -> tuple[HTSConfig, layout_lib.Layout]:
-    """Joins the job (multi-host), picks the devices, and records them in the config (config.json); process p > 0
+    """Joins the job (multi-host) and picks the devices (recorded as the run's plan in config.json); process p > 0
     gets its own run directory (`distributed.per_process_config`)."""
     distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,
                            config.startup_timeout)
@@ -141,18 +141,21 @@ def _resolve_layout(config: HTSConfig) -> tuple[HTSConfig, layout_lib.Layout]:
             "--normalize_obs and --normalize_reward need one learner replica (the running statistics are not kept "
             f"in lock step over {layout.num_replicas} replicas): pass --learner_devices with one device index"
         )
-    config = dataclasses.replace(
-        config, actor_devices=layout_lib.indices_text(layout.actor_devices),
-        learner_devices=layout_lib.indices_text(layout.learner_devices),
-    )
     return distributed.per_process_config(config), layout
+
+
+def _plan(layout: layout_lib.Layout) -> dict:
+    """config.json's plan: the devices the layout chose, as the flags would name them."""
+    return dict(actor_devices=layout_lib.indices_text(layout.actor_devices),
+                learner_devices=layout_lib.indices_text(layout.learner_devices), learner_replicas=layout.num_replicas)
 
 
 def run(config: HTSConfig) -> dict:
     """Trains with HTS-RL; returns the summary (also written to `<run dir>/summary.json`)."""
     validate(config)
     config, layout = _resolve_layout(config)
-    ctx = start_run(SYSTEM, config, may_change_on_resume=_MAY_CHANGE_ON_RESUME, header=layout.describe())
+    ctx = start_run(SYSTEM, config, may_change_on_resume=_MAY_CHANGE_ON_RESUME, header=layout.describe(),
+                    plan=_plan(layout))
     monitor, start_round = ctx.monitor, ctx.start_round
     if start_round >= ctx.total_rounds:
         return monitor.finish()
