@@ -29,7 +29,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import queue
 import threading
@@ -57,77 +56,17 @@ from systems.common.rollout import (
 )
 from systems.common.run import start_run
 from systems.hts import layout as layout_lib
+from systems.hts.config import (
+    MAY_CHANGE_ON_RESUME,
+    SYSTEM,
+    HTSConfig,
+    env_batch_size,
+    inference_batch,
+    local_envs,
+    validate,
+)
 
-SYSTEM = "hts"
-
-
-@dataclasses.dataclass(frozen=True)
-class HTSConfig(config_lib.TrainConfig):
-    """An HTS-RL run: the on-policy fields plus its actor threads and batches (section 4.1)."""
-
-    num_actors: int = 1  # actor threads
-    env_batch_size: int = 0  # EnvPool batch size in async mode (0: num_envs // 2)
-    inference_batch: int = 0  # fixed actor forward-pass batch (0: num_envs // 2); keep it fixed for bit-identity
-    actor_devices: str = ""  # local device indices of the actors' forward passes ("": `layout.resolve`'s default)
-    learner_devices: str = ""  # local device indices of the learner's replicas ("": `layout.resolve`'s default)
-    coordinator_address: str = ""  # host:port of process 0 (multi-host)
-    num_processes: int = 1
-    process_id: int = 0
-    startup_timeout: int = 120  # seconds a multi-host process waits for the whole job to join
-    debug: bool = False  # check after every update that all learner replicas hold bit-identical parameters
-    ordered_reduction: bool = False  # average gradients in replica order: the same bits whatever the process split
-
-
-# The parameters are bit-identical whatever the actor count, EnvPool batch or actor devices (and the coordinator's
-# address): a resumed run may change them. It may also change the learner's devices (a resumed run is not
-# bit-identical to an uninterrupted one anyway: the envs restart), so a run moves to another machine; config.json
-# records the layout it started with.
-_MAY_CHANGE_ON_RESUME = frozenset({"num_actors", "env_batch_size", "actor_devices", "learner_devices",
-                                   "coordinator_address", "debug"})
-
-
-def local_envs(config: HTSConfig) -> int:
-    """Envs this process steps (all of them in a single-process run)."""
-    return config.num_envs // max(config.num_processes, 1)
-
-
-def env_batch_size(config: HTSConfig) -> int:
-    return config.env_batch_size or max(1, local_envs(config) // 2)
-
-
-def inference_batch(config: HTSConfig) -> int:
-    return config.inference_batch or max(1, config.num_envs // 2)
-
-
-def validate(config: HTSConfig) -> None:
-    """The on-policy checks (`config.validate`) and HTS's own; ConfigError with one clear line for the first."""
-    config_lib.validate(config)
-    if config.num_actors <= 0:
-        raise config_lib.ConfigError(f"--num_actors must be positive, got {config.num_actors}")
-    for name in ("env_batch_size", "inference_batch"):
-        if getattr(config, name) < 0:
-            raise config_lib.ConfigError(f"--{name} must be non-negative, got {getattr(config, name)}")
-    if config.num_processes < 1:
-        raise config_lib.ConfigError(f"--num_processes must be >= 1, got {config.num_processes}")
-    if config.num_envs % config.num_processes:
-        raise config_lib.ConfigError(
-            f"--num_envs={config.num_envs} does not split evenly over --num_processes={config.num_processes}"
-        )
-    if env_batch_size(config) > local_envs(config):
-        raise config_lib.ConfigError(
-            f"--env_batch_size={config.env_batch_size} exceeds the {local_envs(config)} envs of each process"
-            if config.num_processes > 1 else
-            f"--env_batch_size={config.env_batch_size} exceeds --num_envs={config.num_envs}"
-        )
-    if config.inference_batch > config.num_envs:
-        raise config_lib.ConfigError(
-            f"--inference_batch={config.inference_batch} exceeds --num_envs={config.num_envs}"
-        )
-    if config.num_processes > 1 and config.time_limit:
-        raise config_lib.ConfigError(
-            "--time_limit with several processes would stop them at different rounds (their learners must take "
-            "the same number of updates): set --total_steps instead"
-        )
+__all__ = ["SYSTEM", "HTSConfig", "env_batch_size", "inference_batch", "local_envs", "run", "validate"]
 
 
 def _resolve_layout(config: HTSConfig) -> tuple[HTSConfig, layout_lib.Layout]:
@@ -154,7 +93,7 @@ def run(config: HTSConfig) -> dict:
     """Trains with HTS-RL; returns the summary (also written to `<run dir>/summary.json`)."""
     validate(config)
     config, layout = _resolve_layout(config)
-    ctx = start_run(SYSTEM, config, may_change_on_resume=_MAY_CHANGE_ON_RESUME, header=layout.describe(),
+    ctx = start_run(SYSTEM, config, may_change_on_resume=MAY_CHANGE_ON_RESUME, header=layout.describe(),
                     plan=_plan(layout))
     monitor, start_round = ctx.monitor, ctx.start_round
     if start_round >= ctx.total_rounds:

@@ -42,62 +42,17 @@ from systems.common.evaluation import EvaluationRecord
 from systems.common.learner import compile_in_background
 from systems.common.monitor import LearnerReport, Monitor, Progress
 from systems.offpolicy.agent import PALState, build_agent
-from systems.offpolicy.config import CONTINUOUS_ALGOS, OffPolicyConfig, metric_columns, reached_target
+from systems.offpolicy.config import metric_columns, reached_target
 from systems.spreeze import ipc, workers
 from systems.spreeze import render as render_lib
 from systems.spreeze import tuning as tuning_lib
 from systems.spreeze import weights as weights_lib
+from systems.spreeze.config import REPLAYS, SYSTEM, SpreezeConfig, validate
 from systems.spreeze.shared_replay import QueueTransfer, SharedReplay
 
-SYSTEM = "spreeze"
-REPLAYS = ("shm", "queue")
+__all__ = ["REPLAYS", "SYSTEM", "SpreezeConfig", "run", "validate"]
 _REPORT_SECONDS = 1.0
 _JOIN_SECONDS = 10.0
-
-
-@dataclasses.dataclass(frozen=True)
-class SpreezeConfig(OffPolicyConfig):
-    """A Spreeze run: the off-policy fields plus the process layout. `num_envs` is derived."""
-
-    algo: str = "sac"
-    num_samplers: int = 2  # sampler processes (0: auto)
-    envs_per_sampler: int = 1
-    batch_size: int = 256  # learner batch (0: auto)
-    publish_every: int = 50  # updates between weight files
-    transfer: str = "shm"  # shm | queue (ablation)
-    model_parallel: bool = False
-    eval_every: int = 5_000
-    render: bool = False  # a visualization process saving rollout GIFs of the newest policy (renders/)
-    render_every: float = 30.0  # seconds between GIFs
-    render_steps: int = 200  # steps per rollout
-    tune_seconds: float = 3.0  # measuring time per value tried by the automatic tuning
-    max_batch_size: int = 65_536  # the largest batch --batch_size=auto may try
-
-
-def validate(config: SpreezeConfig) -> None:
-    error = config_lib.ConfigError
-    config_lib.validate_run_fields(config)
-    if config.algo not in CONTINUOUS_ALGOS:
-        raise error(f"--algo must be one of {', '.join(CONTINUOUS_ALGOS)} for launch.spreeze, got '{config.algo}'")
-    for name in ("envs_per_sampler", "publish_every", "buffer_size", "total_steps"):
-        if getattr(config, name) <= 0:
-            raise error(f"--{name} must be positive, got {getattr(config, name)}")
-    if config.learning_starts >= config.total_steps:
-        raise error(f"--learning_starts={config.learning_starts:,} leaves no updates within --total_steps="
-                    f"{config.total_steps:,}")
-    for name in ("num_samplers", "batch_size", "learning_starts", "eval_every", "eval_episodes"):
-        if getattr(config, name) < 0:
-            raise error(f"--{name} must be non-negative, got {getattr(config, name)}")
-    limits.require_processes(config.num_samplers, "num_samplers")
-    if config.num_samplers * config.envs_per_sampler > config_lib.MAX_ENVS:
-        raise error(f"--num_samplers x --envs_per_sampler = {config.num_samplers * config.envs_per_sampler:,} envs "
-                    f"is above the limit of {config_lib.MAX_ENVS:,} envs per run")
-    if config.transfer not in REPLAYS:
-        raise error(f"--transfer must be one of {', '.join(REPLAYS)}, got '{config.transfer}'")
-    if config.learning_rate <= 0 or not 0 < config.tau <= 1 or not 0 < config.gamma <= 1:
-        raise error("need --learning_rate > 0, --tau in (0, 1] and --gamma in (0, 1]")
-    if config.time_limit < 0:
-        raise error(f"--time_limit must be non-negative, got {config.time_limit}")
 
 
 def run_id(run_dir: str) -> str:
