@@ -7,7 +7,6 @@ refused with one line. Defaults by task family and algorithm are in `PRESETS` (s
 given on the command line wins.
 """
 
-import dataclasses
 
 from launch import cli
 
@@ -74,7 +73,7 @@ def make_config() -> system.PALConfig:
     num_actors = f.num_actors or 1
     config = system.PALConfig(
         env_id=env_id, algo=algo, seed=f.seed, num_actors=num_actors,
-        num_envs=num_actors * values["envs_per_actor"], num_learners=1 if f.num_learners is None else f.num_learners,
+        num_envs=0, num_learners=1 if f.num_learners is None else f.num_learners,  # num_envs: the plan's
         replay=f.replay, per_alpha=f.per_alpha, per_beta=f.per_beta, tree_k=f.tree_k, epsilon_start=f.epsilon_start,
         action_noise=f.action_noise, allocate=f.allocate, cores=f.cores, profile_seconds=f.profile_seconds,
         checkpoint_buffer=f.checkpoint_buffer, stop_at_target=f.stop_at_target, logdir=f.logdir, resume=f.resume,
@@ -82,7 +81,7 @@ def make_config() -> system.PALConfig:
         **{name: f[name].value for name in common.OUTPUT_FIELDS}, **values,
     )
     system.validate(config)
-    return dataclasses.replace(config, num_envs=config.num_actors * config.envs_per_actor)
+    return config
 
 
 def main(argv):

@@ -16,7 +16,7 @@ from launch import pal as launch_pal
 from systems.common.concurrency import StopRequested
 from systems.pal import system
 from systems.pal.allocate import choose_allocation, format_profile
-from tests.helpers import read_summary, run_launcher, tiny_pal
+from tests.helpers import read_config, read_summary, run_launcher, tiny_pal
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -216,6 +216,11 @@ def test_pal_allocate_auto_profiles_and_chooses(tmp_path, capsys):
     assert set(allocation["learner_optimizer_steps_per_second"]) == {"1", "2"}
     assert allocation["actors"] + allocation["learners"] <= 3
     assert summary["num_actors"] == allocation["actors"] and summary["num_learners"] == allocation["learners"]
+    # config.json: the threads as asked (the config's), Eq. 5's choice as the plan beside them.
+    recorded = read_config(run_dir)
+    assert (recorded["num_actors"], recorded["num_learners"]) == (config.num_actors, config.num_learners)
+    assert recorded["plan"] == dict(num_actors=allocation["actors"], num_learners=allocation["learners"],
+                                    num_envs=allocation["actors"] * config.envs_per_actor)
     out = capsys.readouterr().out
     assert "Eq. 5" in out and "choice:" in out
     # The profiling threads stop when their window closes (they used to run on beside the training run).

@@ -104,3 +104,19 @@ def check_env(config: PALConfig, spec: EnvSpec) -> None:
         )
     if config.algo in CONTINUOUS_ALGOS and len(spec.obs_shape) != 1:
         raise config_lib.ConfigError(f"--algo={config.algo} needs vector observations, {spec.env_id} has images")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The threads a PAL run uses: `--num_actors` / `--num_learners` as asked, or Eq. 5's choice with
+    `--allocate=auto` (section V-D), recorded beside the config in config.json."""
+
+    num_actors: int
+    num_learners: int
+    num_envs: int  # actors x envs per actor
+
+
+def plan(config: PALConfig, num_actors: int | None = None, num_learners: int | None = None) -> Plan:
+    actors = config.num_actors if num_actors is None else num_actors
+    return Plan(num_actors=actors, num_learners=config.num_learners if num_learners is None else num_learners,
+                num_envs=actors * config.envs_per_actor)

@@ -27,13 +27,14 @@ class ParameterServer:
     """Learner threads sample sub-batches; the server thread averages their gradients into one optimizer step
     (`OffPolicyAgent.update`), hands each learner its new priorities and publishes the parameters (section V-B)."""
 
-    def __init__(self, config: PALConfig, agent: OffPolicyAgent, state: PALState, buffer, store: ParameterStore,
-                 gate: RatioGate, group: ThreadGroup, reports: queue.Queue | None, actor_versions):
+    def __init__(self, config: PALConfig, num_learners: int, agent: OffPolicyAgent, state: PALState, buffer,
+                 store: ParameterStore, gate: RatioGate, group: ThreadGroup, reports: queue.Queue | None,
+                 actor_versions):
         self.config, self.agent, self.buffer, self.store = config, agent, buffer, store
         self.gate, self.group = gate, group
         self.state = state.agent
-        self.num_learners = config.num_learners
-        self.sub_batch = config.batch_size // config.num_learners
+        self.num_learners = num_learners
+        self.sub_batch = config.batch_size // num_learners
         self.reports = reports
         self.actor_versions = actor_versions
         self.inbox: queue.Queue = queue.Queue()

@@ -53,7 +53,7 @@ from systems.offpolicy.agent import OffPolicyAgent, PALState, build_agent
 from systems.offpolicy.config import metric_columns, reached_target
 from systems.pal import allocate as allocate_lib
 from systems.pal.actors import POLL_SECONDS, Actor, EpisodeSink, RatioGate
-from systems.pal.config import PALConfig, check_env, validate
+from systems.pal.config import PALConfig, Plan, check_env, plan, validate
 from systems.pal.learner import ParameterServer
 from systems.replay import FrameStackBuffer, PrioritizedBuffer, UniformBuffer
 
@@ -67,12 +67,14 @@ def uses_frame_buffer(spec: EnvSpec) -> bool:
     return len(spec.obs_shape) == 3 and np.dtype(spec.obs_dtype) == np.uint8
 
 
-def make_buffer(config: PALConfig, agent: OffPolicyAgent, capacity: int | None = None, spec: EnvSpec | None = None):
-    """The run's replay buffer. Image tasks get `FrameStackBuffer` (one stream per env; `capacity` counts frame
-    rows, about one per transition), vector tasks `PrioritizedBuffer` / `UniformBuffer` (all fields stored)."""
+def make_buffer(config: PALConfig, agent: OffPolicyAgent, capacity: int | None = None, spec: EnvSpec | None = None,
+                num_envs: int | None = None):
+    """The run's replay buffer. Image tasks get `FrameStackBuffer` (one stream per env of `num_envs`, default the
+    config's actors x envs; `capacity` counts frame rows, about one per transition), vector tasks
+    `PrioritizedBuffer` / `UniformBuffer` (all fields stored)."""
     capacity = capacity or config.buffer_size
     if spec is not None and uses_frame_buffer(spec):
-        streams = config.num_actors * config.envs_per_actor
+        streams = num_envs or config.num_actors * config.envs_per_actor
         extras = {name: (value.shape, value.dtype) for name, value in agent.example.items()
                   if name not in ("obs", "next_obs")}
         return FrameStackBuffer(
@@ -96,26 +98,25 @@ def buffer_bytes(config: PALConfig, agent: OffPolicyAgent, spec: EnvSpec) -> int
     return sum(np.asarray(v).nbytes for v in example.values()) * config.buffer_size
 
 
-def profile_and_allocate(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, print_fn) -> tuple[PALConfig, tuple]:
+def profile_and_allocate(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, print_fn) -> tuple[Plan, tuple]:
     """`--allocate=auto`: measures f_a(x) and f_l(x) for x = 1 .. M - 1 threads and solves Eq. 5."""
     cores = config.cores or os.cpu_count() or 2
     if cores < 2:
         raise config_lib.ConfigError("--allocate=auto needs at least 2 cores (one actor, one learner)")
     seconds = config.profile_seconds
     print_fn(f"[pal] profiling actors and learners for Eq. 5 ({seconds:g} s per point, up to {cores - 1} threads)")
-    scratch = make_buffer(dataclasses.replace(config, num_actors=cores - 1), agent,
-                          capacity=min(config.buffer_size, 100_000), spec=spec)
+    scratch = make_buffer(config, agent, capacity=min(config.buffer_size, 100_000), spec=spec,
+                          num_envs=(cores - 1) * config.envs_per_actor)
     actor_curve = {x: measure_actors(config, spec, agent, scratch, x, seconds) for x in range(1, cores)}
     learner_curve = {
-        x: measure_learners(dataclasses.replace(config, num_learners=x), agent, scratch, seconds)
+        x: measure_learners(config, x, agent, scratch, seconds)
         for x in range(1, cores)
         if config.batch_size % x == 0
     }
     choice = allocate_lib.choose_allocation(actor_curve, learner_curve, cores=cores,
                                             update_interval=config.update_interval)
     print_fn(allocate_lib.format_profile(actor_curve, learner_curve, config.update_interval, choice, cores))
-    return dataclasses.replace(config, num_actors=choice.actors, num_learners=choice.learners,
-                               num_envs=choice.actors * config.envs_per_actor), (actor_curve, learner_curve, choice)
+    return plan(config, choice.actors, choice.learners), (actor_curve, learner_curve, choice)
 
 
 def _run_threads(group: ThreadGroup, targets, count, seconds: float) -> float:
@@ -152,19 +153,19 @@ def measure_actors(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, buff
             actor.close()
 
 
-def measure_learners(config: PALConfig, agent: OffPolicyAgent, buffer, seconds: float) -> float:
-    """f_l(num_learners): optimizer steps per second with `config.num_learners` learner threads on `buffer`."""
+def measure_learners(config: PALConfig, num_learners: int, agent: OffPolicyAgent, buffer, seconds: float) -> float:
+    """f_l(num_learners): optimizer steps per second with `num_learners` learner threads on `buffer`."""
     gate = RatioGate(update_interval=0, warmup=0, collected=2, updates=0, total_steps=2**62)
     gate._collected0 = 1  # one step "collected": learners may run, nothing else is gated
     group = ThreadGroup()
     store = ParameterStore(agent.policy_params(agent.initial_state.agent))
-    server = ParameterServer(config, agent, agent.initial_state, buffer, store, gate, group, None, [])
-    sub = config.batch_size // config.num_learners
-    warm = [buffer.sample(sub) for _ in range(config.num_learners)]  # compile outside the timed window
+    server = ParameterServer(config, num_learners, agent, agent.initial_state, buffer, store, gate, group, None, [])
+    sub = config.batch_size // num_learners
+    warm = [buffer.sample(sub) for _ in range(num_learners)]  # compile outside the timed window
     jax.block_until_ready(agent.update(server.state, {k: np.stack([s.batch[k] for s in warm]) for k in warm[0].batch},
                                        np.stack([s.weights for s in warm])))
     targets = [("profile-server", server.server_loop)] + [
-        (f"profile-learner-{i}", lambda i=i: server.learner_loop(i)) for i in range(config.num_learners)
+        (f"profile-learner-{i}", lambda i=i: server.learner_loop(i)) for i in range(num_learners)
     ]
     try:
         return _run_threads(group, targets, lambda: gate.updates, seconds)
@@ -205,24 +206,25 @@ def run(config: PALConfig) -> dict:
     limits.require_memory(needed, f"--buffer_size={config.buffer_size:,} (the replay buffer)")
     if config.checkpoint_buffer and uses_frame_buffer(spec):
         raise config_lib.ConfigError("--checkpoint_buffer is not supported yet for image tasks (frame-indexed buffer)")
-    profile = None
+    profile, threads = None, plan(config)
     if config.allocate == "auto":
-        config, profile = profile_and_allocate(config, spec, agent, (lambda line: None) if config.quiet else print)
-    buffer = make_buffer(config, agent, spec=spec)
-    monitor = _make_monitor(config, spec, agent, buffer, needed)
+        threads, profile = profile_and_allocate(config, spec, agent, (lambda line: None) if config.quiet else print)
+    buffer = make_buffer(config, agent, spec=spec, num_envs=threads.num_envs)
+    monitor = _make_monitor(config, threads, spec, agent, buffer, needed)
     warmup, buffer_restored = _restore_replay(config, monitor, buffer)
-    framework = _Framework(config, spec, agent, buffer, monitor.state, warmup)
+    framework = _Framework(config, threads, spec, agent, buffer, monitor.state, warmup)
     interrupted, elapsed = framework.train(monitor)
     collected, updates = framework.gate.snapshot()
     monitor.state = PALState(framework.server.state, np.asarray(updates, np.int64), np.asarray(collected, np.int64))
-    extra = _summary_extra(config, framework, updates, elapsed, buffer, needed, profile, buffer_restored)
+    extra = _summary_extra(config, threads, framework, updates, elapsed, buffer, needed, profile, buffer_restored)
     summary = monitor.finish(interrupted=interrupted is not None, extra=extra)
     if interrupted is not None:
         raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
     return summary
 
 
-def _make_monitor(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, buffer, needed: int) -> Monitor:
+def _make_monitor(config: PALConfig, threads: Plan, spec: EnvSpec, agent: OffPolicyAgent, buffer,
+                  needed: int) -> Monitor:
     """The run's outputs (and, with `--resume`, its restored state); with `checkpoint_buffer` each checkpoint also
     saves the replay buffer (`_save_buffer`)."""
 
@@ -233,7 +235,7 @@ def _make_monitor(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, buffe
     if config.eval_episodes > 0:
         evaluator = Evaluator(spec, None, episodes=config.eval_episodes, seed=agent.eval_seed, deterministic=True,
                               act_fn=agent.eval_act)
-    sizes = (f"actors {config.num_actors}x{config.envs_per_actor} envs  learners {config.num_learners}  batch "
+    sizes = (f"actors {threads.num_actors}x{config.envs_per_actor} envs  learners {threads.num_learners}  batch "
              f"{config.batch_size}  update_interval {config.update_interval:g}  replay {config.replay} "
              f"{config.buffer_size:,} ({needed / 2**30:.2f} GiB)")
     progress = Progress(
@@ -243,6 +245,7 @@ def _make_monitor(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, buffe
     monitor = Monitor(
         SYSTEM, config, agent.initial_state, progress=progress, evaluator=evaluator,
         policy_params=lambda s: agent.policy_params(s.agent), checkpointing=Checkpointing(extra_meta=checkpoint_extra),
+        plan=dataclasses.asdict(threads),
     )
     return monitor
 
@@ -285,9 +288,9 @@ class _Framework:
     `update_interval`) and the parameter store. Building it opens the actors' EnvPools and starts compiling the
     update; `train` runs the threads until the run ends and closes everything."""
 
-    def __init__(self, config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, buffer, state: PALState,
-                 warmup: int):
-        self.config = config
+    def __init__(self, config: PALConfig, threads: Plan, spec: EnvSpec, agent: OffPolicyAgent, buffer,
+                 state: PALState, warmup: int):
+        self.config, self.threads = config, threads
         self.collected0, self.updates0 = int(state.env_steps), int(state.update_step)
         self.gate = RatioGate(update_interval=config.update_interval, warmup=warmup, collected=self.collected0,
                               updates=self.updates0, total_steps=config.total_steps)
@@ -297,12 +300,12 @@ class _Framework:
         self.episodes = EpisodeSink()
         random_until = self.collected0 + warmup  # DDPG / TD3 / SAC act uniformly while the buffer warms up
         self.actors = [Actor(i, config, spec, agent, buffer, store, self.gate, self.episodes, random_until=random_until)
-                       for i in range(config.num_actors)]
-        self.actor_versions = [self.updates0] * config.num_actors
-        self.server = ParameterServer(config, agent, state, buffer, store, self.gate, self.group, self.reports,
-                                      self.actor_versions)
+                       for i in range(threads.num_actors)]
+        self.actor_versions = [self.updates0] * threads.num_actors
+        self.server = ParameterServer(config, threads.num_learners, agent, state, buffer, store, self.gate, self.group,
+                                      self.reports, self.actor_versions)
         self.server.compile_update_ahead()
-        self._actors_left = config.num_actors
+        self._actors_left = threads.num_actors
         self._actors_lock = threading.Lock()
 
     def train(self, monitor: Monitor) -> tuple[KeyboardInterrupt | None, float]:
@@ -328,7 +331,7 @@ class _Framework:
     def _spawn(self) -> None:
         for actor in self.actors:
             self.group.spawn(f"actor-{actor.actor_id}", lambda actor=actor: self._actor_loop(actor))
-        for i in range(self.config.num_learners):
+        for i in range(self.threads.num_learners):
             self.group.spawn(f"learner-{i}", lambda i=i: self.server.learner_loop(i))
         self.group.spawn("parameter-server", self.server.server_loop)
 
@@ -361,15 +364,15 @@ class _Framework:
                 return
 
 
-def _summary_extra(config: PALConfig, framework: _Framework, updates: int, elapsed: float, buffer, needed: int,
-                   profile, buffer_restored: str | None) -> dict:
+def _summary_extra(config: PALConfig, threads: Plan, framework: _Framework, updates: int, elapsed: float, buffer,
+                   needed: int, profile, buffer_restored: str | None) -> dict:
     """PAL's own entries of summary.json: the layout, the throughputs, the replay and (allocate=auto) the Eq. 5
     profile and choice."""
     server, gate, updates0 = framework.server, framework.gate, framework.updates0
     extra = {
-        "num_actors": config.num_actors,
+        "num_actors": threads.num_actors,
         "envs_per_actor": config.envs_per_actor,
-        "num_learners": config.num_learners,
+        "num_learners": threads.num_learners,
         "batch_size": config.batch_size,
         "update_interval": config.update_interval,
         "replay": config.replay,
