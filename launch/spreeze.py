@@ -5,7 +5,6 @@ Flags (`--help` lists them with their defaults): the run group (without --checkp
 published every `--publish_every` updates are the checkpoints), the off-policy group shared with launch.pal, and
 Spreeze's processes (`launch.flagsets`); `--num_samplers` and `--batch_size` accept `auto` (section 3.4)."""
 
-import dataclasses
 
 from launch import cli
 
@@ -56,11 +55,11 @@ def make_config() -> system.SpreezeConfig:
         publish_every=f.publish_every, transfer=f.transfer, model_parallel=f.model_parallel,
         stop_at_target=f.stop_at_target, tune_seconds=f.tune_seconds, render=f.render, render_every=f.render_every,
         logdir=f.logdir, resume=f.resume, eval_episodes=f.eval_episodes, time_limit=f.time_limit,
-        target_return=f.target_return, quiet=f.quiet, checkpoint_every=0,
+        target_return=f.target_return, quiet=f.quiet, checkpoint_every=0, num_envs=0,  # num_envs: not read
         **{name: f[name].value for name in common.OUTPUT_FIELDS}, **values,
     )
     system.validate(config)
-    return dataclasses.replace(config, num_envs=max(1, config.num_samplers) * config.envs_per_sampler)
+    return config
 
 
 def main(argv):

@@ -34,7 +34,9 @@ RESUMABLE_FIELDS = frozenset({
 })
 
 _FLAG_NAMES = {"env_id": "env"}  # config fields whose flag has another name
-_DERIVED_FIELDS = frozenset({"num_envs"})  # set by some systems from other flags (PAL's actors, Spreeze's samplers)
+# Compared last: the envs of PAL, Spreeze, BA3C and GALA follow from their layout flags, which are what a user
+# changed. Their launchers record 0 (not read); runs saved before recorded the derived count.
+_DERIVED_FIELDS = frozenset({"num_envs"})
 
 
 class RunDirectory:
@@ -113,7 +115,8 @@ def _check_existing(path: str, config: Any, may_change: frozenset, plan: dict | 
     if plan is not None and PLAN_KEY not in previous:  # saved with the derived values in the config's fields
         current.update((name, value) for name, value in plan.items() if name in current)
     allowed = (RESUMABLE_FIELDS | may_change) & current.keys()
-    # num_envs last: PAL and Spreeze derive it from their layout flags, which are what a user changed.
+    if current.get("num_envs") == 0:
+        current.pop("num_envs")  # not read by this run's system
     for name, value in sorted(current.items(), key=lambda item: item[0] in _DERIVED_FIELDS):
         if name in allowed or name not in previous or previous[name] == value:
             continue

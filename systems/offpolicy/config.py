@@ -17,10 +17,10 @@ ALGOS = DISCRETE_ALGOS + CONTINUOUS_ALGOS
 
 @dataclasses.dataclass(frozen=True)
 class OffPolicyConfig(RunConfig):
-    """Run fields plus the off-policy algorithm's. `num_envs` is derived by each system from its layout."""
+    """Run fields plus the off-policy algorithm's. `num_envs` is not read: each system's envs follow from its layout."""
 
     algo: str = "dqn"  # dqn | ddqn | ddpg | td3 | sac
-    num_envs: int = 1  # not read by PAL (its plan's: actors x envs per actor); Spreeze: samplers x envs per sampler
+    num_envs: int = 1  # not read (PAL: its plan's, actors x envs per actor; Spreeze: samplers x envs per sampler)
     learning_rate: float = 2.5e-4
     critic_learning_rate: float = 0.0  # 0: learning_rate
     opt_eps: float = 1e-5

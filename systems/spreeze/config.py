@@ -16,7 +16,7 @@ REPLAYS = ("shm", "queue")
 
 @dataclasses.dataclass(frozen=True)
 class SpreezeConfig(OffPolicyConfig):
-    """A Spreeze run: the off-policy fields plus the process layout. `num_envs` is derived."""
+    """A Spreeze run: the off-policy fields plus the process layout (`num_samplers` x `envs_per_sampler` envs)."""
 
     algo: str = "sac"
     num_samplers: int = 2  # sampler processes (0: auto)

@@ -25,7 +25,6 @@ with their last process, even after a SIGKILL of the whole group (`systems.spree
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import multiprocessing
 import os
@@ -193,6 +192,8 @@ class _SpreezeRun:
         monitor.checkpoint()  # version 0 (or the resumed version) for the samplers and the evaluator
         # Large-batch learner (3.2), compiling while the samplers start.
         self.rng = np.random.default_rng([config.seed, 7])
+        # The sizes the run uses: the config's, or the tuning's choice (`_start_children`; 0 until then).
+        self.num_samplers, self.batch_size = config.num_samplers, config.batch_size
         self.ones = np.ones((1, max(config.batch_size, 1)), np.float32)
         self.learner = _Learner(config, agent, state.agent, monitor)
         self.learner.compile_ahead(fields, config.batch_size)
@@ -244,12 +245,12 @@ class _SpreezeRun:
         else:
             self.tuning["num_samplers"] = _tune_samplers(config, children, self._start_sampler, children.sampler_stops,
                                                          self.steps, self.max_samplers, monitor)
-            self.config = config = dataclasses.replace(config, num_samplers=self.tuning["num_samplers"].choice)
+            self.num_samplers = self.tuning["num_samplers"].choice
         if not config.batch_size:
             self.tuning["batch_size"] = _tune_batch(config, children, self.replay, self.learner, self.steps, monitor,
                                                     self.rng)
-            self.config = config = dataclasses.replace(config, batch_size=self.tuning["batch_size"].choice)
-            self.ones = np.ones((1, config.batch_size), np.float32)
+            self.batch_size = self.tuning["batch_size"].choice
+            self.ones = np.ones((1, self.batch_size), np.float32)
         if self.tuning:
             tuning_lib.save_tuning(monitor.run_dir, self.tuning)
             monitor.outputs.print(tuning_lib.format_table(self.tuning))
@@ -283,7 +284,7 @@ class _SpreezeRun:
     def _update(self):
         """Samples `batch_size` transitions and takes one optimizer step; returns its metrics."""
         t0 = time.perf_counter()
-        batch = self.replay.sample(self.config.batch_size, self.rng)
+        batch = self.replay.sample(self.batch_size, self.rng)
         t1 = time.perf_counter()
         metrics = self.learner.step(batch, self.ones)
         self.update_seconds += time.perf_counter() - t1
@@ -316,14 +317,14 @@ class _SpreezeRun:
         config, elapsed = self.config, self.elapsed
         new_updates = self.updates - self.updates0
         return {
-            "num_samplers": config.num_samplers,
+            "num_samplers": self.num_samplers,
             "tuning": {name: result.to_dict() for name, result in self.tuning.items()},
             "envs_per_sampler": config.envs_per_sampler,
-            "batch_size": config.batch_size,
+            "batch_size": self.batch_size,
             "transfer": config.transfer,
             "sampling_fps": (collected - self.collected0) / max(elapsed, 1e-9),
             "update_frequency_hz": new_updates / max(elapsed, 1e-9),
-            "update_fps": new_updates * config.batch_size / max(elapsed, 1e-9),
+            "update_fps": new_updates * self.batch_size / max(elapsed, 1e-9),
             "learner_sample_seconds": self.sample_seconds,
             "learner_update_seconds": self.update_seconds,
             "optimizer_steps": self.updates,
