@@ -17,18 +17,17 @@ from collections.abc import Callable
 from absl import flags, logging
 
 from envs.factory import family_of, resolve_env_id
-from launch import cli
+from launch import cli, flagsets
 from systems.common import config as config_lib
 from systems.common.xla_flags import prefer_memory_saving_cpu_schedule
 
 prefer_memory_saving_cpu_schedule()  # before any launcher computes: XLA reads its flags when the backend starts
 
-# Config fields set from the flag of the same name when the launcher has it and it was given (else: the preset).
+# Config fields set from the flag of the same name when the launcher has it and it was given (else: the preset):
+# the on-policy hyperparameters (`launch.flagsets`, declared in `TrainConfig`), the run's length and HTS's actors.
 _PRESET_FIELDS = (
-    "num_envs", "num_actors", "sync_interval", "total_steps", "learning_rate", "anneal_lr", "optimizer", "opt_eps",
-    "max_grad_norm", "gamma", "gae_lambda", "value_coef", "entropy_coef", "clip_eps", "num_epochs", "num_minibatches",
-    "clip_value_loss", "normalize_obs", "obs_clip", "normalize_reward", "reward_clip", "clip_actions", "activation",
-    "orthogonal_init", "log_std_init",
+    "num_envs", "num_actors", "total_steps", *flagsets.ON_POLICY_HYPERPARAMETERS, *flagsets.PPO_HYPERPARAMETERS,
+    *flagsets.NORMALIZATION_HYPERPARAMETERS,
 )
 # Run and layout fields read from the launcher's flag when it has one (the config's default otherwise).
 OUTPUT_FIELDS = ("capture_video", "track", "wandb_project", "wandb_entity", "wandb_group")

@@ -8,12 +8,11 @@ the scale-out group launch.ba3c and launch.gala), SCALE_OUT (launch.ba3c and lau
 launch.spreeze), and one group per launcher for what only it takes. Hyperparameter flags default to None: the
 preset of the env family and algorithm (`systems.common.config.PRESETS`, `launch.pal.PRESETS`, ...).
 
-Why not flags generated from the config dataclasses (ml_collections' `config_flags`, DeepMind's convention)? A
-prototype with ml-collections 1.1.0 and `TrainConfig` (2026-11-25): every override becomes `--config.learning_rate=`
-(each command line in the README and the benchmarks would change), `--help` shows one `--config` flag with the
-dataclass's repr, and parsing any override failed (`issubclass() arg 1 must be a class` on our postponed
-annotations such as `float | None`). Presets also need "unset means the preset", which a dataclass default cannot
-say. So the groups are written here, once each, and the launchers adopt them."""
+The on-policy hyperparameters (the PPO / A2C, PPO-only and normalization groups) are generated from
+`TrainConfig`'s `hyperparameter` fields (`from_fields`): the help text, choices and group are declared once, in the
+field, and the flag's default is None (the preset). ml_collections' `config_flags` was tried for this and dropped:
+it renames every override to `--config.<name>`, shows one `--config` flag in --help, and could not parse our
+postponed annotations. The run, layout and off-policy groups are still written here; they move the same way."""
 
 from __future__ import annotations
 
@@ -22,8 +21,8 @@ from typing import Any
 
 from absl import flags
 
-from agents.optim import LR_SCALING_RULES, OPTIMIZERS
-from systems.common.config import PRESET_CHOICES, TASK_PRESETS
+from agents.optim import LR_SCALING_RULES
+from systems.common.config import PRESET_CHOICES, TASK_PRESETS, TrainConfig, hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,55 +88,50 @@ def run_group(*, checkpoints: bool = True, default_eval_every: str = "total_step
     return group
 
 
+# The on-policy hyperparameters: the `hyperparameter` fields of `TrainConfig` (help text, choices and group there),
+# offered as flags whose default is the preset. A new one is declared in the config only.
+ON_POLICY_HYPERPARAMETERS = hyperparameters(TrainConfig, "on_policy")
+PPO_HYPERPARAMETERS = hyperparameters(TrainConfig, "ppo")
+NORMALIZATION_HYPERPARAMETERS = hyperparameters(TrainConfig, "normalization")
+_KINDS = {"float": "float", "int": "integer", "bool": "boolean", "str": "string", "tuple": "list"}
+
+
+def from_fields(config_cls: type, names: tuple[str, ...]) -> list[Spec]:
+    """The flags of `config_cls`'s `hyperparameter` fields `names`, in that order: the kind from the field's type
+    (an enum where it has choices), the help from its metadata, and default None (the preset)."""
+    fields = {field.name: field for field in dataclasses.fields(config_cls)}
+    specs = []
+    for name in names:
+        field = fields[name]
+        if "help" not in field.metadata:
+            raise TypeError(f"{config_cls.__name__}.{name} is not declared with systems.common.config.hyperparameter")
+        choices = field.metadata["choices"]
+        type_name = field.type if isinstance(field.type, str) else field.type.__name__  # postponed or not
+        kind = "enum" if choices else _KINDS[type_name.split("|")[0].split("[")[0].strip()]
+        specs.append(Spec(kind, name, None, field.metadata["help"], choices))
+    return specs
+
+
 def on_policy_group(*, algos: tuple[str, ...], num_envs: bool = True) -> list[Spec]:
     """PPO / A2C hyperparameters shared by launch.hts, launch.sync, launch.ba3c and launch.gala."""
-    group = [
+    return [
         _e("algo", None, algos, "Algorithm (default: " + algos[0] + ")."),
+        *(from_fields(TrainConfig, ("num_envs",)) if num_envs else []),
         _e("preset", "task", PRESET_CHOICES,
            "Hyperparameters no flag gives: task = the task's own tuned preset where there is one (rl-zoo3's, for "
            + "; ".join(f"{algo.upper()}: " + ", ".join(sorted(env for env, a in TASK_PRESETS if a == algo))
                        for algo in sorted({a for _, a in TASK_PRESETS}, reverse=True))
            + "), else its env family's; family = the family's (CleanRL's, the papers'). config.json records "
            "which."),
-        _i("sync_interval", None, "alpha: steps per env in one round (= rollout length per update; default: preset)."),
-        _f("learning_rate", None, "Learning rate (default: preset)."),
-        _b("anneal_lr", None, "Linearly decay the learning rate to 0 (default: preset)."),
-        _e("optimizer", None, OPTIMIZERS, "Optimizer (default: preset)."),
-        _f("opt_eps", None, "Optimizer epsilon (default: preset)."),
-        _f("max_grad_norm", None, "Global gradient norm clip (0: none; default: preset)."),
-        _f("gamma", None, "Discount (default: preset)."),
-        _f("gae_lambda", None, "GAE lambda; 1.0 gives n-step returns (default: preset)."),
-        _f("value_coef", None, "Value loss coefficient (default: preset)."),
-        _f("entropy_coef", None, "Entropy bonus coefficient (default: preset)."),
-        _b("clip_actions", None, "Clip continuous actions to the action bounds before the env steps (default: on)."),
-        _l("hidden_sizes", None, "MLP hidden sizes of vector-observation tasks, e.g. 256,256 (default: preset)."),
-        _e("activation", None, ("tanh", "relu"), "MLP nonlinearity (default tanh)."),
-        _b("orthogonal_init", None,
-           "MLP: orthogonal init (CleanRL; default) or PyTorch's default (SB3 ortho_init=False)."),
-        _f("log_std_init", None, "Initial log-std of a continuous policy (default 0)."),
+        *from_fields(TrainConfig, ON_POLICY_HYPERPARAMETERS),
         _b("eval_deterministic", False, "Evaluate the greedy policy instead of sampling."),
         _s("step_time", "none",
            "Simulated env step time: none, const:SECONDS, exp:MEAN or gamma:SHAPE:MEAN (seconds)."),
     ]
-    if num_envs:
-        group.insert(1, _i("num_envs", None, "Number of training envs (default: preset)."))
-    return group
 
 
-PPO = [
-    _f("clip_eps", None, "PPO clip range (default: preset)."),
-    _i("num_epochs", None, "PPO epochs per update (default: preset)."),
-    _i("num_minibatches", None, "PPO minibatches per epoch (default: preset)."),
-    _b("clip_value_loss", None, "PPO: clip the value loss around the behaviour values (default: preset; MuJoCo on)."),
-]
-NORMALIZATION = [
-    _b("normalize_obs", None,
-       "Normalize vector observations by their running mean/std over all training envs (default: preset; MuJoCo on)."),
-    _f("obs_clip", None, "Clip normalized observations to [-v, v] (default 10; 0: no clip)."),
-    _b("normalize_reward", None,
-       "Divide rewards by the running std of the discounted return (default: preset; MuJoCo on)."),
-    _f("reward_clip", None, "Clip scaled rewards to [-v, v] (default 10; 0: no clip)."),
-]
+PPO = from_fields(TrainConfig, PPO_HYPERPARAMETERS)
+NORMALIZATION = from_fields(TrainConfig, NORMALIZATION_HYPERPARAMETERS)
 HTS = [
     _i("num_actors", None, "Actor threads (default: preset or 1)."),
     _i("env_batch_size", 0, "EnvPool async batch size (0: num_envs // 2)."),

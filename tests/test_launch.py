@@ -1,5 +1,6 @@
 """Launcher smoke tests (tiny sizes, through the launcher's own parser), bad flags, and checkpoint kill/resume."""
 
+import dataclasses
 import importlib
 import os
 import signal
@@ -10,11 +11,11 @@ import time
 import pytest
 
 from envs.factory import make_spec
-from launch import cli
+from launch import cli, flagsets
 from launch import hts as launch_hts
 from launch import sync as launch_sync
 from systems.common.checkpoint import list_checkpoints, load_latest_checkpoint
-from systems.common.config import TrainConfig
+from systems.common.config import TrainConfig, hyperparameter, hyperparameters
 from systems.common.learner import build
 from systems.registry import LAUNCHERS
 from tests.faults import wait_for_checkpoints
@@ -288,3 +289,29 @@ def test_a_task_with_a_tuned_preset_uses_it_and_config_says_which():
     assert not gala.normalize_obs and gala.envs_per_learner == 16
     cheetah = _config_of(launch.hts, "--env=HalfCheetah-v4")
     assert cheetah.hidden_sizes == (256, 256) and cheetah.activation == "relu" and cheetah.normalize_obs
+
+
+def test_a_hyperparameter_is_declared_once_in_its_config_and_every_launcher_offers_it():
+    """The on-policy launchers' hyperparameter flags are generated from `TrainConfig`'s `hyperparameter` fields:
+    the help text, the kind (an enum where the field has choices) and the group come from the field."""
+    every = ("envs", "on_policy", "ppo", "normalization")
+    groups = {"hts": every, "sync": every, "ba3c": ("on_policy",), "gala": ("on_policy",)}  # BA3C, GALA: A2C only
+    for launcher, offered in groups.items():
+        flag_values = flagsets.flag_values(launcher)
+        for field in dataclasses.fields(TrainConfig):
+            if field.metadata.get("group") in offered:
+                assert flag_values[field.name].help.endswith(field.metadata["help"]), (launcher, field.name)
+                assert flag_values[field.name].default is None  # the preset
+    assert flagsets.flag_values("hts")["optimizer"].parser.enum_values == ["adam", "rmsprop", "adam_large_batch"]
+
+    @dataclasses.dataclass(frozen=True)
+    class Extended(TrainConfig):
+        new_coef: float = hyperparameter(0.3, "A new PPO coefficient (default: preset).", group="ppo")
+
+    assert hyperparameters(Extended, "ppo")[-1] == "new_coef"
+    spec = flagsets.from_fields(Extended, hyperparameters(Extended, "ppo"))[-1]
+    assert (spec.kind, spec.name, spec.default, spec.help) == ("float", "new_coef", None,
+                                                               "A new PPO coefficient (default: preset).")
+    with pytest.raises(TypeError, match="hyperparameter"):
+        flagsets.from_fields(TrainConfig, ("normalize_advantages",))  # a plain field is not a flag
+

@@ -46,42 +46,65 @@ class RunConfig:
     wandb_group: str = ""
 
 
+def hyperparameter(default, help_text: str, choices: tuple = (), group: str = "on_policy"):
+    """A config field its launchers offer as a flag whose default is the preset (`launch.flagsets`): declared once,
+    here, with the flag's help text, its allowed values and its --help group (fields of a group are listed in the
+    order they are declared)."""
+    return dataclasses.field(default=default, metadata={"help": help_text, "choices": tuple(choices), "group": group})
+
+
+def hyperparameters(config_cls: type, group: str) -> tuple[str, ...]:
+    """The names of `config_cls`'s `hyperparameter` fields of `group`, in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(config_cls) if f.metadata.get("group") == group)
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig(RunConfig):
     """An on-policy run (the synchronous baseline; HTS-RL, the data-parallel and gossip systems extend it with their
     own layout): PPO / A2C hyperparameters, the network, and the env and round sizes. Sizes are per run, not per
-    device."""
+    device. The `hyperparameter` fields are their launchers' flags (help text in the field; default: the preset)."""
 
-    num_envs: int = 8  # parallel training environments
-    sync_interval: int = 128  # alpha: steps per env in one round = rollout length of one update
+    num_envs: int = hyperparameter(8, "Number of training envs (default: preset).", group="envs")
+    sync_interval: int = hyperparameter(
+        128, "alpha: steps per env in one round (= rollout length per update; default: preset).")
     # total_steps (RunConfig) is rounded up to whole rounds.
-    # Optimisation.
-    optimizer: str = "adam"  # adam | rmsprop (PyTorch: eps outside the sqrt) | adam_large_batch (BA3C Eq. 5-6)
-    learning_rate: float = 2.5e-4
-    anneal_lr: bool = True  # linear decay to 0 over the run
-    opt_eps: float = 1e-5
-    max_grad_norm: float = 0.5
+    # Optimisation. rmsprop: PyTorch's (eps outside the sqrt); adam_large_batch: BA3C's Eq. 5-6.
+    learning_rate: float = hyperparameter(2.5e-4, "Learning rate (default: preset).")
+    anneal_lr: bool = hyperparameter(True, "Linearly decay the learning rate to 0 (default: preset).")
+    optimizer: str = hyperparameter("adam", "Optimizer (default: preset).", choices=OPTIMIZERS)
+    opt_eps: float = hyperparameter(1e-5, "Optimizer epsilon (default: preset).")
+    max_grad_norm: float = hyperparameter(0.5, "Global gradient norm clip (0: none; default: preset).")
     # Losses.
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    value_coef: float = 0.5
-    entropy_coef: float = 0.01
-    clip_eps: float = 0.1  # PPO only
-    num_epochs: int = 4  # PPO only
-    num_minibatches: int = 4  # PPO only
+    gamma: float = hyperparameter(0.99, "Discount (default: preset).")
+    gae_lambda: float = hyperparameter(0.95, "GAE lambda; 1.0 gives n-step returns (default: preset).")
+    value_coef: float = hyperparameter(0.5, "Value loss coefficient (default: preset).")
+    entropy_coef: float = hyperparameter(0.01, "Entropy bonus coefficient (default: preset).")
+    clip_eps: float = hyperparameter(0.1, "PPO clip range (default: preset).", group="ppo")
+    num_epochs: int = hyperparameter(4, "PPO epochs per update (default: preset).", group="ppo")
+    num_minibatches: int = hyperparameter(4, "PPO minibatches per epoch (default: preset).", group="ppo")
     normalize_advantages: bool = True  # PPO only
-    clip_value_loss: bool = False  # PPO only: CleanRL's value clipping around the behaviour values (clip_eps)
+    clip_value_loss: bool = hyperparameter(
+        False, "PPO: clip the value loss around the behaviour values (default: preset; MuJoCo on).", group="ppo")
     # Continuous control (agents/normalization.py; CleanRL ppo_continuous_action.py, SB3 VecNormalize).
-    normalize_obs: bool = False  # running mean/std of the training observations; vector observations only
-    obs_clip: float = 10.0  # clip normalized observations to [-obs_clip, obs_clip] (0: no clip)
-    normalize_reward: bool = False  # divide rewards by the running std of the discounted return
-    reward_clip: float = 10.0  # clip scaled rewards to [-reward_clip, reward_clip] (0: no clip)
-    clip_actions: bool = True  # continuous actions clipped to the action bounds before the env sees them
+    normalize_obs: bool = hyperparameter(
+        False, "Normalize vector observations by their running mean/std over all training envs (default: preset; "
+        "MuJoCo on).", group="normalization")
+    obs_clip: float = hyperparameter(10.0, "Clip normalized observations to [-v, v] (default 10; 0: no clip).",
+                                     group="normalization")
+    normalize_reward: bool = hyperparameter(
+        False, "Divide rewards by the running std of the discounted return (default: preset; MuJoCo on).",
+        group="normalization")
+    reward_clip: float = hyperparameter(10.0, "Clip scaled rewards to [-v, v] (default 10; 0: no clip).",
+                                        group="normalization")
+    clip_actions: bool = hyperparameter(
+        True, "Clip continuous actions to the action bounds before the env steps (default: on).")
     # The MLP of vector observations (agents/networks.py); defaults: CleanRL's.
-    hidden_sizes: tuple = (64, 64)  # actor and critic widths
-    activation: str = "tanh"  # tanh | relu
-    orthogonal_init: bool = True  # False: PyTorch's default init (SB3 ortho_init=False)
-    log_std_init: float = 0.0  # initial log-std of a continuous policy
+    hidden_sizes: tuple = hyperparameter(
+        (64, 64), "MLP hidden sizes of vector-observation tasks, e.g. 256,256 (default: preset).")
+    activation: str = hyperparameter("tanh", "MLP nonlinearity (default tanh).", choices=("tanh", "relu"))
+    orthogonal_init: bool = hyperparameter(
+        True, "MLP: orthogonal init (CleanRL; default) or PyTorch's default (SB3 ortho_init=False).")
+    log_std_init: float = hyperparameter(0.0, "Initial log-std of a continuous policy (default 0).")
     step_time: str = "none"  # simulated env step time: none | const:S | exp:MEAN | gamma:SHAPE:MEAN
     preset: str = ""  # the preset that filled the hyperparameters no flag gave (`preset_values`), for config.json
 
