@@ -8,6 +8,7 @@ algorithm (Atari: CleanRL PPO / HTS-RL A2C; GFootball: the HTS-RL scripts; class
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -68,6 +69,13 @@ def config_from_flags(
     if validate:
         config_lib.validate(config)
     return config
+
+
+def settings_from_flags(launcher_flags: flags.FlagValues, config_cls: type, group: str) -> dict:
+    """The values of `config_cls`'s `setting` fields of `group` (`systems.common.config.setting`) from their flags,
+    which default to the field's own default."""
+    return {field.name: launcher_flags[field.name].value for field in dataclasses.fields(config_cls)
+            if field.metadata.get("group") == group and field.metadata["preset"] is False}
 
 
 def run_schedule(launcher_flags: flags.FlagValues, total_steps: int) -> dict:

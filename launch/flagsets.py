@@ -12,7 +12,9 @@ The on-policy hyperparameters (the PPO / A2C, PPO-only and normalization groups)
 `TrainConfig`'s `hyperparameter` fields (`from_fields`): the help text, choices and group are declared once, in the
 field, and the flag's default is None (the preset). ml_collections' `config_flags` was tried for this and dropped:
 it renames every override to `--config.<name>`, shows one `--config` flag in --help, and could not parse our
-postponed annotations. The run, layout and off-policy groups are still written here; they move the same way."""
+postponed annotations. BA3C's and GALA's own groups come from their configs the same way (`setting` fields: the
+flag defaults to the field's value). The run, HTS, multi-host, off-policy, PAL and Spreeze groups are still
+written here."""
 
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ from typing import Any
 from absl import flags
 
 from agents.optim import LR_SCALING_RULES
+from systems.ba3c.config import BA3CConfig
 from systems.common.config import PRESET_CHOICES, TASK_PRESETS, TrainConfig, hyperparameters
+from systems.gala.config import GALAConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,8 +101,9 @@ _KINDS = {"float": "float", "int": "integer", "bool": "boolean", "str": "string"
 
 
 def from_fields(config_cls: type, names: tuple[str, ...]) -> list[Spec]:
-    """The flags of `config_cls`'s `hyperparameter` fields `names`, in that order: the kind from the field's type
-    (an enum where it has choices), the help from its metadata, and default None (the preset)."""
+    """The flags of `config_cls`'s `hyperparameter` / `setting` fields `names`, in that order: the kind from the
+    field's type (an enum where it has choices), the help from its metadata, and the default None (the preset) or,
+    for a setting, the field's."""
     fields = {field.name: field for field in dataclasses.fields(config_cls)}
     specs = []
     for name in names:
@@ -108,7 +113,7 @@ def from_fields(config_cls: type, names: tuple[str, ...]) -> list[Spec]:
         choices = field.metadata["choices"]
         type_name = field.type if isinstance(field.type, str) else field.type.__name__  # postponed or not
         kind = "enum" if choices else _KINDS[type_name.split("|")[0].split("[")[0].strip()]
-        specs.append(Spec(kind, name, None, field.metadata["help"], choices))
+        specs.append(Spec(kind, name, field.metadata["flag_default"], field.metadata["help"], choices))
     return specs
 
 
@@ -230,25 +235,8 @@ SPREEZE = [
     _f("render_every", 30.0, "Seconds between rollout GIFs."),
     _f("tune_seconds", 3.0, "Measuring time per value tried by the auto tuning."),
 ]
-BA3C = [
-    _i("num_devices", 0, "Devices per process on the pmap axis (0: all local ones)."),
-    _i("local_batch", None,
-       "Data points per device per update = envs per device x sync_interval (default: the preset's 16 envs x 5)."),
-    _i("hidden", 256, "Width of the BA3C fully connected layer (Atari; Table 2)."),
-    _f("adam_b1", 0.8, "Adam beta1 (paper: 0.8)."),
-    _f("adam_b2", 0.75, "Adam beta2 (paper: 0.75)."),
-    _b("debug", False, "Check after every update that all replicas are bit-identical."),
-]
-GALA = [
-    _i("num_learners", None, "A2C learners (default 4)."),
-    _i("envs_per_learner", 0, "Training envs of each learner (0: the preset, 16 as in seed 004; GFootball 4)."),
-    _e("topology", "ring", ("ring", "exponential"), "Peer graph: directed ring, or time-varying exponential (pmap)."),
-    _i("num_peers", 1, "Out-peers of each learner (paper: 1)."),
-    _e("gossip", "async", ("async", "pmap"), "Execution: learner threads, or lock-step pmap."),
-    _i("max_staleness", -1,
-       "tau: wait when the newest in-peer message is more than tau local iterations old (-1: never)."),
-    _b("log_grad_cosine", False, "Log the learners' pairwise gradient cosine similarity."),
-]
+BA3C = from_fields(BA3CConfig, hyperparameters(BA3CConfig, "ba3c"))
+GALA = from_fields(GALAConfig, hyperparameters(GALAConfig, "gala"))
 
 _ON_POLICY_ALGOS = ("ppo", "a2c")
 # Each training launcher's flag groups, in --help order: (section title, flags).

@@ -29,11 +29,9 @@ _DEFAULT_LEARNERS = 4
 def make_config() -> system.GALAConfig:
     config = common.config_from_flags(
         FLAGS, system.GALAConfig, validate=False, algo="a2c", defaults=common.NO_NORMALIZATION,
-        extra=dict(num_learners=_DEFAULT_LEARNERS if FLAGS.num_learners is None else FLAGS.num_learners,
-                   topology=FLAGS.topology, num_peers=FLAGS.num_peers, gossip=FLAGS.gossip,
-                   max_staleness=FLAGS.max_staleness, log_grad_cosine=FLAGS.log_grad_cosine,
-                   lr_scaling=FLAGS.lr_scaling or "sqrt",
-                   **common.multihost_values(FLAGS)),
+        extra=dict(common.settings_from_flags(FLAGS, system.GALAConfig, "gala"),
+                   num_learners=_DEFAULT_LEARNERS if FLAGS.num_learners is None else FLAGS.num_learners,
+                   lr_scaling=FLAGS.lr_scaling or "sqrt", **common.multihost_values(FLAGS)),
     )
     envs = FLAGS.envs_per_learner or _PRESET_ENVS_PER_LEARNER.get(family_of(config.env_id), 16)
     config = dataclasses.replace(config, envs_per_learner=envs, num_envs=0)  # num_envs: the plan's

@@ -10,6 +10,7 @@ import dataclasses
 from agents import LARGE_BATCH_EPS, scale_learning_rate
 from agents.optim import LR_SCALING_RULES
 from systems.common import config as config_lib
+from systems.common.config import hyperparameter, setting
 
 SYSTEM = "ba3c"
 
@@ -25,17 +26,20 @@ class BA3CConfig(config_lib.TrainConfig):
     learning_rate: float = 1e-3  # before --lr_scaling
     anneal_lr: bool = False
     opt_eps: float | None = None  # None: the plan's (1e-8 for adam_large_batch, Table 1; else 1e-5)
-    num_devices: int = 0  # devices per process on the pmap axis (0: all local devices)
-    local_batch: int = 80  # data points per device per update = envs per device x sync_interval
-    hidden: int = 256  # BA3C FC width (Atari); 128 is the paper's final choice (Table 2)
-    adam_b1: float = 0.8
-    adam_b2: float = 0.75
+    num_devices: int = setting(0, "Devices per process on the pmap axis (0: all local ones).", "ba3c")
+    local_batch: int = hyperparameter(
+        80, "Data points per device per update = envs per device x sync_interval (default: the preset's 16 envs x 5).",
+        group="ba3c")
+    # 128 is the paper's final width (Table 2).
+    hidden: int = setting(256, "Width of the BA3C fully connected layer (Atari; Table 2).", "ba3c")
+    adam_b1: float = setting(0.8, "Adam beta1 (paper: 0.8).", "ba3c")
+    adam_b2: float = setting(0.75, "Adam beta2 (paper: 0.75).", "ba3c")
     lr_scaling: str = "none"  # none | linear | sqrt, by the number of devices (the batch multiplier)
     coordinator_address: str = ""  # host:port of process 0 (multi-host)
     num_processes: int = 1
     process_id: int = 0
     startup_timeout: int = 120  # seconds a multi-host process waits for the whole job to join
-    debug: bool = False  # check after every update that all replicas hold bit-identical parameters
+    debug: bool = setting(False, "Check after every update that all replicas are bit-identical.", "ba3c")
 
 
 def envs_per_device(config: BA3CConfig) -> int:

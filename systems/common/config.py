@@ -46,11 +46,19 @@ class RunConfig:
     wandb_group: str = ""
 
 
-def hyperparameter(default, help_text: str, choices: tuple = (), group: str = "on_policy"):
-    """A config field its launchers offer as a flag whose default is the preset (`launch.flagsets`): declared once,
-    here, with the flag's help text, its allowed values and its --help group (fields of a group are listed in the
-    order they are declared)."""
-    return dataclasses.field(default=default, metadata={"help": help_text, "choices": tuple(choices), "group": group})
+def hyperparameter(default, help_text: str, choices: tuple = (), group: str = "on_policy", flag_default=None):
+    """A config field its launchers offer as a flag whose default (None, or the `flag_default` the launcher reads
+    as "unset") means the preset (`launch.flagsets`): declared once, here, with the flag's help text, its allowed
+    values and its --help group (fields of a group are listed in the order they are declared)."""
+    return dataclasses.field(default=default, metadata={"help": help_text, "choices": tuple(choices), "group": group,
+                                                        "flag_default": flag_default, "preset": True})
+
+
+def setting(default, help_text: str, group: str, choices: tuple = ()):
+    """A config field its launcher offers as a flag with the field's own default (no preset), declared as
+    `hyperparameter` is."""
+    return dataclasses.field(default=default, metadata={"help": help_text, "choices": tuple(choices), "group": group,
+                                                        "flag_default": default, "preset": False})
 
 
 def hyperparameters(config_cls: type, group: str) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from agents import scale_learning_rate
 from agents.gossip import make_topology
 from agents.optim import LR_SCALING_RULES
 from systems.common import config as config_lib
+from systems.common.config import hyperparameter, setting
 
 SYSTEM = "gala"
 MODES = ("async", "pmap")
@@ -22,14 +23,18 @@ class GALAConfig(config_lib.TrainConfig):
     `num_envs` is not read (the launcher records 0). `learning_rate` is the rate before `--lr_scaling`."""
 
     algo: str = "a2c"
-    num_learners: int = 4
-    envs_per_learner: int = 16
-    topology: str = "ring"  # ring | exponential (time-varying, pmap mode only)
-    num_peers: int = 1  # out-peers per learner (paper: a 1-peer ring)
-    gossip: str = "async"  # async | pmap
-    max_staleness: int = -1  # tau in local iterations (async); -1: no bound, never wait
+    num_learners: int = hyperparameter(4, "A2C learners (default 4).", group="gala")
+    envs_per_learner: int = hyperparameter(
+        16, "Training envs of each learner (0: the preset, 16 as in seed 004; GFootball 4).", group="gala",
+        flag_default=0)
+    topology: str = setting("ring", "Peer graph: directed ring, or time-varying exponential (pmap).", "gala",
+                            choices=TOPOLOGIES)
+    num_peers: int = setting(1, "Out-peers of each learner (paper: 1).", "gala")
+    gossip: str = setting("async", "Execution: learner threads, or lock-step pmap.", "gala", choices=MODES)
+    max_staleness: int = setting(
+        -1, "tau: wait when the newest in-peer message is more than tau local iterations old (-1: never).", "gala")
     lr_scaling: str = "sqrt"  # none | linear | sqrt, by the number of learners (paper: sqrt)
-    log_grad_cosine: bool = False
+    log_grad_cosine: bool = setting(False, "Log the learners' pairwise gradient cosine similarity.", "gala")
     coordinator_address: str = ""
     num_processes: int = 1
     process_id: int = 0
