@@ -32,8 +32,8 @@ _PRESET_FIELDS = (
 )
 # Run and layout fields read from the launcher's flag when it has one (the config's default otherwise).
 OUTPUT_FIELDS = ("capture_video", "track", "wandb_project", "wandb_entity", "wandb_group")
-_PLAIN_FIELDS = ("env_batch_size", "inference_batch", "logdir", "resume", "eval_episodes", "eval_deterministic",
-                 "time_limit", "target_return", "step_time", "quiet", *OUTPUT_FIELDS)
+_PLAIN_FIELDS = ("logdir", "resume", "eval_episodes", "eval_deterministic", "time_limit", "target_return", "step_time",
+                 "quiet", *OUTPUT_FIELDS)
 NO_NORMALIZATION = dict(normalize_obs=False, normalize_reward=False)
 
 

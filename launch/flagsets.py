@@ -12,8 +12,8 @@ The on-policy hyperparameters (the PPO / A2C, PPO-only and normalization groups)
 `TrainConfig`'s `hyperparameter` fields (`from_fields`): the help text, choices and group are declared once, in the
 field, and the flag's default is None (the preset). ml_collections' `config_flags` was tried for this and dropped:
 it renames every override to `--config.<name>`, shows one `--config` flag in --help, and could not parse our
-postponed annotations. BA3C's and GALA's own groups come from their configs the same way (`setting` fields: the
-flag defaults to the field's value). The run, HTS, multi-host, off-policy, PAL and Spreeze groups are still
+postponed annotations. The HTS, BA3C and GALA groups come from their configs the same way (`setting` fields: the
+flag defaults to the field's value). The run, multi-host, scale-out, off-policy, PAL and Spreeze groups are still
 written here."""
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from agents.optim import LR_SCALING_RULES
 from systems.ba3c.config import BA3CConfig
 from systems.common.config import PRESET_CHOICES, TASK_PRESETS, TrainConfig, hyperparameters
 from systems.gala.config import GALAConfig
+from systems.hts.config import HTSConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,22 +138,8 @@ def on_policy_group(*, algos: tuple[str, ...], num_envs: bool = True) -> list[Sp
 
 PPO = from_fields(TrainConfig, PPO_HYPERPARAMETERS)
 NORMALIZATION = from_fields(TrainConfig, NORMALIZATION_HYPERPARAMETERS)
-HTS = [
-    _i("num_actors", None, "Actor threads (default: preset or 1)."),
-    _i("env_batch_size", 0, "EnvPool async batch size (0: num_envs // 2)."),
-    _i("inference_batch", 0, "Fixed actor forward-pass batch (0: num_envs // 2). Changing it changes results' bits."),
-]
-HTS_DEVICES = [
-    _s("actor_devices", "",
-       "Local device indices of the actors' forward passes, e.g. 0 (default: the first device)."),
-    _s("learner_devices", "",
-       "Local device indices of the learner's data-parallel replicas, e.g. 1,2,3 (default: one device -> shared "
-       "with the actors; several -> the rest, as many as split the envs evenly)."),
-    _b("debug", False, "Check after every update that all learner replicas are bit-identical."),
-    _b("ordered_reduction", False,
-       "Average the replicas' gradients by gathering them and adding them up in replica order: bit-identical "
-       "however the replicas are split over processes (R x the memory and traffic of an all-reduce)."),
-]
+HTS = from_fields(HTSConfig, hyperparameters(HTSConfig, "hts"))
+HTS_DEVICES = from_fields(HTSConfig, hyperparameters(HTSConfig, "hts_devices"))
 MULTI_HOST = [
     _s("coordinator_address", "", "host:port of process 0 for jax.distributed (multi-host runs only)."),
     _i("num_processes", 1, "Processes (hosts) in the job; 1 runs on this host only."),

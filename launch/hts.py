@@ -20,8 +20,8 @@ FLAGS = flagsets.flag_values("hts")
 def make_config() -> system.HTSConfig:
     config = common.config_from_flags(
         FLAGS, system.HTSConfig, validate=False,
-        extra=dict(actor_devices=FLAGS.actor_devices, learner_devices=FLAGS.learner_devices, debug=FLAGS.debug,
-                   ordered_reduction=FLAGS.ordered_reduction,
+        extra=dict(common.settings_from_flags(FLAGS, system.HTSConfig, "hts"),
+                   **common.settings_from_flags(FLAGS, system.HTSConfig, "hts_devices"),
                    **common.multihost_values(FLAGS)),
     )
     system.validate(config)

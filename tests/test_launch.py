@@ -303,13 +303,16 @@ def test_a_hyperparameter_is_declared_once_in_its_config_and_every_launcher_offe
                 assert flag_values[field.name].help.endswith(field.metadata["help"]), (launcher, field.name)
                 assert flag_values[field.name].default is None  # the preset
     assert flagsets.flag_values("hts")["optimizer"].parser.enum_values == ["adam", "rmsprop", "adam_large_batch"]
-    # BA3C's and GALA's own groups: settings default to the field's value, hyperparameters to the preset.
+    # The systems' own groups: settings default to the field's value, hyperparameters to the preset.
     from systems.ba3c.config import BA3CConfig
     from systems.gala.config import GALAConfig
+    from systems.hts.config import HTSConfig
 
-    for launcher, config_cls in (("ba3c", BA3CConfig), ("gala", GALAConfig)):
+    groups = (("ba3c", BA3CConfig, "ba3c"), ("gala", GALAConfig, "gala"), ("hts", HTSConfig, "hts"),
+              ("hts", HTSConfig, "hts_devices"))
+    for launcher, config_cls, group in groups:
         flag_values = flagsets.flag_values(launcher)
-        for name in hyperparameters(config_cls, launcher):
+        for name in hyperparameters(config_cls, group):
             field = config_cls.__dataclass_fields__[name]
             assert flag_values[name].help.endswith(field.metadata["help"]), (launcher, name)
             expected = field.default if field.metadata["preset"] is False else field.metadata["flag_default"]

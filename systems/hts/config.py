@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from systems.common import config as config_lib
+from systems.common.config import hyperparameter, setting
 
 SYSTEM = "hts"
 
@@ -15,17 +16,24 @@ SYSTEM = "hts"
 class HTSConfig(config_lib.TrainConfig):
     """An HTS-RL run: the on-policy fields plus its actor threads and batches (section 4.1)."""
 
-    num_actors: int = 1  # actor threads
-    env_batch_size: int = 0  # EnvPool batch size in async mode (0: num_envs // 2)
-    inference_batch: int = 0  # fixed actor forward-pass batch (0: num_envs // 2); keep it fixed for bit-identity
-    actor_devices: str = ""  # local device indices of the actors' forward passes ("": `layout.resolve`'s default)
-    learner_devices: str = ""  # local device indices of the learner's replicas ("": `layout.resolve`'s default)
+    num_actors: int = hyperparameter(1, "Actor threads (default: preset or 1).", group="hts")
+    env_batch_size: int = setting(0, "EnvPool async batch size (0: num_envs // 2).", "hts")
+    inference_batch: int = setting(
+        0, "Fixed actor forward-pass batch (0: num_envs // 2). Changing it changes results' bits.", "hts")
+    # Devices: "" is `layout.resolve`'s default.
+    actor_devices: str = setting(
+        "", "Local device indices of the actors' forward passes, e.g. 0 (default: the first device).", "hts_devices")
+    learner_devices: str = setting(
+        "", "Local device indices of the learner's data-parallel replicas, e.g. 1,2,3 (default: one device -> shared "
+        "with the actors; several -> the rest, as many as split the envs evenly).", "hts_devices")
     coordinator_address: str = ""  # host:port of process 0 (multi-host)
     num_processes: int = 1
     process_id: int = 0
     startup_timeout: int = 120  # seconds a multi-host process waits for the whole job to join
-    debug: bool = False  # check after every update that all learner replicas hold bit-identical parameters
-    ordered_reduction: bool = False  # average gradients in replica order: the same bits whatever the process split
+    debug: bool = setting(False, "Check after every update that all learner replicas are bit-identical.", "hts_devices")
+    ordered_reduction: bool = setting(
+        False, "Average the replicas' gradients by gathering them and adding them up in replica order: bit-identical "
+        "however the replicas are split over processes (R x the memory and traffic of an all-reduce).", "hts_devices")
 
 
 # The parameters are bit-identical whatever the actor count, EnvPool batch or actor devices (and the coordinator's
