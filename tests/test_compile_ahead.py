@@ -71,7 +71,8 @@ def test_pal_update_compiled_ahead_is_the_one_the_server_runs():
     buffer.insert({name: np.repeat(np.asarray(value)[None], rows, axis=0) for name, value in agent.example.items()})
     gate = RatioGate(update_interval=0, warmup=0, collected=rows, updates=0, total_steps=2**62)
     store = ParameterStore(agent.policy_params(agent.initial_state.agent))
-    server = ParameterServer(config, agent, agent.initial_state, buffer, store, gate, ThreadGroup(), None, [])
+    server = ParameterServer(config, config.num_learners, agent, agent.initial_state, buffer, store, gate,
+                             ThreadGroup(), None, [])
     server.compile_update_ahead()
     server._wait_for_compile()  # what server_loop calls before its first step
     samples = [buffer.sample(server.sub_batch) for _ in range(config.num_learners)]
