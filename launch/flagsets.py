@@ -12,8 +12,8 @@ The on-policy hyperparameters (the PPO / A2C, PPO-only and normalization groups)
 `TrainConfig`'s `hyperparameter` fields (`from_fields`): the help text, choices and group are declared once, in the
 field, and the flag's default is None (the preset). ml_collections' `config_flags` was tried for this and dropped:
 it renames every override to `--config.<name>`, shows one `--config` flag in --help, and could not parse our
-postponed annotations. The HTS, BA3C and GALA groups come from their configs the same way (`setting` fields: the
-flag defaults to the field's value). The run, multi-host, scale-out, off-policy, PAL and Spreeze groups are still
+postponed annotations. The HTS, BA3C, GALA and PAL groups come from their configs the same way (`setting` fields: the
+flag defaults to the field's value). The run, multi-host, scale-out, off-policy and Spreeze groups are still
 written here."""
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from systems.ba3c.config import BA3CConfig
 from systems.common.config import PRESET_CHOICES, TASK_PRESETS, TrainConfig, hyperparameters
 from systems.gala.config import GALAConfig
 from systems.hts.config import HTSConfig
+from systems.pal.config import PALConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,26 +193,10 @@ def define(flag_values: flags.FlagValues, section: str, specs: list[Spec]) -> No
             define_fn(spec.name, spec.default, spec.help, **common)
 
 
-PAL = [
-    _i("num_actors", None, "Actor threads, each with its own EnvPool (default 1)."),
-    _i("envs_per_actor", None, "Envs of each actor thread's own EnvPool (default: preset)."),
-    _i("num_learners", None, "Learner threads; each samples batch_size / num_learners (default 1)."),
-    _f("update_interval", None,
-       "Env steps collected per optimizer step, held by the system (Alg. 1; 0: free-running; default: preset)."),
-    _e("replay", "per", ("per", "uniform"), "Prioritized (PER) or uniform replay."),
-    _f("per_alpha", 0.6, "PER priority exponent alpha."),
-    _f("per_beta", 0.4, "PER importance exponent beta at the start (annealed to 1)."),
-    _i("tree_k", 16, "Fan-out K of the sum tree (seed 003 section IV-C)."),
-    _i("target_update_period", None, "DQN: updates between target copies (default: preset)."),
-    _f("epsilon_start", 1.0, "DQN: initial exploration rate."),
-    _f("epsilon_end", None, "DQN: final exploration rate (default: preset)."),
-    _f("exploration_fraction", None, "DQN: fraction of the run to decay epsilon over (default: preset)."),
-    _e("allocate", "manual", ("manual", "auto"),
-       "auto: profile actor and learner throughput and pick --num_actors / --num_learners by Eq. 5."),
-    _i("cores", 0, "Cores M for --allocate=auto (0: this machine's)."),
-    _f("profile_seconds", 2.0, "Seconds per measured point of --allocate=auto."),
-    _b("checkpoint_buffer", False, "Save the replay buffer with each checkpoint and restore it on --resume."),
-]
+# PAL's flags in --help order: its threads and replay, the DQN exploration fields (`OffPolicyConfig`), allocation.
+PAL_FLAGS = (*hyperparameters(PALConfig, "pal")[:8], *hyperparameters(PALConfig, "dqn"),
+             *hyperparameters(PALConfig, "pal")[8:])
+PAL = from_fields(PALConfig, PAL_FLAGS)
 SPREEZE = [
     _s("num_samplers", "2", "Sampler processes, or 'auto' (section 3.4)."),
     _i("envs_per_sampler", 1, "Envs of each sampler's own EnvPool."),

@@ -74,9 +74,9 @@ def make_config() -> system.PALConfig:
     config = system.PALConfig(
         env_id=env_id, algo=algo, seed=f.seed, num_actors=num_actors,
         num_envs=0, num_learners=1 if f.num_learners is None else f.num_learners,  # num_envs: the plan's
-        replay=f.replay, per_alpha=f.per_alpha, per_beta=f.per_beta, tree_k=f.tree_k, epsilon_start=f.epsilon_start,
-        action_noise=f.action_noise, allocate=f.allocate, cores=f.cores, profile_seconds=f.profile_seconds,
-        checkpoint_buffer=f.checkpoint_buffer, stop_at_target=f.stop_at_target, logdir=f.logdir, resume=f.resume,
+        **common.settings_from_flags(f, system.PALConfig, "pal"),
+        **common.settings_from_flags(f, system.PALConfig, "dqn"),
+        action_noise=f.action_noise, stop_at_target=f.stop_at_target, logdir=f.logdir, resume=f.resume,
         eval_episodes=f.eval_episodes, time_limit=f.time_limit, target_return=f.target_return, quiet=f.quiet,
         **{name: f[name].value for name in common.OUTPUT_FIELDS}, **values,
     )

@@ -307,9 +307,10 @@ def test_a_hyperparameter_is_declared_once_in_its_config_and_every_launcher_offe
     from systems.ba3c.config import BA3CConfig
     from systems.gala.config import GALAConfig
     from systems.hts.config import HTSConfig
+    from systems.pal.config import PALConfig
 
     groups = (("ba3c", BA3CConfig, "ba3c"), ("gala", GALAConfig, "gala"), ("hts", HTSConfig, "hts"),
-              ("hts", HTSConfig, "hts_devices"))
+              ("hts", HTSConfig, "hts_devices"), ("pal", PALConfig, "pal"), ("pal", PALConfig, "dqn"))
     for launcher, config_cls, group in groups:
         flag_values = flagsets.flag_values(launcher)
         for name in hyperparameters(config_cls, group):

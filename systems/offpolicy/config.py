@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from systems.common.config import RunConfig
+from systems.common.config import RunConfig, hyperparameter, setting
 
 DISCRETE_ALGOS = ("dqn", "ddqn")
 CONTINUOUS_ALGOS = ("ddpg", "td3", "sac")
@@ -30,11 +30,14 @@ class OffPolicyConfig(RunConfig):
     batch_size: int = 256  # global batch of one optimizer step
     buffer_size: int = 100_000
     learning_starts: int = 1_000  # env steps before the first update
-    target_update_period: int = 500  # DQN hard target copy period (tau >= 1)
+    target_update_period: int = hyperparameter(  # DQN hard target copy period (tau >= 1)
+        500, "DQN: updates between target copies (default: preset).", group="dqn")
     tau: float = 1.0  # Polyak rate; DQN: >= 1 means hard copies every target_update_period updates
-    epsilon_start: float = 1.0  # DQN exploration, linear decay over exploration_fraction of the run
-    epsilon_end: float = 0.05
-    exploration_fraction: float = 0.5
+    # DQN exploration: linear decay from epsilon_start to epsilon_end over exploration_fraction of the run.
+    epsilon_start: float = setting(1.0, "DQN: initial exploration rate.", "dqn")
+    epsilon_end: float = hyperparameter(0.05, "DQN: final exploration rate (default: preset).", group="dqn")
+    exploration_fraction: float = hyperparameter(
+        0.5, "DQN: fraction of the run to decay epsilon over (default: preset).", group="dqn")
     action_noise: float = 0.1  # DDPG / TD3 Gaussian exploration noise (fraction of the action half-range)
     stop_at_target: bool = False  # end the run at the first evaluation whose mean return reaches target_return
     eval_deterministic: bool = True  # the off-policy systems evaluate the greedy / mean action

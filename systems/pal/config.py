@@ -8,6 +8,7 @@ import math
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
 from systems.common import limits
+from systems.common.config import hyperparameter, setting
 from systems.offpolicy.config import ALGOS, CONTINUOUS_ALGOS, DISCRETE_ALGOS, OffPolicyConfig
 
 REPLAYS = ("per", "uniform")
@@ -20,19 +21,25 @@ class PALConfig(OffPolicyConfig):
     """A PAL run: the off-policy fields plus actor and learner threads and the prioritized replay. `num_envs` is
     derived (actors x envs per actor)."""
 
-    num_actors: int = 1  # actor threads, each with its own EnvPool
-    envs_per_actor: int = 4  # envs of each actor's own EnvPool
-    num_learners: int = 1  # learner threads; each samples batch_size / num_learners per optimizer step
-    update_interval: float = 1.0  # env steps collected per optimizer step (Alg. 1); 0: actors and learners free
-    replay: str = "per"  # per | uniform
-    per_alpha: float = 0.6
-    per_beta: float = 0.4  # annealed linearly to 1 over the run
+    num_actors: int = hyperparameter(1, "Actor threads, each with its own EnvPool (default 1).", group="pal")
+    envs_per_actor: int = hyperparameter(4, "Envs of each actor thread's own EnvPool (default: preset).", group="pal")
+    num_learners: int = hyperparameter(
+        1, "Learner threads; each samples batch_size / num_learners (default 1).", group="pal")
+    update_interval: float = hyperparameter(
+        1.0, "Env steps collected per optimizer step, held by the system (Alg. 1; 0: free-running; default: preset).",
+        group="pal")
+    replay: str = setting("per", "Prioritized (PER) or uniform replay.", "pal", choices=REPLAYS)
+    per_alpha: float = setting(0.6, "PER priority exponent alpha.", "pal")
+    per_beta: float = setting(0.4, "PER importance exponent beta at the start (annealed to 1).", "pal")
     priority_eps: float = 1e-6
-    tree_k: int = 16
-    allocate: str = "manual"  # manual | auto (Eq. 5)
-    cores: int = 0  # M for allocate=auto (0: os.cpu_count())
-    profile_seconds: float = 2.0  # measuring time per point of the allocate=auto profile
-    checkpoint_buffer: bool = False  # save the replay buffer with each checkpoint (and restore it on --resume)
+    tree_k: int = setting(16, "Fan-out K of the sum tree (seed 003 section IV-C).", "pal")
+    allocate: str = setting(
+        "manual", "auto: profile actor and learner throughput and pick --num_actors / --num_learners by Eq. 5.",
+        "pal", choices=ALLOCATIONS)
+    cores: int = setting(0, "Cores M for --allocate=auto (0: this machine's).", "pal")
+    profile_seconds: float = setting(2.0, "Seconds per measured point of --allocate=auto.", "pal")
+    checkpoint_buffer: bool = setting(
+        False, "Save the replay buffer with each checkpoint and restore it on --resume.", "pal")
 
 
 def validate(config: PALConfig) -> None:
