@@ -253,7 +253,8 @@ NOTES = {
         "--total_steps=300000). Epsilon 1e-8 (the paper's Table 1) is now the default at every batch; the "
         "1e-3 rows stay, labelled, beside the new ones. At 1e-8 over 1M steps (seeds 0-2): batch 80 -41.0 [-60.7, "
         "-15.3], batch 320 -10.3 [-36.3, 29.2]: above a random policy in every seed now, yet below the peer and below "
-        "plain Adam at batch 320 (56.7); no seed of BA3C's solves the task. Larger batches of both optimizers also dive below random "
+        "plain Adam at batch 320 (56.7); no seed of BA3C's solves the task. Larger batches of both optimizers also "
+        "dive below random "
         "for the first 100-300k steps (greedy evaluation; the policy fires the main engine and flies off) and then "
         "recover."
     ),
