@@ -51,9 +51,10 @@ from systems.common import evaluation
 LAST_POLICIES = evaluation.LAST_POLICIES
 PROGRESS_COLUMNS = ("env_steps", "wall_time")  # required; every other progress column is optional
 EVAL_COLUMNS = ("env_steps", "wall_time", "episodes", "mean_return")
-# Config fields that never tell two configurations apart: the seed (what the CI is over) and where the run lives.
+# Config fields that never tell two configurations apart: the seed (what the CI is over), where the run lives, and
+# the plan (what the system derived from the config on its machine; PAL's measured allocation differs by seed).
 NON_GROUPING_FIELDS = frozenset(
-    {"seed", "logdir", "run_dir", "resume", "quiet", "process_id", "coordinator_address", "startup_timeout"}
+    {"seed", "logdir", "run_dir", "resume", "quiet", "process_id", "coordinator_address", "startup_timeout", "plan"}
 )
 BOOTSTRAP_SAMPLES = 10_000
 BOOTSTRAP_SEED = 0

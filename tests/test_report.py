@@ -222,6 +222,14 @@ def test_grouping_labels(tmp_path):
     assert [g.label for g in same] == ["hts", "sync"] and metrics.swept_field(same) == "system"
 
 
+def test_seeds_whose_plans_differ_stay_one_configuration(tmp_path):
+    """A plan is what the system derived on its machine (PAL's measured allocation can differ by seed)."""
+    runs = [_run(tmp_path, f"s{s}", seed=s) for s in (1, 2)]
+    for run, actors in zip(runs, (2, 3), strict=True):
+        run.config["plan"] = {"num_actors": actors}
+    assert [len(g.runs) for g in metrics.group_runs(runs)] == [2] and metrics.varying_fields(runs) == []
+
+
 def test_group_metrics_required_time_over_reaching_seeds(tmp_path):
     never = [(s, w, c, 0.0) for s, w, c, _ in EVALS]
     runs = [_run(tmp_path, "s1", seed=1), _run(tmp_path, "s2", seed=2, evals=never)]
