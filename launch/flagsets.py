@@ -194,8 +194,8 @@ def define(flag_values: flags.FlagValues, section: str, specs: list[Spec]) -> No
 
 
 # PAL's flags in --help order: its threads and replay, the DQN exploration fields (`OffPolicyConfig`), allocation.
-PAL_FLAGS = (*hyperparameters(PALConfig, "pal")[:8], *hyperparameters(PALConfig, "dqn"),
-             *hyperparameters(PALConfig, "pal")[8:])
+PAL_FLAGS = (*hyperparameters(PALConfig, "pal"), *hyperparameters(PALConfig, "dqn"),
+             *hyperparameters(PALConfig, "pal_run"))
 PAL = from_fields(PALConfig, PAL_FLAGS)
 SPREEZE = [
     _s("num_samplers", "2", "Sampler processes, or 'auto' (section 3.4)."),

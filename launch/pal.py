@@ -7,7 +7,6 @@ refused with one line. Defaults by task family and algorithm are in `PRESETS` (s
 given on the command line wins.
 """
 
-
 from launch import cli
 
 cli.exit_at_once_on_signals()  # before the heavy imports below
@@ -76,6 +75,7 @@ def make_config() -> system.PALConfig:
         num_envs=0, num_learners=1 if f.num_learners is None else f.num_learners,  # num_envs: the plan's
         **common.settings_from_flags(f, system.PALConfig, "pal"),
         **common.settings_from_flags(f, system.PALConfig, "dqn"),
+        **common.settings_from_flags(f, system.PALConfig, "pal_run"),
         action_noise=f.action_noise, stop_at_target=f.stop_at_target, logdir=f.logdir, resume=f.resume,
         eval_episodes=f.eval_episodes, time_limit=f.time_limit, target_return=f.target_return, quiet=f.quiet,
         **{name: f[name].value for name in common.OUTPUT_FIELDS}, **values,

@@ -5,7 +5,6 @@ Flags (`--help` lists them with their defaults): the run group (without --checkp
 published every `--publish_every` updates are the checkpoints), the off-policy group shared with launch.pal, and
 Spreeze's processes (`launch.flagsets`); `--num_samplers` and `--batch_size` accept `auto` (section 3.4)."""
 
-
 from launch import cli
 
 cli.exit_at_once_on_signals()  # before the heavy imports below

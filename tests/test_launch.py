@@ -310,7 +310,8 @@ def test_a_hyperparameter_is_declared_once_in_its_config_and_every_launcher_offe
     from systems.pal.config import PALConfig
 
     groups = (("ba3c", BA3CConfig, "ba3c"), ("gala", GALAConfig, "gala"), ("hts", HTSConfig, "hts"),
-              ("hts", HTSConfig, "hts_devices"), ("pal", PALConfig, "pal"), ("pal", PALConfig, "dqn"))
+              ("hts", HTSConfig, "hts_devices"), ("pal", PALConfig, "pal"), ("pal", PALConfig, "dqn"),
+              ("pal", PALConfig, "pal_run"))
     for launcher, config_cls, group in groups:
         flag_values = flagsets.flag_values(launcher)
         for name in hyperparameters(config_cls, group):

@@ -91,10 +91,6 @@ class Plan:
     opt_eps: float
     total_rounds: int  # updates of the whole run
 
-    @property
-    def steps_per_round(self) -> int:
-        return self.effective_batch
-
 
 def plan(config: BA3CConfig, num_global_devices: int) -> Plan:
     """The run's derived values over `num_global_devices` devices (every process's); ConfigError (one line) when
@@ -115,5 +111,5 @@ def plan(config: BA3CConfig, num_global_devices: int) -> Plan:
         devices=num_global_devices, envs_per_device=envs_per_device(config), num_envs=num_envs,
         effective_batch=effective_batch,
         learning_rate=scale_learning_rate(config.learning_rate, num_global_devices, config.lr_scaling),
-        opt_eps=eps, total_rounds=max(1, -(-config.total_steps // effective_batch)),
+        opt_eps=eps, total_rounds=config_lib.rounds(config.total_steps, effective_batch),
     )

@@ -106,7 +106,7 @@ def run(config: BA3CConfig) -> dict:
     e = run_plan.envs_per_device
     header = (f"  devices {run_plan.devices} ({jax.process_count()} process(es))  local batch {config.local_batch}  "
               f"effective batch {run_plan.effective_batch}  lr {run_plan.learning_rate:g}  eps {run_plan.opt_eps:g}")
-    progress = Progress(metric_columns=on_policy_columns(config), steps_per_update=run_plan.steps_per_round,
+    progress = Progress(metric_columns=on_policy_columns(config), steps_per_update=run_plan.effective_batch,
                         sizes=f"envs {run_plan.num_envs}  alpha {config.sync_interval}", header=header)
     monitor = Monitor(SYSTEM, config, state, progress=progress, evaluator=on_policy_evaluator(config, spec, setup),
                       plan=dataclasses.asdict(run_plan))

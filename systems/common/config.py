@@ -136,8 +136,13 @@ def steps_per_round(config: TrainConfig) -> int:
     return config.num_envs * config.sync_interval
 
 
+def rounds(total_steps: int, steps_per_round: int) -> int:
+    """Rounds (updates) a run of `total_steps` takes: at least one, the last one completed."""
+    return max(1, math.ceil(total_steps / steps_per_round))
+
+
 def total_rounds(config: TrainConfig) -> int:
-    return max(1, math.ceil(config.total_steps / steps_per_round(config)))
+    return rounds(config.total_steps, steps_per_round(config))
 
 
 PLAN_KEY = "plan"  # config.json: what a system derived from the config (devices, scaled learning rate), beside it

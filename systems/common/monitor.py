@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import math
 import os
 import sys
 import time
@@ -165,7 +164,7 @@ class Monitor:
     def _plan_steps(self) -> None:
         """Env steps per update, updates and env steps in all, and where this run starts."""
         self.steps_per_round = self.progress.steps_per_update or config_lib.steps_per_round(self.config)
-        self.total_updates = max(1, math.ceil(self.config.total_steps / self.steps_per_round))
+        self.total_updates = config_lib.rounds(self.config.total_steps, self.steps_per_round)
         self.total_steps = self.total_updates * self.steps_per_round
         if self.progress.env_steps_of is not None:
             self.total_steps = self.config.total_steps

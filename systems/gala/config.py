@@ -87,5 +87,5 @@ def plan(config: GALAConfig) -> Plan:
     return Plan(
         num_envs=num_envs,
         learning_rate=scale_learning_rate(config.learning_rate, config.num_learners, config.lr_scaling),
-        iterations=max(1, -(-config.total_steps // (num_envs * config.sync_interval))),
+        iterations=config_lib.rounds(config.total_steps, num_envs * config.sync_interval),
     )

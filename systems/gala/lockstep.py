@@ -182,8 +182,7 @@ class _LockstepGossip:
         metrics["consensus_distance"] = float(stats["consensus_distance"])
         metrics["consensus_bound"] = self._bound.add(float(stats["update_norm_total"]))
         if self.cosine_log is not None:
-            env_steps = (iteration + 1) * self._config.num_learners * self._config.envs_per_learner \
-                * self._config.sync_interval
+            env_steps = (iteration + 1) * self._monitor.steps_per_round
             metrics["grad_cosine_mean"] = self.cosine_log.add(env_steps, np.asarray(stats["grad_cosine"]))
         return metrics
 

@@ -33,13 +33,14 @@ class PALConfig(OffPolicyConfig):
     per_beta: float = setting(0.4, "PER importance exponent beta at the start (annealed to 1).", "pal")
     priority_eps: float = 1e-6
     tree_k: int = setting(16, "Fan-out K of the sum tree (seed 003 section IV-C).", "pal")
+    # --help lists the DQN exploration flags (`OffPolicyConfig`) between the groups "pal" and "pal_run".
     allocate: str = setting(
         "manual", "auto: profile actor and learner throughput and pick --num_actors / --num_learners by Eq. 5.",
-        "pal", choices=ALLOCATIONS)
-    cores: int = setting(0, "Cores M for --allocate=auto (0: this machine's).", "pal")
-    profile_seconds: float = setting(2.0, "Seconds per measured point of --allocate=auto.", "pal")
+        "pal_run", choices=ALLOCATIONS)
+    cores: int = setting(0, "Cores M for --allocate=auto (0: this machine's).", "pal_run")
+    profile_seconds: float = setting(2.0, "Seconds per measured point of --allocate=auto.", "pal_run")
     checkpoint_buffer: bool = setting(
-        False, "Save the replay buffer with each checkpoint and restore it on --resume.", "pal")
+        False, "Save the replay buffer with each checkpoint and restore it on --resume.", "pal_run")
 
 
 def validate(config: PALConfig) -> None:
