@@ -94,6 +94,11 @@ _BA3C_CPU_PLAN = (LayerForms("direct", "direct", "slices"),) * 4
 CPU_CONV_PLANS = {"nature": _CPU_PLAN, "gfootball": _CPU_PLAN, "ba3c": _BA3C_CPU_PLAN}
 
 
+def torso_network(torso: str) -> str | None:
+    """The `CPU_CONV_PLANS` name of a CNN torso ("nature_cnn" -> "nature"); None for the MLP."""
+    return {"nature_cnn": "nature", "gfootball_cnn": "gfootball", "ba3c": "ba3c"}.get(torso)
+
+
 def default_conv_plan(network: str) -> ConvPlan:
     """The plan of `network` ("nature", "gfootball" or "ba3c") on the default backend: CPU_CONV_PLANS on a CPU,
     XLA's convolution everywhere else."""
@@ -341,13 +346,15 @@ def make_network(
     activation: str = "tanh",
     orthogonal_init: bool = True,
     log_std_init: float = 0.0,
+    conv_plan: ConvPlan | None = None,
 ) -> ActorCritic:
     """Builds the actor-critic, picking the torso from the (unbatched) observation shape unless given.
 
     ``torso=None``: ``(4, 84, 84)`` -> Nature CNN (Atari), ``(72, 96, 4)`` -> GFootball CNN (SMM), rank 1 -> MLP.
     ``torso="ba3c"``: the Distributed BA3C network (seed paper 001) with ``hidden`` units, Atari shape only.
     Any explicit torso must fit the observation shape. ``hidden_sizes``, ``activation`` and ``orthogonal_init``
-    shape the MLP (vector observations); ``log_std_init`` any continuous policy.
+    shape the MLP (vector observations); ``log_std_init`` any continuous policy; ``conv_plan`` the CNN torsos'
+    convolution forms (None: the backend's default).
     """
     obs_shape = tuple(int(d) for d in obs_shape)
     if torso is None:
@@ -380,5 +387,5 @@ def make_network(
     return ActorCritic(
         torso=torso, action_dim=int(action_dim), continuous=bool(continuous), hidden=int(hidden),
         hidden_sizes=tuple(int(h) for h in hidden_sizes), activation=activation,
-        orthogonal_init=bool(orthogonal_init), log_std_init=float(log_std_init),
+        orthogonal_init=bool(orthogonal_init), log_std_init=float(log_std_init), conv_plan=conv_plan,
     )

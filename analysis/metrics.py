@@ -46,7 +46,7 @@ import numpy as np
 from scipy import stats
 
 from envs.step_time import parse_step_time
-from systems.common import evaluation
+from systems.common import evaluation, hardware
 
 LAST_POLICIES = evaluation.LAST_POLICIES
 PROGRESS_COLUMNS = ("env_steps", "wall_time")  # required; every other progress column is optional
@@ -532,10 +532,30 @@ class GroupMetrics:
     sps: Stat | None
     max_policy_lag: int | None
     fingerprints: dict  # seed -> fingerprint (first run of that seed)
+    bound: str | None = None  # the runs' most common bound (summary.json "profile"), e.g. "learner-bound (update 71%)"
 
     @property
     def seeds(self) -> int:
         return len(self.runs)
+
+
+def group_bound(runs: Sequence[Run]) -> str | None:
+    """The bound most of `runs` name (`systems.common.profile`), with its stage and the median share of the runs
+    that name it; None when no run has a profile (runs from before it)."""
+    bounds = [run.summary.get("profile", {}).get("bound") for run in runs]
+    bounds = [b for b in bounds if b]
+    if not bounds:
+        return None
+    kinds = [(b["verdict"], b["stage"]) for b in bounds]
+    verdict, stage = max(set(kinds), key=lambda kind: (kinds.count(kind), kind))
+    shares = [b["share"] for b in bounds if (b["verdict"], b["stage"]) == (verdict, stage)]
+    count = f", {len(shares)}/{len(runs)} runs" if len(shares) < len(runs) else ""
+    return f"{verdict} ({stage} {float(np.median(shares)):.0%}{count})"
+
+
+def machines(runs: Sequence[Run]) -> list[str]:
+    """The distinct machines of `runs` (summary.json "hardware"), one line each."""
+    return sorted({hardware.describe(run.summary["hardware"]) for run in runs if run.summary.get("hardware")})
 
 
 def group_metrics(
@@ -569,6 +589,7 @@ def group_metrics(
         sps=ci(m.sps for m in per_run),
         max_policy_lag=max(lags) if lags else None,
         fingerprints=fingerprints,
+        bound=group_bound(group.runs),
     )
 
 

@@ -98,7 +98,7 @@ def metrics_table(
         header.append(f"final time metric (T = {time_limit:g} s)")
     if targets:
         header.append("required time (min) to " + "/".join(f"{t:g}" for t in targets))
-    header += ["SPS", "max policy lag", "seeds"]
+    header += ["SPS", "bound (stage, share of its thread)", "max policy lag", "seeds"]
     rows = []
     for result in results:
         row = [result.group.label, format_stat(result.final_metric, ci=ci)]
@@ -108,6 +108,7 @@ def metrics_table(
             row.append(format_required_times(result.required_times))
         row += [
             format_stat(result.sps, ci=ci),
+            result.bound or "-",
             "-" if result.max_policy_lag is None else str(result.max_policy_lag),
             str(result.seeds),
         ]

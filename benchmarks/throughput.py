@@ -42,6 +42,7 @@ from benchmarks.common import fmt as _fmt
 from benchmarks.common import machine as _machine
 from benchmarks.common import median as _median
 from benchmarks.common import run_job
+from systems.common.profile import bound_text
 
 _QUICK = flags.DEFINE_bool("quick", False, "Two short CartPole rows, 1 repeat; writes *_quick files.")
 _GROUPS = flags.DEFINE_list(
@@ -195,6 +196,7 @@ def _measure_system(job: dict) -> dict:
         "first_update_s": float(first["wall_time"]),
         "process_run_s": elapsed,
         "max_policy_lag": summary["max_policy_lag"],
+        "bound": bound_text(summary.get("profile")),
     }
 
 
@@ -252,7 +254,7 @@ def main(argv):
 
 
 RAW_FIELDS = ["group", "env_id", "num_envs", "step_time", "alpha", "total_steps", "system", "repeat",
-              "sps", "summary_sps", "first_update_s", "wall_s", "max_policy_lag", "started",
+              "sps", "summary_sps", "first_update_s", "wall_s", "max_policy_lag", "bound", "started",
               "background_cores", "error"]
 
 
@@ -267,7 +269,7 @@ def _run_system(row: Row, system: str, r: int) -> tuple[dict, dict]:
     raw_row = {
         "group": row.group, "env_id": row.env_id, "num_envs": row.num_envs, "step_time": row.step_time,
         "alpha": row.alpha, "total_steps": row.total_steps, "system": system, "repeat": r,
-        **{k: result.get(k) for k in ("sps", "summary_sps", "first_update_s", "wall_s", "max_policy_lag",
+        **{k: result.get(k) for k in ("sps", "summary_sps", "first_update_s", "wall_s", "max_policy_lag", "bound",
                                       "started", "background_cores", "error")},
     }
     print(f"{row.env_id:>42} n={row.num_envs:<3} {row.step_time:<10} {system:<8} rep {r}: "
@@ -293,8 +295,16 @@ def _table_row(row: Row, repeats: int, results: dict[str, list[dict]]) -> dict:
         sync_over_ceiling=sync / ceiling if sync and ceiling else None,
         model_hts_over_sync=claim1_model_ratio(row.step_time, row.num_envs, row.alpha),
         background_cores=_median(x.get("background_cores") for xs in results.values() for x in xs),
+        hts_bound=_most_common(x.get("bound") for x in results.get("hts", [])),
+        sync_bound=_most_common(x.get("bound") for x in results.get("sync", [])),
         errors="; ".join(errors),
     )
+
+
+def _most_common(values) -> str | None:
+    """The bound most repeats of a system name (the first of equals), None without any."""
+    values = [v for v in values if v]
+    return max(values, key=values.count) if values else None
 
 
 def _write_outputs(name, raw_rows, table, command, started) -> None:
@@ -340,11 +350,14 @@ def _markdown(table, command, started, now) -> str:
         "/proc): anything well above 0 means the numbers were measured on a shared, loaded machine.",
         "- Targets: HTS >= 3x sync under exponential step times; HTS/ceiling >= 0.5 on CartPole with step time.",
         "- model HTS/sync = the zero-compute Claim 1 bound for that row (module docstring of the script).",
+        "- HTS bound, sync bound: the stage that bounds the run (`systems.common.profile`: the actors' largest stage "
+        "for HTS, the one thread's for sync, or a learner busy 90% of its time) with its share, most repeats' verdict.",
         "",
         "| env | num_envs | step_time | alpha | env batch | infer batch | total steps | repeats | ceiling SPS | "
-        "sync SPS | HTS SPS | HTS/sync | model HTS/sync | HTS/ceiling | sync/ceiling | background | errors |",
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-        "| --- |",
+        "sync SPS | HTS SPS | HTS/sync | model HTS/sync | HTS/ceiling | sync/ceiling | HTS bound | sync bound | "
+        "background | errors |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- "
+        "| --- | ---: | --- |",
     ]
     for t in table:
         lines.append(
@@ -353,6 +366,7 @@ def _markdown(table, command, started, now) -> str:
             f"{_fmt(t['ceiling_sps'])} | {_fmt(t['sync_sps'])} | {_fmt(t['hts_sps'])} | "
             f"{_fmt(t['hts_over_sync'], 2)} | {_fmt(t['model_hts_over_sync'], 2)} | "
             f"{_fmt(t['hts_over_ceiling'], 2)} | {_fmt(t['sync_over_ceiling'], 2)} | "
+            f"{t['hts_bound'] or 'n/a'} | {t['sync_bound'] or 'n/a'} | "
             f"{_fmt(t['background_cores'], 2)} | {t['errors'] or ''} |"
         )
     lines.append("")

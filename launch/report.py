@@ -159,6 +159,7 @@ def build_report(
         + (f"; {len(skipped)} unfinished or unstarted run(s) skipped" if skipped else "")
         + ". Intervals: 95% percentile bootstrap over seeds "
         f"({samples:,} resamples, seed {metrics_lib.BOOTSTRAP_SEED}); n=1: a single seed, no interval.",
+        *(["", "Machine(s): " + "; ".join(machines)] if (machines := metrics_lib.machines(runs)) else []),
         "",
         "## Final metrics (Tables 1 and 2)",
         "",

@@ -43,3 +43,7 @@ def pytest_collection_modifyitems(config, items):
         name = os.path.basename(str(item.fspath))
         if name in SHARED_MEMORY_FILES or name.startswith("test_spreeze_"):
             item.add_marker(pytest.mark.xdist_group("shared_memory"))
+
+# The convolution plans of image tasks stay the fixed table's (`systems.common.conv_tuning`): timing them at every
+# small batch the tests use would add minutes; tests/test_conv_tuning.py turns it on with its own cache file.
+os.environ.setdefault("HTSRL_CONV_TUNING", "off")

@@ -52,6 +52,21 @@ def read_config(run_dir) -> dict:
         return json.load(f)
 
 
+def assert_profile(summary: dict, roles: set[str]) -> None:
+    """summary.json's per-stage profile has exactly `roles`, each with non-negative shares adding up to one, names
+    a bound, and the hardware card is beside it."""
+    import pytest
+
+    profile = summary["profile"]
+    assert set(profile["roles"]) == roles, profile["roles"]
+    for role, entry in profile["roles"].items():
+        shares = entry["shares"]
+        assert entry["threads"] >= 1 and min(shares.values()) >= 0, role
+        assert sum(shares.values()) == pytest.approx(1.0), role
+    assert profile["bound"]["verdict"].endswith("-bound") and profile["bound"]["role"] in roles
+    assert summary["hardware"]["cores"] >= 1 and summary["hardware"]["versions"]["jax"]
+
+
 def tiny_hts(logdir, **overrides):
     """An HTSConfig for a few PPO rounds on CartPole (6 rounds of 4 envs x 16 steps, a checkpoint every round, an
     evaluation of 2 episodes every 2 rounds) writing to `logdir`; `overrides` replace any field."""

@@ -19,7 +19,7 @@ from systems.common.config import TrainConfig, hyperparameter, hyperparameters
 from systems.common.learner import build
 from systems.registry import LAUNCHERS
 from tests.faults import wait_for_checkpoints
-from tests.helpers import read_summary, run_launcher
+from tests.helpers import assert_profile, read_summary, run_launcher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,6 +36,7 @@ def _outputs_ok(run_dir, steps):
     assert len(rows) == 1 + summary["updates"]
     assert os.listdir(os.path.join(run_dir, "tb"))
     assert list_checkpoints(run_dir)
+    assert_profile(summary, {"actors", "learner", "main"} if summary["system"] == "hts" else {"main"})
     return summary
 
 

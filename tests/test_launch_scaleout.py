@@ -8,7 +8,7 @@ import pytest
 
 from launch import ba3c as launch_ba3c
 from launch import gala as launch_gala
-from tests.helpers import read_config, read_summary, run_launcher
+from tests.helpers import assert_profile, read_config, read_summary, run_launcher
 
 
 def test_ba3c_smoke_on_breakout_uses_the_ba3c_network(tmp_path, capsys):
@@ -27,6 +27,7 @@ def test_ba3c_smoke_on_breakout_uses_the_ba3c_network(tmp_path, capsys):
     assert config["plan"] == dict(devices=1, envs_per_device=2, num_envs=2, effective_batch=8, learning_rate=1e-3,
                                   opt_eps=1e-8, total_rounds=4)  # epsilon: Table 1's, at any batch
     assert "effective batch 8" in capsys.readouterr().out
+    assert_profile(summary, {"main"})
 
 
 def test_ba3c_resume_continues_from_the_checkpoint(tmp_path):
@@ -51,6 +52,7 @@ def test_gala_smoke(tmp_path, gossip_flags):
     assert config["plan"]["learning_rate"] == pytest.approx(7e-4 * 2**0.5)  # sqrt(number of learners) scaling
     assert config["plan"]["num_envs"] == 4 and config["num_envs"] == 0  # the launcher leaves num_envs to the plan
     assert len(summary["gossip"]) == 2
+    assert_profile(summary, {"learners", "main"})
 
 
 def test_a_gala_run_saved_before_plans_resumes_and_still_refuses_another_learning_rate(tmp_path, capsys):

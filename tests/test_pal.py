@@ -16,7 +16,7 @@ from launch import pal as launch_pal
 from systems.common.concurrency import StopRequested
 from systems.pal import system
 from systems.pal.allocate import choose_allocation, format_profile
-from tests.helpers import read_config, read_summary, run_launcher, tiny_pal
+from tests.helpers import assert_profile, read_config, read_summary, run_launcher, tiny_pal
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -261,6 +261,7 @@ def test_launcher_smoke(tmp_path):
                  hidden_sizes=["16"], eval_episodes=1, logdir=run_dir, quiet=True)
     summary = read_summary(run_dir)
     assert summary["algo"] == "dqn" and summary["optimizer_steps"] == 300
+    assert_profile(summary, {"actors", "learners", "server", "main"})
 
 
 @pytest.mark.parametrize(

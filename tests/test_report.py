@@ -297,14 +297,17 @@ def test_metrics_table_exact_markdown():
     ]
     expected = (
         "| configuration | final metric | final time metric (T = 600 s) | required time (min) to 0.4/0.8 | SPS "
-        "| max policy lag | seeds |\n"
-        "| --- | --- | --- | --- | --- | --- | --- |\n"
-        "| hts num_actors=1 | 0.82 ± 0.05 | 0.7 (n=1) (1/2) | 1.00/- | 1362 ± 50 | 1 | 2 |\n"
-        "| hts num_actors=4 | 0.8 ± 0.0 | - | 0.75 (1/2)/10.0 | 1393 (n=1) | - | 1 |"
+        "| bound (stage, share of its thread) | max policy lag | seeds |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- |\n"
+        "| hts num_actors=1 | 0.82 ± 0.05 | 0.7 (n=1) (1/2) | 1.00/- | 1362 ± 50 | learner-bound (update 71%) "
+        "| 1 | 2 |\n"
+        "| hts num_actors=4 | 0.8 ± 0.0 | - | 0.75 (1/2)/10.0 | 1393 (n=1) | - | - | 1 |"
     )
+    results[0] = dataclasses.replace(results[0], bound="learner-bound (update 71%)")
     assert tables.metrics_table(results, targets=(0.4, 0.8), time_limit=600.0) == expected
     interval = tables.metrics_table(results[:1], ci="interval")
-    assert interval.splitlines()[2] == "| hts num_actors=1 | 0.82 [0.77, 0.87] | 1362 [1312, 1412] | 1 | 2 |"
+    assert interval.splitlines()[2] == ("| hts num_actors=1 | 0.82 [0.77, 0.87] | 1362 [1312, 1412] | learner-bound "
+                                        "(update 71%) | 1 | 2 |")
 
 
 def test_sweep_table_num_actors_identical_fingerprints(tmp_path):
@@ -404,7 +407,7 @@ def test_report_main(tmp_path, capsys):
                              bootstrap_samples=SAMPLES):
         launch_report.main(["report", str(sweep)])
     captured = capsys.readouterr()
-    assert "| hts num_actors=1 | 6.75 ± 0.00 | 2.00 ± 0.00 | 1.17/- | 500 ± 0 | 1 | 2 |" in captured.out
+    assert "| hts num_actors=1 | 6.75 ± 0.00 | 2.00 ± 0.00 | 1.17/- | 500 ± 0 | - | 1 | 2 |" in captured.out
     assert "| num_actors | 1 | 4 |" in captured.out
     assert "Fingerprints identical across every num_actors value for each seed (1, 2)" in captured.out
     assert "unfinished run (no summary.json); skipped" in captured.err

@@ -15,7 +15,7 @@ import pytest
 
 from systems.spreeze import system
 from systems.spreeze import weights as weights_lib
-from tests.helpers import read_config, read_summary, tiny_spreeze
+from tests.helpers import assert_profile, read_config, read_summary, tiny_spreeze
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,6 +31,7 @@ def test_spreeze_run_writes_outputs_weights_and_frees_shared_memory(tmp_path, tr
     summary = system.run(tiny_spreeze(run_dir, transfer=transfer))
     assert summary["system"] == "spreeze" and summary["env_steps"] >= 1_500
     assert summary["optimizer_steps"] > 0 and summary["update_fps"] > 0 and summary["sampling_fps"] > 0
+    assert_profile(summary, {"main"})
     assert summary["evaluations"] >= 2  # the test process's records plus the final evaluation
     versions = weights_lib.list_versions(os.path.join(run_dir, "checkpoints"))
     assert versions and versions[-1][0] == summary["optimizer_steps"]

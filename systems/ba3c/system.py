@@ -36,10 +36,11 @@ from envs.factory import make_spec
 from envs.step_time import parse_step_time
 from systems.ba3c.config import SYSTEM, BA3CConfig, Plan, plan, validate
 from systems.common import config as config_lib
-from systems.common import distributed
+from systems.common import conv_tuning, distributed
 from systems.common.learner import build, compile_in_background, optimizer_steps_per_update
 from systems.common.monitor import LearnerReport, Monitor, Progress, on_policy_evaluator
 from systems.common.outputs import on_policy_columns
+from systems.common.profile import stage
 from systems.common.rollout import (
     RoundCollector,
     RoundStorage,
@@ -80,6 +81,8 @@ def make_agent(config: BA3CConfig, run_plan: Plan):
         hidden=config.hidden, hidden_sizes=config.hidden_sizes, activation=config.activation,
         orthogonal_init=config.orthogonal_init, log_std_init=config.log_std_init,
     )
+    plan = conv_tuning.plan_for(network.torso, spec.obs_shape, config.local_batch)
+    network = network if plan is None else network.clone(conv_plan=plan)
     optimizer = make_optimizer(
         name=config.optimizer, learning_rate=run_plan.learning_rate,
         total_updates=run_plan.total_rounds * optimizer_steps_per_update(config),
@@ -137,14 +140,17 @@ def run(config: BA3CConfig) -> dict:
 
     def on_round_complete(storage: RoundStorage, last: bool):
         current, version = holder["state"], holder["version"]
-        wait_for_compile()
-        new_state, metrics = update(current, current.params, shard_rollout(storage, num_local))
+        with stage("compile"):
+            wait_for_compile()
+        with stage("update"):  # ends when the metrics are on the host: the update has run
+            new_state, metrics = update(current, current.params, shard_rollout(storage, num_local))
+            metrics = replica(metrics)
         if replica_spread is not None:
             gap = float(np.max(np.asarray(replica_spread(new_state.params))))
             if gap != 0.0:
                 raise RuntimeError(f"data-parallel replicas diverged (max |difference| {gap:g})")
         holder["state"], holder["version"] = new_state, version + 1
-        report = LearnerReport(replica(new_state), replica(metrics), version, version)
+        report = LearnerReport(replica(new_state), metrics, version, version)
         stop[0] = monitor.on_report(report, executor.pop_episodes())
         return None if stop[0] else (version + 1, new_state.params)
 

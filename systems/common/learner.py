@@ -34,6 +34,7 @@ from agents.normalization import (
 )
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
+from systems.common import conv_tuning
 from systems.common.rollout import make_policy_fn
 
 # Stream names for jax.random.fold_in on the run key: one independent key per purpose.
@@ -93,10 +94,18 @@ def build(
 
 
 def _default_network(config: config_lib.TrainConfig, spec: EnvSpec) -> ActorCritic:
-    return make_network(
+    network = make_network(
         spec.obs_shape, spec.action_dim, spec.continuous, hidden_sizes=config.hidden_sizes,
         activation=config.activation, orthogonal_init=config.orthogonal_init, log_std_init=config.log_std_init,
     )
+    plan = conv_tuning.plan_for(network.torso, spec.obs_shape, learner_batch(config))
+    return network if plan is None else network.clone(conv_plan=plan)
+
+
+def learner_batch(config: config_lib.TrainConfig) -> int:
+    """Frames in one gradient of the update: a PPO minibatch, or A2C's whole round."""
+    frames = config.num_envs * config.sync_interval
+    return frames // config.num_minibatches if config.algo == "ppo" else frames
 
 
 def _default_optimizer(config: config_lib.TrainConfig) -> optax.GradientTransformation:

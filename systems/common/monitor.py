@@ -19,7 +19,8 @@ import numpy as np
 from agents import TrainState
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
-from systems.common import rundir
+from systems.common import hardware, rundir
+from systems.common import profile as profile_lib
 from systems.common.checkpoint import Checkpointing, set_aside
 from systems.common.evaluation import EvaluationRecord, Evaluator, final_metric, required_time
 from systems.common.finite import NonFiniteError, first_nonfinite, nonfinite_message, params_are_finite
@@ -91,6 +92,27 @@ def on_policy_evaluator(config: config_lib.TrainConfig, spec: EnvSpec, setup: Le
                      deterministic=config.eval_deterministic)
 
 
+LOCK_STEP_BOUNDS = {
+    "env": profile_lib.Bound("simulator-bound", "the loop waits for EnvPool: more CPU cores for the simulators "
+                                                "would move it, a faster learner would not"),
+    "inference": profile_lib.Bound("inference-bound", "the policy's forward pass: a larger --num_envs per pass "
+                                                      "(fewer, larger batches) or an accelerator would move it"),
+    "compile": profile_lib.Bound("compile-bound", "the run was short beside its compilation; a longer one is not"),
+    "update": profile_lib.Bound("learner-bound", "more envs will not help; a larger --sync_interval (fewer "
+                                                 "updates per env step) or a faster device for the update will"),
+    "evaluation": profile_lib.Bound("evaluation-bound", "evaluate less often (--eval_every) or with fewer "
+                                                        "--eval_episodes"),
+    "checkpoint": profile_lib.Bound("checkpoint-bound", "checkpoint less often (--checkpoint_every)"),
+}
+
+
+def lock_step_profile() -> profile_lib.Profile:
+    """One thread does everything (sync, BA3C, GALA's pmap mode, and the main thread of every other system that
+    gives no profile): it steps the envs, acts, learns, evaluates and checkpoints in turn."""
+    return profile_lib.Profile({"main": ("env", "inference", "compile", "update", "evaluation", "checkpoint")}, "main",
+                               LOCK_STEP_BOUNDS)
+
+
 class Monitor:
     """The run harness every system composes: run directory, resume, progress rows and the live line, periodic
     evaluation and checkpoints, the time limit, and the final `summary.json`."""
@@ -107,13 +129,16 @@ class Monitor:
         checkpointing: Checkpointing = Checkpointing(),
         may_change_on_resume: frozenset = frozenset(),
         plan: dict | None = None,
+        profile: profile_lib.Profile | None = None,
     ):
         """`state` is the learner state (any pytree with `params` and a scalar `update_step`). `evaluator` is
         anything with `run(params) -> returns` (None: no evaluation); `policy_params(state)` picks the parameters
         it plays (systems with several parameter sets: gossip's learner 0). The run directory is claimed first
         (`systems.common.rundir`: locked, no second run without --resume, the run's defining flags unchanged on
         resume but for `may_change_on_resume`). `plan`: the values the system derived from `config` (its devices,
-        scaled learning rate, ...), recorded beside it in config.json."""
+        scaled learning rate, ...), recorded beside it in config.json. `profile`: the system's stages by thread
+        (`systems.common.profile`; default: the lock-step one, every stage on the main thread); the calling
+        thread is bound to its "main" role until `finish`."""
         self.system = system
         self.config = config
         self.progress = progress
@@ -123,9 +148,10 @@ class Monitor:
         self.run_dir = os.path.normpath(config.logdir) if config.logdir else default_run_dir(system, config)
         self._claim(may_change_on_resume, plan)
         self._resume(state)
+        self.profile = profile or lock_step_profile()
         self.outputs = RunOutputs(self.run_dir, config, plan=plan, append=config.resume, quiet=config.quiet,
-                                  progress_fields=PROGRESS_BASE + tuple(progress.metric_columns),
-                                  resumed_from=self.resumed_from)
+                                  progress_fields=PROGRESS_BASE + tuple(progress.metric_columns)
+                                  + self.profile.columns(), resumed_from=self.resumed_from)
         self._plan_steps()
         self.evaluator = evaluator if config.eval_episodes > 0 else None
         self._next_eval = self._next_multiple(config.eval_every)
@@ -139,6 +165,7 @@ class Monitor:
         self._t0 = time.perf_counter()
         self._last_output = self._t0
         self._state_time: float | None = None  # when `state` was made (the newest report's time)
+        self.profile.bind("main")
 
     def _claim(self, may_change_on_resume: frozenset, plan: dict | None) -> None:
         if self.config.resume and not os.path.isdir(self.run_dir):
@@ -247,6 +274,7 @@ class Monitor:
             "episode_return": float(np.mean([e[0] for e in self._episodes])) if self._episodes else None,
             "episode_length": float(np.mean([e[1] for e in self._episodes])) if self._episodes else None,
             **{k: float(v) for k, v in report.metrics.items()},
+            **self.profile.shares(),
         }
         self.outputs.log_progress(row)
         self._last_output = time.perf_counter()
@@ -279,7 +307,8 @@ class Monitor:
             return
         if self.evaluations and self.evaluations[-1].policy_version == int(self.state.update_step):
             return
-        returns = self.evaluator.run(self.policy_params(self.state))
+        with profile_lib.stage("evaluation"):
+            returns = self.evaluator.run(self.policy_params(self.state))
         record = EvaluationRecord(
             env_steps=self.env_steps, wall_time=self.state_wall_time(), policy_version=int(self.state.update_step),
             returns=[float(r) for r in returns],
@@ -314,9 +343,10 @@ class Monitor:
             "evaluations": [dataclasses.asdict(r) for r in self.evaluations],
             "system": self.system,
         }
-        if self.checkpointing.extra_meta is not None:
-            meta.update(self.checkpointing.extra_meta(self.env_steps))
-        self.last_checkpoint = self.checkpointing.save(self.run_dir, self.env_steps, self.state, meta)
+        with profile_lib.stage("checkpoint"):
+            if self.checkpointing.extra_meta is not None:
+                meta.update(self.checkpointing.extra_meta(self.env_steps))
+            self.last_checkpoint = self.checkpointing.save(self.run_dir, self.env_steps, self.state, meta)
         return self.last_checkpoint
 
     def saved(self, stop: KeyboardInterrupt) -> KeyboardInterrupt:
@@ -335,6 +365,8 @@ class Monitor:
         self.checkpoint()
         elapsed = time.perf_counter() - self._t0
         final = final_metric(self.evaluations)
+        breakdown = self.profile.breakdown()
+        self.profile.unbind()
         summary = {
             "system": self.system,
             "env_id": self.config.env_id,
@@ -361,6 +393,8 @@ class Monitor:
             "param_fingerprint": params_fingerprint(self.state.params),
             "run_dir": self.run_dir,
             "resumed_from_env_steps": self.resumed_from,
+            "profile": breakdown,
+            "hardware": hardware.card(),
             **(extra or {}),
         }
         self.outputs.write_summary(summary)
@@ -368,6 +402,8 @@ class Monitor:
             f"[{self.system}] done: {summary['env_steps']:,} steps in {summary['wall_time']:.1f}s "
             f"({summary['sps']:.0f} SPS), final metric {final}, fingerprint {summary['param_fingerprint'][:16]}"
         )
+        for line in profile_lib.describe(breakdown):
+            self.outputs.print(line)
         self.outputs.close()
         self.run_directory.release()
         return summary

@@ -24,6 +24,7 @@ import numpy as np
 
 from agents import Rollout, policy_step
 from envs.executor import Executor, StepResults
+from systems.common.profile import stage
 
 
 def rollout_shapes(sync_interval: int, num_envs: int, obs_shape, obs_dtype, action_shape, action_dtype) -> Rollout:
@@ -178,14 +179,16 @@ class RoundCollector:
 
     def _act(self, storage, params, results, rows, env_ids, env_steps) -> None:
         obs = results.obs[rows]
-        actions, log_probs, values = self._forward(params, obs, env_ids, env_steps)
+        with stage("inference"):
+            actions, log_probs, values = self._forward(params, obs, env_ids, env_steps)
         index = env_steps % self.sync_interval
         storage.obs[index, env_ids] = obs
         storage.actions[index, env_ids] = actions
         storage.log_probs[index, env_ids] = log_probs
         storage.values[index, env_ids] = values
         storage.valid[index, env_ids] = (~self._prev_done[env_ids]).astype(np.float32)
-        self.executor.send(actions, env_ids)
+        with stage("env"):
+            self.executor.send(actions, env_ids)
 
     def _forward(self, params, obs, env_ids, env_steps):
         """Policy on fixed-size, padded chunks (see module doc)."""

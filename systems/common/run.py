@@ -13,6 +13,7 @@ from systems.common import config as config_lib
 from systems.common.learner import LearnerSetup, build, compile_in_background
 from systems.common.monitor import Monitor, Progress, on_policy_evaluator
 from systems.common.outputs import on_policy_columns
+from systems.common.profile import Profile, stage
 from systems.common.rollout import RoundCollector, RoundStorage
 
 
@@ -68,17 +69,18 @@ class RunContext:
 
 
 def start_run(system: str, config: config_lib.TrainConfig, *, may_change_on_resume: frozenset = frozenset(),
-              header: str = "", plan: dict | None = None) -> RunContext:
+              header: str = "", plan: dict | None = None, profile: Profile | None = None) -> RunContext:
     """Validates `config` (ConfigError on a bad value) and prepares the run (restoring a checkpoint on resume;
     `may_change_on_resume`: the system's fields a resumed run may change, `rundir.claim`; `header`: lines the
-    progress output starts with, after the run's own; `plan`: the values the system derived, for config.json)."""
+    progress output starts with, after the run's own; `plan`: the values the system derived, for config.json;
+    `profile`: the system's stages by thread, `Monitor`'s default otherwise)."""
     config_lib.validate(config)
     step_time = parse_step_time(config.step_time)
     spec = make_spec(config.env_id)
     setup, state = build(config, spec)
     monitor = Monitor(system, config, state, progress=Progress(metric_columns=on_policy_columns(config), header=header),
                       evaluator=on_policy_evaluator(config, spec, setup), may_change_on_resume=may_change_on_resume,
-                      plan=plan)
+                      plan=plan, profile=profile)
     return RunContext(config=config, spec=spec, setup=setup, monitor=monitor, step_time=step_time)
 
 
@@ -93,7 +95,8 @@ def run_lockstep(system: str, executor: Executor, collector: RoundCollector, mon
     try:
         executor.start()
         while not collector.finished.is_set():
-            results = executor.take(max_items=num_envs, min_items=num_envs, timeout=1.0)
+            with stage("env"):
+                results = executor.take(max_items=num_envs, min_items=num_envs, timeout=1.0)
             if results is not None:
                 collector.process(results)
             monitor.heartbeat(executor.env_steps_received)

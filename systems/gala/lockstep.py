@@ -18,6 +18,7 @@ from envs.step_time import parse_step_time
 from systems.common import config as config_lib
 from systems.common import distributed
 from systems.common.monitor import LearnerReport, Monitor, on_policy_evaluator
+from systems.common.profile import stage
 from systems.common.rollout import (
     RoundCollector,
     RoundStorage,
@@ -166,9 +167,10 @@ class _LockstepGossip:
         in-peers' messages of the previous iteration, broadcast), then its report to the monitor."""
         iteration = int(self._monitor.state.update_step)
         step = self._steps[iteration % self._period]
-        self.states, self.inbox, metrics, stats = step(self.states, shard_rollout(storage, self._num_local),
-                                                       self.inbox)
-        metrics = self._metrics(iteration, metrics, stats)
+        with stage("update"):  # ends when the metrics are on the host: the update has run
+            self.states, self.inbox, metrics, stats = step(self.states, shard_rollout(storage, self._num_local),
+                                                           self.inbox)
+            metrics = self._metrics(iteration, metrics, stats)
         report = LearnerReport(self._snapshot(iteration + 1), metrics, iteration, iteration)
         if self._monitor.on_report(report, self.executor.pop_episodes()):
             return None

@@ -22,6 +22,7 @@ from envs.step_time import parse_step_time
 from systems.common.concurrency import StopRequested, ThreadGroup
 from systems.common.learner import compile_in_background
 from systems.common.monitor import LearnerReport, Monitor, on_policy_evaluator
+from systems.common.profile import Bound, Profile, stage
 from systems.common.rollout import (
     RoundCollector,
     RoundStorage,
@@ -61,16 +62,34 @@ def run_async(config: GALAConfig, run_plan: Plan) -> dict:
         SYSTEM, config, _async_initial_state(state, config.num_learners),
         progress=progress(config, run_plan, steps_per_update=config.envs_per_learner * config.sync_interval),
         evaluator=on_policy_evaluator(config, spec, setup), policy_params=lambda s: s.params[0],
-        plan=dataclasses.asdict(run_plan),
+        plan=dataclasses.asdict(run_plan), profile=async_profile(),
     )
+    learners_profile = monitor.profile
     total_iterations = monitor.total_updates
     start = int(monitor.state.update_step)
     if start >= total_iterations:
         return monitor.finish()
-    learners = _AsyncLearners(config, spec, setup, topology, monitor.state, start, total_iterations)
+    learners = _AsyncLearners(config, spec, setup, topology, monitor.state, start, total_iterations,
+                              learners_profile)
     gossip_log = _AsyncGossipLog(config, topology, learners.slots, monitor)
     interrupted = _train_async(learners, gossip_log, monitor, start, total_iterations)
     return _finish_async(learners, monitor, interrupted)
+
+
+def async_profile() -> Profile:
+    """The async mode's threads: each learner steps its envs, acts, and runs its iteration (the A2C update, the
+    gossip mix with any wait that tau imposes, and the host copy of its metrics, which waits for the update); the
+    main thread logs, evaluates and checkpoints."""
+    bounds = {
+        "env": Bound("simulator-bound", "the learners wait for EnvPool: more CPU cores for the simulators would "
+                                        "move it"),
+        "inference": Bound("actor-bound", "the learners' forward passes: more --envs_per_learner per pass would "
+                                          "move it"),
+        "update": Bound("learner-bound", "the learners' iterations: more envs will not help; a larger "
+                                         "--sync_interval (fewer iterations per env step) will"),
+    }
+    return Profile({"learners": ("env", "inference", "compile", "update"),
+                    "main": ("wait_for_learner", "evaluation", "checkpoint")}, "learners", bounds)
 
 
 def _async_initial_state(state: TrainState, n: int) -> GossipState:
@@ -102,9 +121,9 @@ class _AsyncLearners:
     network, the compiled update and mix, the reports to the main thread, and the run's iteration budget."""
 
     def __init__(self, config: GALAConfig, spec, setup, topology, restored: GossipState, start: int,
-                 total_iterations: int):
+                 total_iterations: int, profile: Profile):
         n, e = config.num_learners, config.envs_per_learner
-        self._config, self._setup = config, setup
+        self._config, self._setup, self._profile = config, setup, profile
         self._devices = jax.local_devices()
         self.slots = [_restored_slot(restored, i, self._device(i)) for i in range(n)]
         self.group = ThreadGroup()
@@ -133,7 +152,11 @@ class _AsyncLearners:
 
     def start(self) -> None:
         for i in range(self._config.num_learners):
-            self.group.spawn(f"learner-{i}", functools.partial(self._learner_loop, i))
+            self.group.spawn(f"learner-{i}", functools.partial(self._timed_learner_loop, i))
+
+    def _timed_learner_loop(self, i: int) -> None:
+        with self._profile.thread("learners"):
+            self._learner_loop(i)
 
     def close(self) -> None:
         self.group.stop()
@@ -166,7 +189,8 @@ class _AsyncLearners:
             while not collector.finished.is_set():
                 if self.group.stopping.is_set():
                     raise StopRequested
-                results = executor.take(max_items=e, min_items=e, timeout=0.2)
+                with stage("env"):
+                    results = executor.take(max_items=e, min_items=e, timeout=0.2)
                 if results is not None:
                     collector.process(results)
         finally:
@@ -178,11 +202,13 @@ class _AsyncLearners:
         Returns the next round's version and policy parameters, or None when the run's budget is spent."""
         slot = self.slots[i]
         current = slot.state
-        self._wait_for_compile()
-        new_state, metrics = self._update(current, current.params, storage.to_rollout())
-        iteration = slot.iterations + 1
-        params = self._gossip(i, iteration, new_state.params)
-        self._publish(i, iteration, new_state._replace(params=params), metrics)
+        with stage("compile"):
+            self._wait_for_compile()
+        with stage("update"):  # with the gossip and the host copy of the metrics, which waits for the update
+            new_state, metrics = self._update(current, current.params, storage.to_rollout())
+            iteration = slot.iterations + 1
+            params = self._gossip(i, iteration, new_state.params)
+            self._publish(i, iteration, new_state._replace(params=params), metrics)
         if self.group.stopping.is_set() or not self.claim_iteration():
             return None
         return iteration, params
@@ -277,7 +303,8 @@ def _log_reports(learners: _AsyncLearners, gossip_log: _AsyncGossipLog, monitor:
     while done < total_iterations - start:
         learners.group.check()
         try:
-            learner, metrics, episodes, learners_then = learners.reports.get(timeout=0.1)
+            with stage("wait_for_learner"):
+                learner, metrics, episodes, learners_then = learners.reports.get(timeout=0.1)
         except queue.Empty:
             if not learners.group.running():
                 break

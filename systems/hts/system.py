@@ -45,6 +45,7 @@ from systems.common import distributed
 from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
 from systems.common.learner import LearnerSetup, compile_in_background
 from systems.common.monitor import LearnerReport, Monitor
+from systems.common.profile import Bound, Profile, stage
 from systems.common.rollout import (
     RoundCollector,
     RoundStorage,
@@ -94,7 +95,7 @@ def run(config: HTSConfig) -> dict:
     validate(config)
     config, layout = _resolve_layout(config)
     ctx = start_run(SYSTEM, config, may_change_on_resume=MAY_CHANGE_ON_RESUME, header=layout.describe(),
-                    plan=_plan(layout))
+                    plan=_plan(layout), profile=hts_profile())
     monitor, start_round = ctx.monitor, ctx.start_round
     if start_round >= ctx.total_rounds:
         return monitor.finish()
@@ -109,15 +110,41 @@ def run(config: HTSConfig) -> dict:
         policy_fn=policy, params=handover.store.latest()[1].actors,
     )
     wait_for_compile = learner.compile_ahead(collector.rollout_shapes())  # overlaps the first round's collection
-    learn = functools.partial(_learner_loop, handover, learner, wait_for_compile, reports, start_round)
-    workers = [*((f"actor-{i}", functools.partial(_actor_loop, executor, collector, policy, group.stopping, i))
-                 for i in range(config.num_actors)), ("learner", learn)]
+    profile = monitor.profile
+    learn = functools.partial(_learner_loop, handover, learner, wait_for_compile, reports, start_round, profile)
+    workers = [*((f"actor-{i}", functools.partial(_actor_loop, executor, collector, policy, group.stopping, i,
+                                                  profile)) for i in range(config.num_actors)), ("learner", learn)]
     _check_same_start(start_round)
     interrupted = _train(workers, group, executor, reports, monitor, ctx.total_rounds - start_round)
     summary = monitor.finish(interrupted=interrupted is not None)
     if interrupted is not None:
         raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
     return summary
+
+
+_SATURATED_LEARNER = Bound(
+    "learner-bound", "the learner updates almost all the time; more envs will not help, a larger --sync_interval "
+    "(fewer updates per env step) or another learner device (--learner_devices) will")
+
+
+def hts_profile() -> Profile:
+    """HTS-RL's threads: the actors (stepping EnvPool, their forward passes, waiting for the learner at a round's
+    end), the learner (waiting for a round, its update, publishing the parameters) and the main thread (the
+    learner's reports, evaluations, checkpoints). The actors' time names the bound: they wait for whichever of the
+    simulators and the learner is slower, or are themselves busy."""
+    bounds = {
+        "env": Bound("simulator-bound", "the actors wait for EnvPool: more CPU cores for the simulators would move it, "
+                                        "a faster learner or more actor threads would not"),
+        "inference": Bound("actor-bound", "the actors' forward passes: more --num_actors threads or an accelerator "
+                                          "for them (--actor_devices) would move it"),
+        "wait_for_learner": Bound("learner-bound", "the actors wait for the learner at each round's end: more envs "
+                                                   "will not help, a larger --sync_interval (fewer updates per env "
+                                                   "step) or another learner device (--learner_devices) will"),
+    }
+    return Profile({"actors": ("env", "inference", "wait_for_learner"),
+                    "learner": ("wait_for_data", "compile", "update", "publish"),
+                    "main": ("wait_for_learner", "evaluation", "checkpoint")}, "actors", bounds,
+                   saturated={"learner": ("update", _SATURATED_LEARNER)})
 
 
 def _check_same_start(start_round: int) -> None:
@@ -239,7 +266,8 @@ class _Handover:
     def on_round_complete(self, storage: RoundStorage, last: bool):
         """The collector's call at the end of a round: the behaviour parameters of the next round, or None."""
         # The learner must be done with every batch handed to it before the roles of the storages swap.
-        self.store.wait_for(self._start_round + self._submitted, self._stopping)
+        with stage("wait_for_learner"):
+            self.store.wait_for(self._start_round + self._submitted, self._stopping)
         self._jobs.put(storage)
         self._submitted += 1
         if last:
@@ -260,28 +288,38 @@ class _Handover:
 
 
 def _actor_loop(executor: Executor, collector: RoundCollector, policy: _ActorPolicy, stopping: threading.Event,
-                actor_index: int) -> None:
+                actor_index: int, profile: Profile) -> None:
     """One actor thread: takes whatever observations are ready and runs one batched forward pass on them."""
     policy.bind(actor_index)
-    while not stopping.is_set() and not collector.finished.is_set():
-        results = executor.take(max_items=executor.num_envs, timeout=0.05)
-        if results is not None:
-            collector.process(results)
+    with profile.thread("actors"):
+        while not stopping.is_set() and not collector.finished.is_set():
+            with stage("env"):
+                results = executor.take(max_items=executor.num_envs, timeout=0.05)
+            if results is not None:
+                collector.process(results)
 
 
 def _learner_loop(handover: _Handover, learner: _Learner, wait_for_compile: Callable[[], None], reports: queue.Queue,
-                  start_round: int) -> None:
+                  start_round: int, profile: Profile) -> None:
     """The learner thread: learns from each handed-over storage with that round's behaviour parameters (Eq. 6),
     publishes the new parameters as the next version and reports both versions (the policy lag)."""
-    state, learner_version = learner.state, start_round
-    while (storage := handover.next_batch()) is not None:
-        behaviour_params = handover.store.get(storage.behaviour_version).learner
-        wait_for_compile()
-        state, metrics = learner.learn(state, behaviour_params, storage)
-        metrics = jax.device_get(learner.host_view(metrics))
-        handover.store.publish(learner.published(state.params), learner_version + 1)
-        reports.put(LearnerReport(learner.host_view(state), metrics, storage.behaviour_version, learner_version))
-        learner_version += 1
+    with profile.thread("learner"):
+        state, learner_version = learner.state, start_round
+        while True:
+            with stage("wait_for_data"):
+                storage = handover.next_batch()
+            if storage is None:
+                break
+            behaviour_params = handover.store.get(storage.behaviour_version).learner
+            with stage("compile"):
+                wait_for_compile()
+            with stage("update"):  # ends when the metrics are on the host: the update has run
+                state, metrics = learner.learn(state, behaviour_params, storage)
+                metrics = jax.device_get(learner.host_view(metrics))
+            with stage("publish"):
+                handover.store.publish(learner.published(state.params), learner_version + 1)
+            reports.put(LearnerReport(learner.host_view(state), metrics, storage.behaviour_version, learner_version))
+            learner_version += 1
 
 
 def _train(workers: list[tuple[str, Callable[[], None]]], group: ThreadGroup, executor: Executor,
@@ -338,6 +376,7 @@ def _next_report(reports: queue.Queue, group: ThreadGroup, executor: Executor, m
         group.check()
         executor.raise_if_failed()
         try:
-            return reports.get(timeout=0.1)
+            with stage("wait_for_learner"):
+                return reports.get(timeout=0.1)
         except queue.Empty:
             monitor.heartbeat(executor.env_steps_received)

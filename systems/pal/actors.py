@@ -13,6 +13,7 @@ import numpy as np
 from envs.episodes import EpisodeTracker, split_done
 from envs.factory import EnvSpec, make_pool
 from systems.common.concurrency import ParameterStore, StopRequested
+from systems.common.profile import stage
 from systems.offpolicy.agent import OffPolicyAgent
 from systems.offpolicy.config import DISCRETE_ALGOS
 from systems.pal.config import PALConfig
@@ -168,11 +169,13 @@ class Actor:
         collected = self.gate.collected
         if self.agent.discrete or collected >= self.random_until:
             key = jax.random.fold_in(self.key, self.steps)
-            actions = np.asarray(self.agent.act(params, self.obs, key, self.explore(collected)))
+            with stage("inference"):
+                actions = np.asarray(self.agent.act(params, self.obs, key, self.explore(collected)))
         else:
             actions = self.rng.uniform(self.spec.action_low, self.spec.action_high,
                                        (self.num_envs, self.spec.action_dim)).astype(np.float32)
-        next_obs, rewards, terminated, truncated, info = self.pool.step(actions)
+        with stage("env"):
+            next_obs, rewards, terminated, truncated, info = self.pool.step(actions)
         env_ids = np.asarray(info["env_id"])
         if not np.array_equal(env_ids, np.arange(self.num_envs)):  # synchronous pools answer in env order
             raise RuntimeError(f"actor {self.actor_id}: EnvPool returned envs {env_ids} out of order")
@@ -188,11 +191,12 @@ class Actor:
                 "next_obs": next_obs[real],
                 "done": term[real],
             }
-            if isinstance(self.buffer, FrameStackBuffer):
-                obs = transitions.pop("obs")
-                self.buffer.insert(self.streams[real], obs, continues=self.continues[real], **transitions)
-            else:
-                self.buffer.insert(transitions)
+            with stage("replay_insert"):  # the buffer's write lock included
+                if isinstance(self.buffer, FrameStackBuffer):
+                    obs = transitions.pop("obs")
+                    self.buffer.insert(self.streams[real], obs, continues=self.continues[real], **transitions)
+                else:
+                    self.buffer.insert(transitions)
         self.reset_step = (term + trunc) > 0
         self.continues = real & ~self.reset_step
         self.obs = next_obs

@@ -16,6 +16,7 @@ import numpy as np
 from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
 from systems.common.learner import compile_in_background
 from systems.common.monitor import LearnerReport
+from systems.common.profile import stage
 from systems.offpolicy.agent import OffPolicyAgent, PALState
 from systems.pal.actors import POLL_SECONDS, RatioGate
 from systems.pal.config import PALConfig
@@ -72,41 +73,51 @@ class ParameterServer:
         while True:
             if self.group.stopping.is_set():  # free-running learners (update_interval 0) never wait in the gate
                 raise StopRequested
-            if self.finished.is_set() or not self.gate.learner_wait(self.group.stopping):
+            with stage("wait_for_gate"):
+                go = not self.finished.is_set() and self.gate.learner_wait(self.group.stopping)
+            if not go:
                 self.inbox.put((learner_id, None))
                 return
             start = time.perf_counter()
-            sample = self.buffer.sample(self.sub_batch, rng, self.beta(self.gate.collected))
+            with stage("sample"):
+                sample = self.buffer.sample(self.sub_batch, rng, self.beta(self.gate.collected))
             self.sample_seconds[learner_id] += time.perf_counter() - start
             self.inbox.put((learner_id, sample))
-            while True:
-                try:
-                    priorities = self.outboxes[learner_id].get(timeout=POLL_SECONDS)
-                    break
-                except queue.Empty:
-                    if self.finished.is_set():
-                        return
-                    if self.group.stopping.is_set():
-                        raise StopRequested from None
-            self.priorities_updated += self.buffer.update_priorities(sample.indices, priorities)
+            with stage("wait_for_server"):
+                priorities = self._priorities(learner_id)
+            if priorities is None:
+                return
+            with stage("priorities"):
+                self.priorities_updated += self.buffer.update_priorities(sample.indices, priorities)
+
+    def _priorities(self, learner_id: int):
+        """The new priorities of learner `learner_id`'s sample, once the server's update has run (None: the run
+        finished first)."""
+        while True:
+            try:
+                return self.outboxes[learner_id].get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                if self.finished.is_set():
+                    return None
+                if self.group.stopping.is_set():
+                    raise StopRequested from None
 
     def server_loop(self) -> None:
         try:
             while True:
                 if self.group.stopping.is_set():
                     raise StopRequested
-                samples: list[Any] = [None] * self.num_learners
-                for _ in range(self.num_learners):
-                    learner_id, sample = self._next_sample()
-                    if sample is None:
-                        return
-                    samples[learner_id] = sample
+                samples = self._samples()
+                if samples is None:
+                    return
                 batch = {name: np.stack([s.batch[name] for s in samples]) for name in samples[0].batch}
                 weights = np.stack([s.weights for s in samples])
-                self._wait_for_compile()
+                with stage("compile"):
+                    self._wait_for_compile()
                 start = time.perf_counter()
-                self.state, metrics, priorities = self.agent.update(self.state, batch, weights)
-                priorities = np.asarray(priorities)  # [N, b]; waits for the step
+                with stage("update"):
+                    self.state, metrics, priorities = self.agent.update(self.state, batch, weights)
+                    priorities = np.asarray(priorities)  # [N, b]; waits for the step
                 self.update_seconds += time.perf_counter() - start
                 if not np.isfinite(priorities).all():  # diverged: no replay can take these priorities
                     self._report_divergence(metrics)
@@ -115,7 +126,8 @@ class ParameterServer:
                     self.outboxes[learner_id].put(priorities[learner_id])
                 self.gate.add_update()
                 collected, updates = self.gate.snapshot()
-                self.store.publish(self.agent.policy_params(self.state), updates)
+                with stage("publish"):
+                    self.store.publish(self.agent.policy_params(self.state), updates)
                 self._maybe_report(metrics, collected, updates)
         finally:
             self.finished.set()
@@ -130,6 +142,17 @@ class ParameterServer:
         collected, updates = self.gate.snapshot()
         self._reported_updates = None
         self._maybe_report(metrics, collected, updates + 1, force=True)
+
+    def _samples(self) -> list | None:
+        """One sample of every learner, in learner order (None: a learner stopped)."""
+        samples: list[Any] = [None] * self.num_learners
+        with stage("wait_for_samples"):
+            for _ in range(self.num_learners):
+                learner_id, sample = self._next_sample()
+                if sample is None:
+                    return None
+                samples[learner_id] = sample
+        return samples
 
     def _next_sample(self):
         while True:

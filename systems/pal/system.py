@@ -38,6 +38,7 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -49,6 +50,7 @@ from systems.common.checkpoint import Checkpointing, checkpoint_dir
 from systems.common.concurrency import ParameterStore, ThreadGroup
 from systems.common.evaluation import Evaluator
 from systems.common.monitor import Monitor, Progress
+from systems.common.profile import Bound, Profile, stage
 from systems.offpolicy.agent import OffPolicyAgent, PALState, build_agent
 from systems.offpolicy.config import metric_columns, reached_target
 from systems.pal import allocate as allocate_lib
@@ -245,9 +247,36 @@ def _make_monitor(config: PALConfig, threads: Plan, spec: EnvSpec, agent: OffPol
     monitor = Monitor(
         SYSTEM, config, agent.initial_state, progress=progress, evaluator=evaluator,
         policy_params=lambda s: agent.policy_params(s.agent), checkpointing=Checkpointing(extra_meta=checkpoint_extra),
-        plan=dataclasses.asdict(threads),
+        plan=dataclasses.asdict(threads), profile=pal_profile(),
     )
     return monitor
+
+
+_SATURATED_SERVER = Bound("learner-bound", "the parameter server updates almost all the time: more actors will not "
+                                           "help; a larger --update_interval (fewer updates per env step) will")
+
+
+def pal_profile() -> Profile:
+    """PAL's threads (Figure 7): actors (waiting at the ratio gate, their forward passes, EnvPool, inserting into
+    the replay), learners (waiting at the gate, sampling, waiting for the server's update, writing priorities), the
+    parameter server (waiting for the learners' samples, the update, publishing) and the main thread. The gate holds
+    actors and learners to `--update_interval`, so the actors' time names the bound."""
+    bounds = {
+        "wait_for_gate": Bound("learner-bound", "the ratio gate holds the actors back for the learners: more "
+                                                "--num_learners, a smaller --batch_size or a larger --update_interval "
+                                                "would move it"),
+        "env": Bound("simulator-bound", "the actors wait for EnvPool: more actors (--num_actors) or more envs per "
+                                        "actor (--envs_per_actor) would move it"),
+        "inference": Bound("actor-bound", "the actors' forward passes: more --envs_per_actor per pass or more actors "
+                                          "would move it"),
+        "replay_insert": Bound("replay-bound", "inserting into the buffer (its write lock included): fewer, larger "
+                                               "inserts (--envs_per_actor) would move it"),
+    }
+    return Profile({"actors": ("wait_for_gate", "inference", "env", "replay_insert"),
+                    "learners": ("wait_for_gate", "sample", "wait_for_server", "priorities"),
+                    "server": ("wait_for_samples", "compile", "update", "publish"),
+                    "main": ("wait_for_learner", "evaluation", "checkpoint")}, "actors", bounds,
+                   saturated={"server": ("update", _SATURATED_SERVER)})
 
 
 def _save_buffer(buffer, run_dir: str, env_steps: int) -> dict:
@@ -315,7 +344,7 @@ class _Framework:
         interrupted: KeyboardInterrupt | None = None
         start = time.perf_counter()
         try:
-            self._spawn()
+            self._spawn(monitor.profile)
             self._follow(monitor)
         except KeyboardInterrupt as stop:
             interrupted = stop
@@ -328,18 +357,24 @@ class _Framework:
             self.group.check()
         return interrupted, time.perf_counter() - start
 
-    def _spawn(self) -> None:
+    def _spawn(self, profile: Profile) -> None:
+        def timed(role: str, target: Callable[[], None]) -> Callable[[], None]:
+            def body():
+                with profile.thread(role):
+                    target()
+            return body
+
         for actor in self.actors:
-            self.group.spawn(f"actor-{actor.actor_id}", lambda actor=actor: self._actor_loop(actor))
+            self.group.spawn(f"actor-{actor.actor_id}", timed("actors", lambda actor=actor: self._actor_loop(actor)))
         for i in range(self.threads.num_learners):
-            self.group.spawn(f"learner-{i}", lambda i=i: self.server.learner_loop(i))
-        self.group.spawn("parameter-server", self.server.server_loop)
+            self.group.spawn(f"learner-{i}", timed("learners", lambda i=i: self.server.learner_loop(i)))
+        self.group.spawn("parameter-server", timed("server", self.server.server_loop))
 
     def _actor_loop(self, actor: Actor) -> None:
         """One actor thread (V-A): steps its envs whenever the gate lets it; the last actor to stop tells the
         gate, so the learners do not wait for data that will never come."""
         try:
-            while not self.group.stopping.is_set() and self.gate.actor_wait(self.group.stopping):
+            while not self.group.stopping.is_set() and self._actor_may_step():
                 self.gate.add_collected(actor.step())
                 self.actor_versions[actor.actor_id] = actor.version
         finally:
@@ -348,13 +383,18 @@ class _Framework:
                 if self._actors_left == 0:
                     self.gate.actors_finished()
 
+    def _actor_may_step(self) -> bool:
+        with stage("wait_for_gate"):
+            return self.gate.actor_wait(self.group.stopping)
+
     def _follow(self, monitor: Monitor) -> None:
         """The main thread: passes each report to the monitor until the server's last (None), the monitor's stop
         (time limit, total steps) or the evaluation target."""
         while True:
             self.group.check()
             try:
-                report = self.reports.get(timeout=0.1)
+                with stage("wait_for_learner"):
+                    report = self.reports.get(timeout=0.1)
             except queue.Empty:
                 monitor.heartbeat(self.gate.collected - self.collected0)
                 continue

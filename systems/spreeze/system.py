@@ -40,6 +40,7 @@ from systems.common.checkpoint import Checkpointing, checkpoint_dir
 from systems.common.evaluation import EvaluationRecord
 from systems.common.learner import compile_in_background
 from systems.common.monitor import LearnerReport, Monitor, Progress
+from systems.common.profile import Bound, Profile, stage
 from systems.offpolicy.agent import PALState, build_agent
 from systems.offpolicy.config import metric_columns, reached_target
 from systems.spreeze import ipc, workers
@@ -164,7 +165,26 @@ def _make_monitor(config: SpreezeConfig, agent) -> Monitor:
     )
     # The test process evaluates (evaluator None here): its returns arrive as events and join monitor.evaluations.
     return Monitor(SYSTEM, config, agent.initial_state, progress=progress, checkpointing=weight_files,
-                   policy_params=lambda s: agent.policy_params(s.agent))
+                   policy_params=lambda s: agent.policy_params(s.agent), profile=spreeze_profile())
+
+
+def spreeze_profile() -> Profile:
+    """The learner's time (this process's main thread, 3.2.1): starting the children and the automatic tuning,
+    waiting for `learning_starts` transitions, sampling the shared replay, the update and the weight files (the
+    checkpoints). The samplers never wait for the learner (3.1.1), so the learner's time names the bound; the
+    sampler, test and visualization processes are not timed here."""
+    bounds = {
+        "update": Bound("learner-bound", "the updates: a larger --batch_size per update (Sec. 3.2.1), "
+                                         "--model_parallel over two devices or an accelerator would move it"),
+        "sample": Bound("replay-bound", "sampling the shared replay: a smaller --batch_size would move it"),
+        "wait_for_data": Bound("sampler-bound", "the learner waits for --learning_starts transitions: more "
+                                                "--num_samplers or a smaller --learning_starts would move it"),
+        "start_and_tune": Bound("start-bound", "the run was short beside starting its processes and the automatic "
+                                               "tuning (Sec. 3.4); give --num_samplers and --batch_size to skip it"),
+        "checkpoint": Bound("publish-bound", "writing the weight files: a larger --publish_every would move it"),
+    }
+    return Profile({"main": ("start_and_tune", "wait_for_data", "sample", "compile", "update", "checkpoint")},
+                   "main", bounds)
 
 
 class _SpreezeRun:
@@ -215,7 +235,8 @@ class _SpreezeRun:
         start = time.perf_counter()
         self._last_report = start
         try:
-            self._start_children()
+            with stage("start_and_tune"):
+                self._start_children()
             self._learn()
         except KeyboardInterrupt as stop:
             interrupted = stop
@@ -274,7 +295,8 @@ class _SpreezeRun:
             if config.transfer == "queue":
                 replay.drain()
             if replay.size < max(config.learning_starts, 1):
-                time.sleep(0.01)
+                with stage("wait_for_data"):
+                    time.sleep(0.01)
                 monitor.heartbeat(collected - self.collected0)
                 continue
             metrics = self._update()
@@ -284,9 +306,11 @@ class _SpreezeRun:
     def _update(self):
         """Samples `batch_size` transitions and takes one optimizer step; returns its metrics."""
         t0 = time.perf_counter()
-        batch = self.replay.sample(self.batch_size, self.rng)
+        with stage("sample"):
+            batch = self.replay.sample(self.batch_size, self.rng)
         t1 = time.perf_counter()
-        metrics = self.learner.step(batch, self.ones)
+        with stage("update"):
+            metrics = self.learner.step(batch, self.ones)
         self.update_seconds += time.perf_counter() - t1
         self.sample_seconds += t1 - t0
         self.updates += 1
@@ -378,7 +402,8 @@ class _Learner:
         self._wait_for_compile = compile_in_background(self._agent.update, self._state, batch, weights)
 
     def step(self, batch: dict, weights: np.ndarray):
-        self._wait_for_compile()
+        with stage("compile"):  # inside the caller's "update": charged here alone
+            self._wait_for_compile()
         if self._mp is not None:
             self._split, metrics, _ = self._mp.update(self._split, batch, weights[0])
             jax.block_until_ready(self._split)

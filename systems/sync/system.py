@@ -10,6 +10,7 @@ import jax
 
 from systems.common import config as config_lib
 from systems.common.monitor import LearnerReport
+from systems.common.profile import stage
 from systems.common.rollout import RoundStorage
 from systems.common.run import run_lockstep, start_run
 
@@ -28,9 +29,12 @@ def run(config: config_lib.TrainConfig) -> dict:
     def on_round_complete(storage: RoundStorage, last: bool):
         current = monitor.state
         version = int(current.update_step)
-        wait_for_compile()
-        new_state, metrics = setup.update(current, current.params, storage.to_rollout())
-        report = LearnerReport(new_state, jax.device_get(metrics), storage.behaviour_version, version)
+        with stage("compile"):
+            wait_for_compile()
+        with stage("update"):  # ends when the metrics are on the host: the update has run
+            new_state, metrics = setup.update(current, current.params, storage.to_rollout())
+            metrics = jax.device_get(metrics)
+        report = LearnerReport(new_state, metrics, storage.behaviour_version, version)
         stop[0] = monitor.on_report(report, executor.pop_episodes())
         return None if stop[0] else (version + 1, new_state.params)
 

@@ -1,0 +1,87 @@
+"""The machine a run ran on, for `summary.json` and every committed figure: processor and cores, memory, JAX's
+devices, the library versions and the XLA flags. Read once per process; nothing here starts a device computation
+(JAX's backend is already up when a run finishes)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from importlib import metadata
+
+LIBRARIES = ("jax", "jaxlib", "flax", "optax", "envpool", "numpy")
+
+
+def cpu_model() -> str:
+    """The processor's model name (/proc/cpuinfo on Linux, else what the platform module says)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask: a container's or taskset's limit, not the host's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def memory_gib() -> float | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def _static_card() -> dict:
+    return {
+        "cpu": cpu_model(),
+        "cores": usable_cores(),
+        "memory_gib": round(memory_gib(), 1) if memory_gib() else None,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "versions": {name: _version(name) for name in LIBRARIES},
+    }
+
+
+def card() -> dict:
+    """The run's hardware card: the static part above plus JAX's backend, devices and XLA flags."""
+    import jax
+
+    from systems.common import conv_tuning  # it reads this module's cpu_model
+
+    devices = jax.devices()
+    return {
+        **_static_card(),
+        "backend": jax.default_backend(),
+        "devices": [f"{d.platform}:{d.id} {d.device_kind}" for d in devices],
+        "processes": jax.process_count(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "conv_plans": conv_tuning.chosen(),
+    }
+
+
+def describe(hardware: dict) -> str:
+    """One line for reports: "AMD EPYC 7B13, 2 cores, 24 GiB; cpu x1; jax 0.10.2"."""
+    memory = f", {hardware['memory_gib']:.0f} GiB" if hardware.get("memory_gib") else ""
+    kinds: dict[str, int] = {}
+    for device in hardware.get("devices", []):
+        kind = device.split(" ", 1)[-1]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    devices = ", ".join(f"{kind} x{count}" for kind, count in kinds.items())
+    return (f"{hardware['cpu']}, {hardware['cores']} cores{memory}; {devices}; "
+            f"jax {hardware['versions'].get('jax')}")

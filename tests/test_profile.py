@@ -1,0 +1,131 @@
+"""The per-stage profile (`systems.common.profile`): stages add up to a thread's wall time, the shares of a role add
+up to one, the verdict names the deciding role's largest stage (or a saturated learner), and real runs log the
+columns and write the breakdown and the hardware card."""
+
+import csv
+import threading
+import time
+
+import pytest
+
+from systems.common import hardware
+from systems.common import profile as profile_lib
+from tests.helpers import read_summary, tiny_hts
+
+
+def _profile(**kwargs) -> profile_lib.Profile:
+    bounds = {"env": profile_lib.Bound("simulator-bound", "more cores"),
+              "wait": profile_lib.Bound("learner-bound", "a larger alpha")}
+    return profile_lib.Profile({"actors": ("env", "wait"), "learner": ("update",)}, "actors", bounds, **kwargs)
+
+
+def test_nested_stages_charge_each_moment_once_and_add_up_to_the_wall_time():
+    profile = _profile()
+    start = time.perf_counter()
+    clock = profile.bind("actors")
+    try:
+        with profile_lib.stage("env"):
+            time.sleep(0.03)
+            with profile_lib.stage("wait"):  # inside env: charged to wait only
+                time.sleep(0.05)
+        time.sleep(0.01)  # outside every stage: other
+        seconds = clock.seconds()
+        wall = time.perf_counter() - start
+    finally:
+        profile.unbind()
+    assert seconds["wait"] == pytest.approx(0.05, abs=0.02)
+    assert seconds["env"] == pytest.approx(0.03, abs=0.02)
+    assert seconds["other"] == pytest.approx(0.01, abs=0.02)
+    assert sum(seconds.values()) == pytest.approx(wall, abs=1e-3)
+
+
+def test_a_thread_without_a_clock_records_nothing():
+    profile = _profile()
+    with profile_lib.stage("env"):
+        pass
+    assert profile.seconds() == {}
+    assert profile_lib.current() is None
+
+
+def test_shares_of_each_role_add_up_to_one_and_come_at_most_once_per_interval():
+    profile = _profile(row_every_s=3600.0)
+
+    def learner():
+        with profile.thread("learner"):
+            with profile_lib.stage("update"):
+                time.sleep(0.02)
+
+    worker = threading.Thread(target=learner)
+    worker.start()
+    worker.join()
+    profile.bind("actors")
+    try:
+        with profile_lib.stage("env"):
+            time.sleep(0.02)
+        row = profile.shares()
+        assert profile.shares() == {}  # within the interval: no second row
+    finally:
+        profile.unbind()
+    assert set(row) == set(profile.columns())
+    for role in ("actors", "learner"):
+        shares = [v for k, v in row.items() if k.startswith(f"time/{role}/")]
+        assert min(shares) >= 0 and sum(shares) == pytest.approx(1.0)
+    assert row["time/learner/update"] > 0.9
+
+
+def test_the_verdict_is_the_deciding_roles_largest_stage_unless_the_learner_is_saturated():
+    saturated = {"learner": ("update", profile_lib.Bound("learner-bound", "another device"))}
+    for learner_busy, expected in ((0.05, "simulator-bound"), (0.3, "learner-bound")):
+        profile = _profile(saturated=saturated)
+
+        def learner(busy=learner_busy, profile=profile):
+            with profile.thread("learner"):
+                with profile_lib.stage("update"):
+                    time.sleep(busy)
+                time.sleep(0.3 - busy if busy < 0.3 else 0.0)
+
+        worker = threading.Thread(target=learner)
+        worker.start()
+        profile.bind("actors")
+        try:
+            with profile_lib.stage("env"):
+                time.sleep(0.2)
+            with profile_lib.stage("wait"):
+                time.sleep(0.05)
+        finally:
+            profile.unbind()
+        worker.join()
+        bound = profile.breakdown()["bound"]
+        assert bound["verdict"] == expected, bound
+        assert any(expected in line for line in profile_lib.describe(profile.breakdown()))
+
+
+def test_the_hardware_card_names_the_machine():
+    card = hardware.card()
+    assert card["cores"] >= 1 and card["cpu"]
+    assert card["backend"] == "cpu" and card["devices"]
+    assert card["versions"]["jax"] and card["versions"]["envpool"]
+    assert "cores" in hardware.describe(card)
+
+
+def test_an_hts_run_logs_every_threads_stages_and_names_its_bound(tmp_path):
+    from systems.hts import system as hts
+
+    config = tiny_hts(tmp_path / "run", total_steps=40 * 64, eval_every=0, checkpoint_every=0)
+    hts.run(config)
+    summary = read_summary(tmp_path / "run")
+    roles = summary["profile"]["roles"]
+    assert set(roles) == {"actors", "learner", "main"}
+    for role, entry in roles.items():
+        assert entry["seconds"] > 0 and sum(entry["shares"].values()) == pytest.approx(1.0), role
+    # The main thread's clock starts with the monitor, as the run's wall time does.
+    assert roles["main"]["seconds"] == pytest.approx(summary["wall_time"], rel=0.05)
+    assert summary["profile"]["bound"]["verdict"].endswith("-bound")
+    assert summary["hardware"]["cores"] >= 1
+    with open(tmp_path / "run" / "progress.csv") as f:
+        rows = [row for row in csv.DictReader(f) if row["time/learner/update"]]
+    assert rows, "no progress row has the stage columns"
+    for row in rows:
+        for role in ("actors", "learner", "main"):
+            shares = [float(v) for k, v in row.items() if k.startswith(f"time/{role}/")]
+            assert min(shares) >= 0 and sum(shares) == pytest.approx(1.0, abs=1e-4)
