@@ -31,7 +31,8 @@ def test_spreeze_run_writes_outputs_weights_and_frees_shared_memory(tmp_path, tr
     summary = system.run(tiny_spreeze(run_dir, transfer=transfer))
     assert summary["system"] == "spreeze" and summary["env_steps"] >= 1_500
     assert summary["optimizer_steps"] > 0 and summary["update_fps"] > 0 and summary["sampling_fps"] > 0
-    assert_profile(summary, {"main"})
+    assert_profile(summary, {"main", "samplers"})  # the sampler processes' clocks come through shared memory
+    assert summary["profile"]["roles"]["samplers"]["shares"]["env"] > 0
     assert summary["evaluations"] >= 2  # the test process's records plus the final evaluation
     versions = weights_lib.list_versions(os.path.join(run_dir, "checkpoints"))
     assert versions and versions[-1][0] == summary["optimizer_steps"]

@@ -131,9 +131,15 @@ class Profile:
         self.saturated = saturated or {}
         self._row_every_s = row_every_s
         self._clocks: list[StageClock] = []
+        self._sources: list = []
         self._lock = threading.Lock()
         self._last_row: dict[tuple[str, str], float] = {}
         self._next_row = 0.0
+
+    def add_source(self, source) -> None:
+        """Clocks kept elsewhere (other processes): `source()` returns [(role, {stage: seconds})], one per thread
+        or process, counted with this profile's own."""
+        self._sources.append(source)
 
     def columns(self) -> tuple[str, ...]:
         return tuple(f"time/{role}/{name}" for role, stages in self.roles.items() for name in stages)
@@ -167,12 +173,14 @@ class Profile:
         """{role: {stage: seconds summed over the role's threads}}, with each role's thread count under
         "threads" and its threads' wall time under "wall"."""
         with self._lock:
-            clocks = list(self._clocks)
+            clocks = [(clock.role, clock.seconds()) for clock in self._clocks]
+        for source in self._sources:
+            clocks += source()
         roles: dict[str, dict[str, float]] = {}
-        for clock in clocks:
-            entry = roles.setdefault(clock.role, {"threads": 0, "wall": 0.0})
+        for role, seconds in clocks:
+            entry = roles.setdefault(role, {"threads": 0, "wall": 0.0})
             entry["threads"] += 1
-            for name, value in clock.seconds().items():
+            for name, value in seconds.items():
                 entry[name] = entry.get(name, 0.0) + value
                 entry["wall"] += value
         return roles

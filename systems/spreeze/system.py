@@ -171,20 +171,21 @@ def _make_monitor(config: SpreezeConfig, agent) -> Monitor:
 def spreeze_profile() -> Profile:
     """The learner's time (this process's main thread, 3.2.1): starting the children and the automatic tuning,
     waiting for `learning_starts` transitions, sampling the shared replay, the update and the weight files (the
-    checkpoints). The samplers never wait for the learner (3.1.1), so the learner's time names the bound; the
-    sampler, test and visualization processes are not timed here."""
+    checkpoints); and each sampler process's (3.1.1: new weights, its forward pass, EnvPool, writing the replay),
+    shared through memory. The samplers never wait for the learner, so the learner's time names the bound; the test
+    and visualization processes are not timed."""
     bounds = {
         "update": Bound("learner-bound", "the updates: a larger --batch_size per update (Sec. 3.2.1), "
                                          "--model_parallel over two devices or an accelerator would move it"),
         "sample": Bound("replay-bound", "sampling the shared replay: a smaller --batch_size would move it"),
         "wait_for_data": Bound("sampler-bound", "the learner waits for --learning_starts transitions: more "
                                                 "--num_samplers or a smaller --learning_starts would move it"),
-        "start_and_tune": Bound("start-bound", "the run was short beside starting its processes and the automatic "
-                                               "tuning (Sec. 3.4); give --num_samplers and --batch_size to skip it"),
+        "start_and_tune": Bound("start-bound", "the run was short beside starting its processes (and, with "
+                                               "automatic sizes, the tuning of Sec. 3.4); a longer run is not"),
         "checkpoint": Bound("publish-bound", "writing the weight files: a larger --publish_every would move it"),
     }
-    return Profile({"main": ("start_and_tune", "wait_for_data", "sample", "compile", "update", "checkpoint")},
-                   "main", bounds)
+    return Profile({"main": ("start_and_tune", "wait_for_data", "sample", "compile", "update", "checkpoint"),
+                    "samplers": workers.SAMPLER_STAGES[:-1]}, "main", bounds)
 
 
 class _SpreezeRun:
@@ -207,6 +208,8 @@ class _SpreezeRun:
         transfer = SharedReplay if config.transfer == "shm" else QueueTransfer
         self.replay = transfer.create(config.buffer_size, fields, run_id=run_id(monitor.run_dir), ctx=ctx)
         self.steps = ctx.Array("q", self.max_samplers, lock=False)
+        self.stage_seconds = ctx.Array("d", self.max_samplers * len(workers.SAMPLER_STAGES), lock=False)
+        monitor.profile.add_source(self._sampler_seconds)
         self.episodes: list[tuple[int, float, int]] = []
         monitor.state = state
         monitor.checkpoint()  # version 0 (or the resumed version) for the samplers and the evaluator
@@ -222,6 +225,14 @@ class _SpreezeRun:
         self.sample_seconds = self.update_seconds = 0.0
         self.elapsed = 0.0
         self._last_report = 0.0  # when the last progress report was made (set when `train` starts)
+
+    def _sampler_seconds(self) -> list[tuple[str, dict]]:
+        """The samplers' clocks (`systems.common.profile`), from their rows of the shared stage seconds: one entry
+        per sampler that has started."""
+        n = len(workers.SAMPLER_STAGES)
+        rows = np.frombuffer(self.stage_seconds, np.float64).reshape(self.max_samplers, n)
+        return [("samplers", dict(zip(workers.SAMPLER_STAGES, map(float, row), strict=True)))
+                for row in rows if row.sum() > 0]
 
     def collected(self) -> int:
         """Env steps collected by the whole run (the resumed ones included)."""
@@ -254,7 +265,8 @@ class _SpreezeRun:
 
     def _start_sampler(self, i: int) -> None:
         self.children.start(f"sampler-{i}", workers.sampler_main, i, self.config, self.replay.handle(),
-                            self.weights_dir, self.children.stop, self.children.sampler_stops[i], self.steps)
+                            self.weights_dir, self.children.stop, self.children.sampler_stops[i], self.steps,
+                            self.stage_seconds)
 
     def _start_children(self) -> None:
         """The sampler processes (3.1.1; `num_samplers=0`: as many as the tuning chooses, 3.4), the batch size

@@ -45,24 +45,62 @@ def _guard(name: str, events, body) -> None:
         raise SystemExit(1) from None
 
 
-def sampler_main(index: int, config, replay_handle, weights_dir: str, stop, own_stop, steps, events) -> None:
+SAMPLER_STAGES = ("weights", "inference", "env", "replay_write", "other")  # a row of the shared stage seconds
+_PUBLISH_STAGES_S = 0.5
+
+
+def sampler_main(index: int, config, replay_handle, weights_dir: str, stop, own_stop, steps, stage_seconds,
+                 events) -> None:
     """Experience sampler `index` (section 3.1.1): its own EnvPool of `envs_per_sampler` envs and a CPU copy of the
     policy with exploration; writes transitions straight into the shared replay; never waits for the learner.
 
-    `steps` is a shared int64 array, one slot per sampler: env steps taken (read by the learner and the others).
-    `stop` ends every process of the run; `own_stop` only this sampler (the sampler-count tuning retires samplers)."""
+    `steps` is a shared int64 array, one slot per sampler: env steps taken (read by the learner and the others);
+    `stage_seconds` a shared float64 array, one row of `SAMPLER_STAGES` per sampler: where its time went
+    (`systems.common.profile`, read by the learner's profile). `stop` ends every process of the run; `own_stop` only
+    this sampler (the sampler-count tuning retires samplers)."""
     _cpu_only()
     _guard(f"sampler-{index}", events,
-           lambda: _sample(index, config, replay_handle, weights_dir, stop, own_stop, steps, events))
+           lambda: _sample(index, config, replay_handle, weights_dir, stop, own_stop, steps, events,
+                           _StageRow(stage_seconds, index)))
 
 
-def _sample(index: int, config, replay_handle, weights_dir: str, stop, own_stop, steps, events) -> None:
+class _StageRow:
+    """This sampler's clock (`systems.common.profile`) and its row of the shared stage seconds, written at most
+    every half second and when the sampler ends."""
+
+    def __init__(self, shared, index: int):
+        from systems.common.profile import Profile
+
+        self._profile = Profile({"samplers": SAMPLER_STAGES[:-1]}, "samplers", {})
+        self._clock = self._profile.bind("samplers")
+        self._shared, self._start = shared, index * len(SAMPLER_STAGES)
+        self._next = 0.0
+
+    def publish(self, *, force: bool = False) -> None:
+        import time
+
+        now = time.perf_counter()
+        if not force and now < self._next:
+            return
+        self._next = now + _PUBLISH_STAGES_S
+        seconds = self._clock.seconds()
+        for offset, name in enumerate(SAMPLER_STAGES):
+            self._shared[self._start + offset] = seconds.get(name, 0.0)
+
+    def close(self) -> None:
+        self._profile.unbind()
+        self.publish(force=True)
+
+
+def _sample(index: int, config, replay_handle, weights_dir: str, stop, own_stop, steps, events,
+            stage_row: _StageRow) -> None:
     """The sampler's loop: pick up the newest weights, act, step the envs, put the real transitions into the replay
     (not EnvPool's reset steps) and the finished episodes on `events`."""
     import numpy as np
 
     from envs.episodes import EpisodeTracker, split_done
     from envs.factory import make_pool, make_spec
+    from systems.common.profile import stage
     from systems.offpolicy.agent import build_agent
     from systems.spreeze import weights as weights_lib
     from systems.spreeze.shared_replay import SharedReplay
@@ -82,22 +120,28 @@ def _sample(index: int, config, replay_handle, weights_dir: str, stop, own_stop,
     step = 0
     try:
         while not stop.is_set() and not own_stop.is_set():
-            newest = watcher.poll()
+            with stage("weights"):
+                newest = watcher.poll()
             if newest is not None:
                 params = agent.policy_params(newest[1].agent)
-            actions = policy.actions(params, obs, step, steps)
-            next_obs, rewards, terminated, truncated, info = pool.step(actions)
+            with stage("inference"):
+                actions = policy.actions(params, obs, step, steps)
+            with stage("env"):
+                next_obs, rewards, terminated, truncated, info = pool.step(actions)
             term, trunc = split_done(spec.family, terminated, truncated, info, spec.max_episode_steps)
             tracker.step(np.asarray(info["env_id"]), rewards, terminated, truncated, info)
             finished = tracker.pop_finished()
             if finished:
                 events.put(("episodes", index, finished))
-            _insert_real(replay, ~reset_step, obs, actions, rewards, next_obs, term, policy.action_dtype)
+            with stage("replay_write"):
+                _insert_real(replay, ~reset_step, obs, actions, rewards, next_obs, term, policy.action_dtype)
             reset_step = (term + trunc) > 0
             obs = next_obs
             steps[index] += num_envs
             step += 1
+            stage_row.publish()
     finally:
+        stage_row.close()
         pool.close()
         if isinstance(replay, SharedReplay):
             replay.close()
