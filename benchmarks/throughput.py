@@ -350,8 +350,9 @@ def _markdown(table, command, started, now) -> str:
         "/proc): anything well above 0 means the numbers were measured on a shared, loaded machine.",
         "- Targets: HTS >= 3x sync under exponential step times; HTS/ceiling >= 0.5 on CartPole with step time.",
         "- model HTS/sync = the zero-compute Claim 1 bound for that row (module docstring of the script).",
-        "- HTS bound, sync bound: the stage that bounds the run (`systems.common.profile`: the actors' largest stage "
-        "for HTS, the one thread's for sync, or a learner busy 90% of its time) with its share, most repeats' verdict.",
+        "- HTS bound, sync bound: the stage that bounds the run after its first update (`systems.common.profile`: the "
+        "actors' largest stage for HTS, the one thread's for sync, or a learner busy 90% of its time) with its share, "
+        "most repeats' verdict.",
         "",
         "| env | num_envs | step_time | alpha | env batch | infer batch | total steps | repeats | ceiling SPS | "
         "sync SPS | HTS SPS | HTS/sync | model HTS/sync | HTS/ceiling | sync/ceiling | HTS bound | sync bound | "

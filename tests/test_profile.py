@@ -129,3 +129,21 @@ def test_an_hts_run_logs_every_threads_stages_and_names_its_bound(tmp_path):
         for role in ("actors", "learner", "main"):
             shares = [float(v) for k, v in row.items() if k.startswith(f"time/{role}/")]
             assert min(shares) >= 0 and sum(shares) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_the_verdict_reads_the_steady_state_after_the_first_update():
+    profile = _profile()
+    profile.bind("actors")
+    try:
+        with profile_lib.stage("wait"):  # start-up: compiling, say
+            time.sleep(0.15)
+        profile.mark_steady()
+        with profile_lib.stage("env"):
+            time.sleep(0.05)
+        breakdown = profile.breakdown()
+    finally:
+        profile.unbind()
+    assert breakdown["roles"]["actors"]["shares"]["wait"] > 0.6  # over the whole run
+    assert breakdown["steady"]["actors"]["shares"]["env"] > 0.8
+    assert breakdown["bound"]["verdict"] == "simulator-bound" and breakdown["bound"]["steady"]
+    assert "after the first update" in profile_lib.describe(breakdown)[-1]

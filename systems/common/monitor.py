@@ -276,6 +276,7 @@ class Monitor:
             **{k: float(v) for k, v in report.metrics.items()},
             **self.profile.shares(),
         }
+        self.profile.mark_steady()
         self.outputs.log_progress(row)
         self._last_output = time.perf_counter()
         self.outputs.progress_line(row, self.total_steps, force=steps >= self.total_steps,

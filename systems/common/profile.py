@@ -135,6 +135,7 @@ class Profile:
         self._lock = threading.Lock()
         self._last_row: dict[tuple[str, str], float] = {}
         self._next_row = 0.0
+        self._steady_from: dict | None = None
 
     def add_source(self, source) -> None:
         """Clocks kept elsewhere (other processes): `source()` returns [(role, {stage: seconds})], one per thread
@@ -205,33 +206,52 @@ class Profile:
                 row.update({f"time/{role}/{k}": v / total for k, v in deltas.items()})
         return row
 
+    def mark_steady(self) -> None:
+        """From now on the run is in its steady state (the monitor calls it at the first update): the verdict reads
+        the time after this, without start-up and the first compilations, where there is any."""
+        if self._steady_from is None:
+            self._steady_from = self.seconds()
+
     def breakdown(self) -> dict:
         """summary.json's "profile": per role its threads, wall seconds and the share of each stage over the whole
-        run, and the verdict: the deciding role's largest stage, what it means and what would move it."""
-        roles = {}
+        run ("roles") and after the first update ("steady"), and the verdict ("bound") on the steady state (the
+        whole run when it has none): the deciding role's largest stage, what it means and what would move it."""
         measured = self.seconds()
+        result = {"roles": self._shares_by_role(measured), "steady": None, "bound": None}
+        if self._steady_from is not None:
+            after = {role: {k: v - self._steady_from.get(role, {}).get(k, 0.0) if k != "threads" else v
+                            for k, v in entry.items()} for role, entry in measured.items()}
+            steady = self._shares_by_role(after)
+            if steady.get(self.deciding_role, {}).get("seconds", 0.0) > 0:
+                result["steady"] = steady
+        result["bound"] = self._verdict(result["steady"] or result["roles"], steady=result["steady"] is not None)
+        return result
+
+    def _shares_by_role(self, measured: dict) -> dict:
+        roles = {}
         for role in sorted(measured, key=lambda r: list(self.roles).index(r) if r in self.roles else len(self.roles)):
             entry = measured[role]
             wall = entry["wall"]
-            stages = {k: v for k, v in entry.items() if k not in ("threads", "wall")}
+            stages = {k: max(v, 0.0) for k, v in entry.items() if k not in ("threads", "wall")}
             roles[role] = {"threads": int(entry["threads"]), "seconds": wall,
                            "shares": {k: v / wall for k, v in sorted(stages.items(), key=lambda kv: -kv[1])}
                            if wall > 0 else {}}
-        result = {"roles": roles, "bound": None}
+        return roles
+
+    def _verdict(self, roles: dict, *, steady: bool) -> dict | None:
         for role, (name, bound) in self.saturated.items():
             share = roles.get(role, {}).get("shares", {}).get(name, 0.0)
             if share >= self.SATURATED:
-                result["bound"] = {"role": role, "stage": name, "share": share, "verdict": bound.verdict,
-                                   "advice": bound.advice}
-                return result
+                return {"role": role, "stage": name, "share": share, "verdict": bound.verdict,
+                        "advice": bound.advice, "steady": steady}
         deciding = roles.get(self.deciding_role, {}).get("shares", {})
-        if deciding:
-            name, share = next(iter(deciding.items()))
-            bound = self.bounds.get(name, Bound("overhead-bound", "time outside the measured stages (Python "
-                                                                  "bookkeeping); a profiler would tell more"))
-            result["bound"] = {"role": self.deciding_role, "stage": name, "share": share, "verdict": bound.verdict,
-                               "advice": bound.advice}
-        return result
+        if not deciding:
+            return None
+        name, share = next(iter(deciding.items()))
+        bound = self.bounds.get(name, Bound("overhead-bound", "time outside the measured stages (Python "
+                                                              "bookkeeping); a profiler would tell more"))
+        return {"role": self.deciding_role, "stage": name, "share": share, "verdict": bound.verdict,
+                "advice": bound.advice, "steady": steady}
 
 
 def bound_text(breakdown: dict | None) -> str | None:
@@ -251,6 +271,7 @@ def describe(breakdown: dict) -> list[str]:
     bound = breakdown["bound"]
     if bound is not None:
         threads = breakdown["roles"][bound["role"]]["threads"]
+        when = " after the first update" if bound.get("steady") else ""
         lines.append(f"  {bound['verdict']}: {bound['role']} ({threads} thread{'s' if threads > 1 else ''}) spent "
-                     f"{bound['share']:.0%} of their time in {bound['stage']}; {bound['advice']}")
+                     f"{bound['share']:.0%} of their time{when} in {bound['stage']}; {bound['advice']}")
     return lines
