@@ -228,6 +228,15 @@ NOTES = {
         "(128 updates of batch 64 every 256 env steps, target copy every 10 env steps, learning rate 2.3e-3). "
         "Loads of 1.8-4.6: the cores were shared with the test suite; CPU time is the fair cost."
     ),
+    "LunarLander-v2 dqn": (
+        "seed 0 only (2026-11-26). SB3's DQN reached 200 at 75k steps and collapsed to a final -568. PAL with "
+        "prioritized replay never learned: every evaluation from 25k steps on was below a random policy (-186; "
+        "best -228, final -475), and its mean Q value diverged (about 1,200 at 100k steps and 3,700 at 450k, while "
+        "returns were negative). The same code with `results/pal_cpu.md`'s settings (200k steps, so a 24k-step "
+        "exploration schedule instead of 60k; seed 1) was at 110 by 50k steps and 170 by 60k (a diagnostic run, "
+        "not in this table). Whether the seed or the 500k schedule sets the divergence off is not settled yet; "
+        "neither is PER against uniform replay on this task."
+    ),
     "Pendulum-v1 sac": (
         "5 seeds per side. Seeds 0-2 ran alone on the 2 cores (loads 1.5-2.3); seed 3 of SB3's SAC and TD3 and of "
         "PAL's SAC ran beside the test suite (loads 3.0-4.8, their wall times are inflated; CPU time is the fair "
