@@ -9,8 +9,9 @@ thread-local lookup per stage (measured in `benchmarks/results/profile_cpu.md`);
 thread with no clock, `stage` does nothing.
 
 HTS-RL's argument (seed 000, Sec. 3) is about exactly this split: simulators waiting for one another, the learner
-waiting for the actors. The verdict (`Profile.breakdown`) reads the stages of the role that waits on the others (the
-actors, or the one thread of a lock-step system): the stage where it spends most time is the bound."""
+waiting for the actors. The verdict (`Profile.breakdown`) reads, after the run's first update, the stages of the role
+that waits on the others (the actors, or the one thread of a lock-step system): the stage where it spends most time
+is the bound."""
 
 from __future__ import annotations
 
