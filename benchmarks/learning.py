@@ -233,8 +233,8 @@ NOTES = {
         "prioritized replay never learned: every evaluation from 25k steps on was below a random policy (-186; "
         "best -228, final -475), and its mean Q value diverged (about 1,200 at 100k steps and 3,700 at 450k, while "
         "returns were negative). The same code with `results/pal_cpu.md`'s settings (200k steps, so a 24k-step "
-        "exploration schedule instead of 60k; seed 1) was at 110 by 50k steps and 170 by 60k (a diagnostic run, "
-        "not in this table). Whether the seed or the 500k schedule sets the divergence off is not settled yet; "
+        "exploration schedule instead of 60k; seed 1) reached 211 at 40k steps and 271 at 100k, then fell back to "
+        "about 0 by 130k (a diagnostic run, not in this table). Whether the seed or the 500k schedule sets the divergence off is not settled yet; "
         "neither is PER against uniform replay on this task."
     ),
     "Pendulum-v1 sac": (
