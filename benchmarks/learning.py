@@ -234,8 +234,8 @@ NOTES = {
         "best -228, final -475), and its mean Q value diverged (about 1,200 at 100k steps and 3,700 at 450k, while "
         "returns were negative). The same code with `results/pal_cpu.md`'s settings (200k steps, so a 24k-step "
         "exploration schedule instead of 60k; seed 1) reached 211 at 40k steps and 271 at 100k, then fell back to "
-        "about 0 by 130k (a diagnostic run, not in this table). Whether the seed or the 500k schedule sets the divergence off is not settled yet; "
-        "neither is PER against uniform replay on this task."
+        "about 0 by 130k (a diagnostic run, not in this table). Whether the seed or the 500k schedule sets the "
+        "divergence off is not settled yet; neither is PER against uniform replay on this task."
     ),
     "Pendulum-v1 sac": (
         "5 seeds per side. Seeds 0-2 ran alone on the 2 cores (loads 1.5-2.3); seed 3 of SB3's SAC and TD3 and of "
