@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+from systems.common import hardware
+
 
 def run_job(module: str, job: dict, timeout_s: float, env: dict | None = None) -> dict:
     """Runs `python -m module --worker=<job>` in a fresh process (environment `env`, default this one's); returns
@@ -79,16 +81,7 @@ def fmt(value, digits=0):
 
 
 def machine() -> str:
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores"
+    return f"{hardware.cpu_model()}, {os.cpu_count()} cores"
 
 
 def git_commit() -> str:

@@ -48,10 +48,11 @@ def _version(name: str) -> str | None:
 
 @functools.cache
 def _static_card() -> dict:
+    memory = memory_gib()
     return {
         "cpu": cpu_model(),
         "cores": usable_cores(),
-        "memory_gib": round(memory_gib(), 1) if memory_gib() else None,
+        "memory_gib": round(memory, 1) if memory else None,
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "versions": {name: _version(name) for name in LIBRARIES},

@@ -162,6 +162,13 @@ class Profile:
             clock.stop()
         _local.clock = None
 
+    def timed(self, role: str, target):
+        """`target` (a thread's body) run under a clock of `role`, for `ThreadGroup.spawn`."""
+        def body():
+            with self.thread(role):
+                target()
+        return body
+
     @contextlib.contextmanager
     def thread(self, role: str):
         """The calling thread's clock of `role` for the block (a worker thread's whole body)."""

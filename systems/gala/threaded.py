@@ -152,11 +152,7 @@ class _AsyncLearners:
 
     def start(self) -> None:
         for i in range(self._config.num_learners):
-            self.group.spawn(f"learner-{i}", functools.partial(self._timed_learner_loop, i))
-
-    def _timed_learner_loop(self, i: int) -> None:
-        with self._profile.thread("learners"):
-            self._learner_loop(i)
+            self.group.spawn(f"learner-{i}", self._profile.timed("learners", functools.partial(self._learner_loop, i)))
 
     def close(self) -> None:
         self.group.stop()

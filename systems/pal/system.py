@@ -38,7 +38,6 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -358,17 +357,12 @@ class _Framework:
         return interrupted, time.perf_counter() - start
 
     def _spawn(self, profile: Profile) -> None:
-        def timed(role: str, target: Callable[[], None]) -> Callable[[], None]:
-            def body():
-                with profile.thread(role):
-                    target()
-            return body
-
         for actor in self.actors:
-            self.group.spawn(f"actor-{actor.actor_id}", timed("actors", lambda actor=actor: self._actor_loop(actor)))
+            self.group.spawn(f"actor-{actor.actor_id}",
+                             profile.timed("actors", lambda actor=actor: self._actor_loop(actor)))
         for i in range(self.threads.num_learners):
-            self.group.spawn(f"learner-{i}", timed("learners", lambda i=i: self.server.learner_loop(i)))
-        self.group.spawn("parameter-server", timed("server", self.server.server_loop))
+            self.group.spawn(f"learner-{i}", profile.timed("learners", lambda i=i: self.server.learner_loop(i)))
+        self.group.spawn("parameter-server", profile.timed("server", self.server.server_loop))
 
     def _actor_loop(self, actor: Actor) -> None:
         """One actor thread (V-A): steps its envs whenever the gate lets it; the last actor to stop tells the
