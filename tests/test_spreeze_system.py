@@ -53,14 +53,20 @@ def test_spreeze_resume_sets_a_corrupt_newest_weight_file_aside(tmp_path, capsys
     """A corrupt newest weight file made the run impossible to resume until deleted by hand (publishing an older
     version next to it was refused)."""
     run_dir = str(tmp_path / "run")
-    system.run(tiny_spreeze(run_dir, total_steps=800))
+    # The samplers never wait for the learner: on a loaded machine they may finish 800 steps before its first update
+    # is compiled, leaving version 0 alone. Resume until an older version stands behind the newest one.
+    steps = 800
+    system.run(tiny_spreeze(run_dir, total_steps=steps))
+    while len(weights_lib.list_versions(os.path.join(run_dir, "checkpoints"))) < 2 and steps < 3_200:
+        steps += 800
+        system.run(tiny_spreeze(run_dir, total_steps=steps, resume=True))
     newest = weights_lib.list_versions(os.path.join(run_dir, "checkpoints"))[-1][1]
     with open(newest, "r+b") as f:
         f.truncate(100)
     capsys.readouterr()
-    second = system.run(tiny_spreeze(run_dir, total_steps=1_200, resume=True))
+    second = system.run(tiny_spreeze(run_dir, total_steps=steps + 400, resume=True))
     assert f"warning: checkpoint {newest} is unreadable (" in capsys.readouterr().err
-    assert os.path.exists(newest + ".unreadable") and second["env_steps"] >= 1_200
+    assert os.path.exists(newest + ".unreadable") and second["env_steps"] >= steps + 400
 
 
 def test_a_dead_sampler_stops_the_run_with_its_error(tmp_path):
