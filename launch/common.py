@@ -30,10 +30,8 @@ _PRESET_FIELDS = (
     "num_envs", "num_actors", "total_steps", *flagsets.ON_POLICY_HYPERPARAMETERS, *flagsets.PPO_HYPERPARAMETERS,
     *flagsets.NORMALIZATION_HYPERPARAMETERS,
 )
-# Run and layout fields read from the launcher's flag when it has one (the config's default otherwise).
-OUTPUT_FIELDS = ("capture_video", "track", "wandb_project", "wandb_entity", "wandb_group")
-_PLAIN_FIELDS = ("logdir", "resume", "eval_episodes", "eval_deterministic", "time_limit", "target_return", "step_time",
-                 "quiet", *OUTPUT_FIELDS)
+# Fields beyond the "run" group read from the launcher's flag when it has one (the config's default otherwise).
+_PLAIN_FIELDS = ("eval_deterministic", "step_time")
 NO_NORMALIZATION = dict(normalize_obs=False, normalize_reward=False)
 
 
@@ -64,7 +62,8 @@ def config_from_flags(
         values["hidden_sizes"] = cli.int_list("hidden_sizes", f.hidden_sizes)
     values.update(run_schedule(f, values.get("total_steps", config_lib.TrainConfig.total_steps)))
     plain = {name: f[name].value for name in _PLAIN_FIELDS if name in f}
-    config = config_cls(env_id=env_id, algo=algo, seed=f.seed, preset=preset_name, **plain, **values,
+    config = config_cls(env_id=env_id, algo=algo, preset=preset_name, **settings_from_flags(f, config_cls, "run"),
+                        **plain, **values,
                         **(extra or {}))
     if validate:
         config_lib.validate(config)
@@ -76,6 +75,26 @@ def settings_from_flags(launcher_flags: flags.FlagValues, config_cls: type, grou
     which default to the field's own default."""
     return {field.name: launcher_flags[field.name].value for field in dataclasses.fields(config_cls)
             if field.metadata.get("group") == group and field.metadata["preset"] is False}
+
+
+def preset_overrides(launcher_flags: flags.FlagValues, config_cls: type, groups: tuple[str, ...], *,
+                     batch_auto: bool = False) -> dict:
+    """The values of `config_cls`'s `hyperparameter` fields of `groups` whose flags were given (their default None
+    means the preset's), parsed: `hidden_sizes` from "256,256", `batch_size` a count (or 'auto' -> 0 where
+    `batch_auto`)."""
+    values = {}
+    for field in dataclasses.fields(config_cls):
+        if field.metadata.get("group") not in groups or not field.metadata["preset"]:
+            continue
+        value = launcher_flags[field.name].value
+        if value is None:
+            continue
+        if field.name == "hidden_sizes":
+            value = cli.int_list(field.name, value)
+        elif field.name == "batch_size":
+            value = cli.parse_count(value, field.name, auto=batch_auto)
+        values[field.name] = value
+    return values
 
 
 def run_schedule(launcher_flags: flags.FlagValues, total_steps: int) -> dict:

@@ -8,13 +8,11 @@ the scale-out group launch.ba3c and launch.gala), SCALE_OUT (launch.ba3c and lau
 launch.spreeze), and one group per launcher for what only it takes. Hyperparameter flags default to None: the
 preset of the env family and algorithm (`systems.common.config.PRESETS`, `launch.pal.PRESETS`, ...).
 
-The on-policy hyperparameters (the PPO / A2C, PPO-only and normalization groups) are generated from
-`TrainConfig`'s `hyperparameter` fields (`from_fields`): the help text, choices and group are declared once, in the
-field, and the flag's default is None (the preset). ml_collections' `config_flags` was tried for this and dropped:
-it renames every override to `--config.<name>`, shows one `--config` flag in --help, and could not parse our
-postponed annotations. The HTS, BA3C, GALA and PAL groups come from their configs the same way (`setting` fields: the
-flag defaults to the field's value). The run, multi-host, scale-out, off-policy and Spreeze groups are still
-written here."""
+The flags of the run, on-policy, PPO, normalization, HTS, BA3C, GALA, PAL, off-policy and Spreeze groups are
+generated from their configs' `hyperparameter` / `setting` fields (`from_fields`): help text, choices, group and
+kind are declared once, in the field; a hyperparameter's flag defaults to None (the preset), a setting's to the
+field's value. (ml_collections' `config_flags` would rename every flag to `--config.<name>`.) --game / --env (read
+into `env_id`) and the multi-host and scale-out groups, which no config holds, are written here."""
 
 from __future__ import annotations
 
@@ -29,6 +27,7 @@ from systems.common.config import PRESET_CHOICES, TASK_PRESETS, TrainConfig, hyp
 from systems.gala.config import GALAConfig
 from systems.hts.config import HTSConfig
 from systems.pal.config import PALConfig
+from systems.spreeze.config import SpreezeConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,32 +65,15 @@ def _l(name, default, help_):
     return Spec("list", name, default, help_)
 
 
-def run_group(*, checkpoints: bool = True, default_eval_every: str = "total_steps / 20") -> list[Spec]:
-    """What every training run has: task, seed, length, run directory, evaluation, checkpoints, time limit."""
-    group = [
+def run_group(config_cls: type, *, checkpoints: bool = True) -> list[Spec]:
+    """What every training run has: the task (--game / --env, read into `env_id`) and `RunConfig`'s "run" fields
+    (seed, length, run directory, evaluation, checkpoints unless the system has none, time limit, outputs)."""
+    names = [name for name in hyperparameters(config_cls, "run") if checkpoints or name != "checkpoint_every"]
+    return [
         _s("game", None, "Atari game name, e.g. Breakout (EnvPool id Breakout-v5)."),
         _s("env", None, "EnvPool task id instead of --game, e.g. CartPole-v1, gfootball/academy_empty_goal_close-v1."),
-        _i("seed", 1, "Seed of envs, initial parameters, action keys and minibatch order."),
-        _i("total_steps", None, "Env steps to train (agent steps; default: preset)."),
-        _s("logdir", "", "Run directory (default: runs/<system>-<env>-s<seed>-<time>)."),
-        _b("resume", False, "Continue from the newest checkpoint in --logdir."),
-        _i("eval_every", None, f"Env steps between evaluations (0: only at the end; default: {default_eval_every})."),
-        _i("eval_episodes", 10, "Episodes per evaluation (0: no evaluation)."),
-        _f("time_limit", 0.0, "Stop training after this many seconds (final time metric)."),
-        _f("target_return", None, "Evaluation return for the required time metric."),
-        _b("quiet", False, "No progress line on the terminal."),
-        _b("capture_video", False, "Film one evaluation episode at each evaluation: <run dir>/videos/*.mp4 (real "
-           "frames where the simulator gives them; GIF without the video extra), also to TensorBoard and W&B."),
-        _b("track", False, 'Log to Weights & Biases (needs: pip install -e ".[wandb]"; WANDB_MODE=offline: no '
-           "account or network)."),
-        _s("wandb_project", "htsrl", "W&B project of --track."),
-        _s("wandb_entity", "", "W&B entity (team or user) of --track (default: the account's)."),
-        _s("wandb_group", "", "W&B group of --track, e.g. one per sweep."),
+        *from_fields(config_cls, tuple(names)),
     ]
-    if checkpoints:
-        group.insert(9, _i("checkpoint_every", None,
-                           "Env steps between checkpoints (0: only at the end; default: total_steps / 10)."))
-    return group
 
 
 # The on-policy hyperparameters: the `hyperparameter` fields of `TrainConfig` (help text, choices and group there),
@@ -114,7 +96,8 @@ def from_fields(config_cls: type, names: tuple[str, ...]) -> list[Spec]:
             raise TypeError(f"{config_cls.__name__}.{name} is not declared with systems.common.config.hyperparameter")
         choices = field.metadata["choices"]
         type_name = field.type if isinstance(field.type, str) else field.type.__name__  # postponed or not
-        kind = "enum" if choices else _KINDS[type_name.split("|")[0].split("[")[0].strip()]
+        kind = field.metadata.get("flag_kind") or (
+            "enum" if choices else _KINDS[type_name.split("|")[0].split("[")[0].strip()])
         specs.append(Spec(kind, name, field.metadata["flag_default"], field.metadata["help"], choices))
     return specs
 
@@ -162,24 +145,11 @@ def scale_out_group(*, lr_scaling_default: str, multiplier: str) -> list[Spec]:
     ]
 
 
-def off_policy_group(*, algos: tuple[str, ...], batch_auto: bool) -> list[Spec]:
-    """The off-policy algorithm's flags shared by launch.pal and launch.spreeze."""
-    return [
-        _e("algo", None, algos, "Algorithm (default: " + algos[0] + ")."),
-        _f("learning_rate", None, "Learning rate (default: preset)."),
-        _f("critic_learning_rate", None, "Critic learning rate (0: --learning_rate; default: preset)."),
-        _f("gamma", None, "Discount (default: preset)."),
-        _f("max_grad_norm", None, "Global gradient norm clip (0: none; default: 10 for DQN, else 0)."),
-        _f("opt_eps", None, "Optimizer epsilon (default: 1e-5 for DQN, else 1e-8)."),
-        _l("hidden_sizes", None, "MLP hidden sizes, e.g. 256,256 (default: preset)."),
-        _s("batch_size", None, "Batch of one optimizer step" + (", or 'auto' (section 3.4)" if batch_auto else "")
-           + " (default: preset)."),
-        _i("buffer_size", None, "Replay capacity in transitions (default: preset)."),
-        _i("learning_starts", None, "Env steps collected before the first update (default: preset)."),
-        _f("tau", None, "Polyak rate of the target networks (DQN: 1 = hard copies; default: preset)."),
-        _f("action_noise", 0.1, "DDPG/TD3: Gaussian exploration noise (fraction of half-range)."),
-        _b("stop_at_target", False, "End the run at the first evaluation whose mean return reaches --target_return."),
-    ]
+def off_policy_group(config_cls: type, *, algos: tuple[str, ...]) -> list[Spec]:
+    """The off-policy algorithm's flags of launch.pal and launch.spreeze: `--algo` (each its own choices) and
+    `config_cls`'s "off_policy" fields (`OffPolicyConfig`; Spreeze's `batch_size` also takes 'auto')."""
+    return [_e("algo", None, algos, "Algorithm (default: " + algos[0] + ")."),
+            *from_fields(config_cls, hyperparameters(config_cls, "off_policy"))]
 
 
 def define(flag_values: flags.FlagValues, section: str, specs: list[Spec]) -> None:
@@ -197,39 +167,32 @@ def define(flag_values: flags.FlagValues, section: str, specs: list[Spec]) -> No
 PAL_FLAGS = (*hyperparameters(PALConfig, "pal"), *hyperparameters(PALConfig, "dqn"),
              *hyperparameters(PALConfig, "pal_run"))
 PAL = from_fields(PALConfig, PAL_FLAGS)
-SPREEZE = [
-    _s("num_samplers", "2", "Sampler processes, or 'auto' (section 3.4)."),
-    _i("envs_per_sampler", 1, "Envs of each sampler's own EnvPool."),
-    _i("publish_every", 50, "Learner updates between weight files (they are Spreeze's checkpoints)."),
-    _e("transfer", "shm", ("shm", "queue"), "Experience transfer: shared memory or queue."),
-    _b("model_parallel", False, "SAC: actor on one device, critics on another."),
-    _b("render", False, "Visualization process: rollout GIFs of the newest policy."),
-    _f("render_every", 30.0, "Seconds between rollout GIFs."),
-    _f("tune_seconds", 3.0, "Measuring time per value tried by the auto tuning."),
-]
+SPREEZE = from_fields(SpreezeConfig, hyperparameters(SpreezeConfig, "spreeze"))
 BA3C = from_fields(BA3CConfig, hyperparameters(BA3CConfig, "ba3c"))
 GALA = from_fields(GALAConfig, hyperparameters(GALAConfig, "gala"))
 
 _ON_POLICY_ALGOS = ("ppo", "a2c")
 # Each training launcher's flag groups, in --help order: (section title, flags).
 LAUNCHERS: dict[str, list[tuple[str, list[Spec]]]] = {
-    "hts": [("run", run_group()), ("PPO / A2C", on_policy_group(algos=_ON_POLICY_ALGOS)), ("PPO only", PPO),
+    "hts": [("run", run_group(HTSConfig)), ("PPO / A2C", on_policy_group(algos=_ON_POLICY_ALGOS)),
+            ("PPO only", PPO),
             ("observation and reward normalization", NORMALIZATION), ("HTS-RL actors and batches", HTS),
             ("devices", HTS_DEVICES),
             ("multi-host (the same command on every host with its own --process_id)", MULTI_HOST)],
-    "sync": [("run", run_group()), ("PPO / A2C", on_policy_group(algos=_ON_POLICY_ALGOS)), ("PPO only", PPO),
+    "sync": [("run", run_group(TrainConfig)), ("PPO / A2C", on_policy_group(algos=_ON_POLICY_ALGOS)),
+             ("PPO only", PPO),
              ("observation and reward normalization", NORMALIZATION)],
-    "ba3c": [("run", run_group()), ("A2C", on_policy_group(algos=("a2c",), num_envs=False)),
+    "ba3c": [("run", run_group(BA3CConfig)), ("A2C", on_policy_group(algos=("a2c",), num_envs=False)),
              ("scale-out", scale_out_group(lr_scaling_default="none, as the BA3C paper", multiplier="devices")),
              ("BA3C", BA3C)],
-    "gala": [("run", run_group()), ("A2C", on_policy_group(algos=("a2c",), num_envs=False)),
+    "gala": [("run", run_group(GALAConfig)), ("A2C", on_policy_group(algos=("a2c",), num_envs=False)),
              ("scale-out", scale_out_group(lr_scaling_default="sqrt, as the GALA paper", multiplier="learners")),
              ("GALA", GALA)],
-    "pal": [("run", run_group()),
-            ("off-policy", off_policy_group(algos=("dqn", "ddqn", "ddpg", "td3", "sac"), batch_auto=False)),
+    "pal": [("run", run_group(PALConfig)),
+            ("off-policy", off_policy_group(PALConfig, algos=("dqn", "ddqn", "ddpg", "td3", "sac"))),
             ("PAL actors, learners and replay", PAL)],
-    "spreeze": [("run", run_group(checkpoints=False, default_eval_every="preset")),
-                ("off-policy", off_policy_group(algos=("sac", "td3", "ddpg"), batch_auto=True)),
+    "spreeze": [("run", run_group(SpreezeConfig, checkpoints=False)),
+                ("off-policy", off_policy_group(SpreezeConfig, algos=("sac", "td3", "ddpg"))),
                 ("Spreeze processes", SPREEZE)],
 }
 

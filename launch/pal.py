@@ -42,10 +42,8 @@ PRESETS = {
         hidden_sizes=(512,), envs_per_actor=8, gamma=0.99,
     )},
 }
-# Config fields set from the flag of the same name when it is given (else: the preset).
-_PRESET_FIELDS = ("total_steps", "learning_rate", "gamma", "max_grad_norm", "opt_eps", "envs_per_actor",
-                  "update_interval", "buffer_size", "learning_starts", "critic_learning_rate", "target_update_period",
-                  "tau", "epsilon_end", "exploration_fraction")
+# PAL's own preset fields beyond the off-policy and DQN groups, set from their flags when given.
+_PAL_PRESET_FIELDS = ("total_steps", "envs_per_actor", "update_interval")
 
 
 def make_config() -> system.PALConfig:
@@ -57,28 +55,20 @@ def make_config() -> system.PALConfig:
     if family not in PRESETS or kind not in PRESETS[family]:
         raise ValueError(f"launch.pal has no {kind}-action setup for {family} tasks such as {env_id}")
     values = dict(PRESETS[family][kind])
-    for name in _PRESET_FIELDS:
-        if f[name].value is not None:
-            values[name] = f[name].value
+    values.update(common.preset_overrides(f, system.PALConfig, ("off_policy", "dqn")))
+    values.update({name: f[name].value for name in _PAL_PRESET_FIELDS if f[name].value is not None})
     values.setdefault("max_grad_norm", 10.0 if kind == "discrete" else 0.0)
     values.setdefault("opt_eps", 1e-8 if kind == "continuous" else 1e-5)
-    if f.batch_size is not None:
-        values["batch_size"] = cli.parse_count(f.batch_size, "batch_size", auto=False)
-    if f.hidden_sizes is not None:
-        values["hidden_sizes"] = cli.int_list("hidden_sizes", f.hidden_sizes)
-    if values.get("critic_learning_rate") is None:
-        values["critic_learning_rate"] = 0.0
+    values.setdefault("critic_learning_rate", 0.0)
     values.update(common.run_schedule(f, values["total_steps"]))
     num_actors = f.num_actors or 1
     config = system.PALConfig(
-        env_id=env_id, algo=algo, seed=f.seed, num_actors=num_actors,
+        env_id=env_id, algo=algo, num_actors=num_actors, **common.settings_from_flags(f, system.PALConfig, "run"),
         num_envs=0, num_learners=1 if f.num_learners is None else f.num_learners,  # num_envs: the plan's
         **common.settings_from_flags(f, system.PALConfig, "pal"),
         **common.settings_from_flags(f, system.PALConfig, "dqn"),
         **common.settings_from_flags(f, system.PALConfig, "pal_run"),
-        action_noise=f.action_noise, stop_at_target=f.stop_at_target, logdir=f.logdir, resume=f.resume,
-        eval_episodes=f.eval_episodes, time_limit=f.time_limit, target_return=f.target_return, quiet=f.quiet,
-        **{name: f[name].value for name in common.OUTPUT_FIELDS}, **values,
+        **common.settings_from_flags(f, system.PALConfig, "off_policy"), **values,
     )
     system.validate(config)
     return config

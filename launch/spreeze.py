@@ -26,36 +26,27 @@ PRESETS = {
                    buffer_size=1_000_000, learning_starts=5_000, tau=0.005, hidden_sizes=(256, 256), gamma=0.99,
                    eval_every=10_000),
 }
-_FLAG_FIELDS = ("total_steps", "learning_rate", "gamma", "max_grad_norm", "opt_eps", "buffer_size", "learning_starts",
-                "critic_learning_rate", "tau", "action_noise")
 
 
 def make_config() -> system.SpreezeConfig:
     f = FLAGS
     env_id = resolve_env_id(f.game, f.env)
-    algo = f.algo or "sac"
     family = family_of(env_id)
     values = dict(PRESETS.get(family, PRESETS["classic"]))
-    for name in _FLAG_FIELDS:
-        if common.flag_given(f, name) and f[name].value is not None:
-            values[name] = f[name].value
-    if f.hidden_sizes is not None:
-        values["hidden_sizes"] = cli.int_list("hidden_sizes", f.hidden_sizes)
-    if f.batch_size is not None:
-        values["batch_size"] = cli.parse_count(f.batch_size, "batch_size", auto=True)
+    values.update(common.preset_overrides(f, system.SpreezeConfig, ("off_policy",), batch_auto=True))
+    if f.total_steps is not None:
+        values["total_steps"] = f.total_steps
     values.setdefault("max_grad_norm", 0.0)
     values.setdefault("opt_eps", 1e-8)
     values.setdefault("critic_learning_rate", 0.0)
     if f.eval_every is not None:
         values["eval_every"] = f.eval_every
-    num_samplers = cli.parse_count(f.num_samplers, "num_samplers", auto=True)
+    settings = common.settings_from_flags(f, system.SpreezeConfig, "spreeze")
+    settings["num_samplers"] = cli.parse_count(f.num_samplers, "num_samplers", auto=True)
     config = system.SpreezeConfig(
-        env_id=env_id, algo=algo, seed=f.seed, num_samplers=num_samplers, envs_per_sampler=f.envs_per_sampler,
-        publish_every=f.publish_every, transfer=f.transfer, model_parallel=f.model_parallel,
-        stop_at_target=f.stop_at_target, tune_seconds=f.tune_seconds, render=f.render, render_every=f.render_every,
-        logdir=f.logdir, resume=f.resume, eval_episodes=f.eval_episodes, time_limit=f.time_limit,
-        target_return=f.target_return, quiet=f.quiet, checkpoint_every=0, num_envs=0,  # num_envs: not read
-        **{name: f[name].value for name in common.OUTPUT_FIELDS}, **values,
+        env_id=env_id, algo=f.algo or "sac", **settings, **common.settings_from_flags(f, system.SpreezeConfig, "run"),
+        **common.settings_from_flags(f, system.SpreezeConfig, "off_policy"),
+        checkpoint_every=0, num_envs=0, **values,  # num_envs: not read
     )
     system.validate(config)
     return config

@@ -20,50 +20,63 @@ def first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-    """The fields every system's run has: what it trains on, its seed and length, where it writes, how it is
-    evaluated and checkpointed. Each system's config adds its algorithm's and its own layout's fields
-    (`TrainConfig` for the on-policy systems, `systems.offpolicy.config.OffPolicyConfig` for PAL and Spreeze)."""
-
-    env_id: str  # EnvPool task id, e.g. "Breakout-v5"
-    algo: str = "ppo"  # the system's algorithm (each config narrows the choice and sets its default)
-    seed: int = 1  # fixes env seeds, parameter init, action keys and minibatch order
-    total_steps: int = 10_000_000  # env steps (agent steps, not frames)
-    logdir: str = ""  # run directory (created); "" means runs/<system>-<env>-s<seed>-<time>
-    resume: bool = False  # continue from the newest checkpoint in logdir
-    eval_every: int = 0  # env steps between evaluations (0: only at the end)
-    eval_episodes: int = 10  # episodes per evaluation (0: no evaluation)
-    eval_deterministic: bool = False  # greedy (mode) evaluation instead of sampling
-    checkpoint_every: int = 0  # env steps between checkpoints (0: only at the end)
-    time_limit: float = 0.0  # seconds of training before stopping (0: none); gives the final time metric
-    target_return: float | None = None  # evaluation return for the required time metric
-    quiet: bool = False  # no terminal progress line
-    capture_video: bool = False  # film one episode at each evaluation (`systems.common.video`)
-    track: bool = False  # log to Weights & Biases (`systems.common.tracking`; the optional wandb extra)
-    wandb_project: str = "htsrl"
-    wandb_entity: str = ""  # "" : the account's default entity
-    wandb_group: str = ""
+_SAME = object()
 
 
-def hyperparameter(default, help_text: str, choices: tuple = (), group: str = "on_policy", flag_default=None):
+def hyperparameter(default, help_text: str, choices: tuple = (), group: str = "on_policy", flag_default=None,
+                   flag_kind: str = ""):
     """A config field its launchers offer as a flag whose default (None, or the `flag_default` the launcher reads
     as "unset") means the preset (`launch.flagsets`): declared once, here, with the flag's help text, its allowed
-    values and its --help group (fields of a group are listed in the order they are declared)."""
+    values and its --help group (fields of a group are listed in the order they are declared). `flag_kind` names
+    the absl kind where the flag's text is not the field's type (e.g. "string" for a size that also takes 'auto')."""
     return dataclasses.field(default=default, metadata={"help": help_text, "choices": tuple(choices), "group": group,
-                                                        "flag_default": flag_default, "preset": True})
+                                                        "flag_default": flag_default, "preset": True,
+                                                        "flag_kind": flag_kind})
 
 
-def setting(default, help_text: str, group: str, choices: tuple = ()):
-    """A config field its launcher offers as a flag with the field's own default (no preset), declared as
-    `hyperparameter` is."""
-    return dataclasses.field(default=default, metadata={"help": help_text, "choices": tuple(choices), "group": group,
-                                                        "flag_default": default, "preset": False})
+def setting(default, help_text: str, group: str, choices: tuple = (), flag_default=_SAME, flag_kind: str = ""):
+    """A config field its launcher offers as a flag with the field's own default (no preset; `flag_default` where
+    the flag's text differs, e.g. "2" for an int flag read as a string), declared as `hyperparameter` is."""
+    return dataclasses.field(default=default, metadata={
+        "help": help_text, "choices": tuple(choices), "group": group, "preset": False, "flag_kind": flag_kind,
+        "flag_default": default if flag_default is _SAME else flag_default})
 
 
 def hyperparameters(config_cls: type, group: str) -> tuple[str, ...]:
     """The names of `config_cls`'s `hyperparameter` fields of `group`, in declaration order."""
     return tuple(f.name for f in dataclasses.fields(config_cls) if f.metadata.get("group") == group)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """The fields every system's run has: what it trains on, its seed and length, where it writes, how it is
+    evaluated and checkpointed (the launchers' "run" flag group). Each system's config adds its algorithm's and its
+    own layout's fields (`TrainConfig` for the on-policy systems, `systems.offpolicy.config.OffPolicyConfig` for PAL
+    and Spreeze)."""
+
+    env_id: str  # EnvPool task id, e.g. "Breakout-v5" (the flags --game / --env)
+    algo: str = "ppo"  # the system's algorithm (each config narrows the choice and sets its default)
+    seed: int = setting(1, "Seed of envs, initial parameters, action keys and minibatch order.", "run")
+    total_steps: int = hyperparameter(10_000_000, "Env steps to train (agent steps; default: preset).", group="run")
+    logdir: str = setting("", "Run directory (default: runs/<system>-<env>-s<seed>-<time>).", "run")
+    resume: bool = setting(False, "Continue from the newest checkpoint in --logdir.", "run")
+    eval_every: int = hyperparameter(
+        0, "Env steps between evaluations (0: only at the end; default: total_steps / 20).", group="run")
+    eval_episodes: int = setting(10, "Episodes per evaluation (0: no evaluation).", "run")
+    eval_deterministic: bool = False  # greedy (mode) evaluation instead of sampling
+    checkpoint_every: int = hyperparameter(
+        0, "Env steps between checkpoints (0: only at the end; default: total_steps / 10).", group="run")
+    time_limit: float = setting(0.0, "Stop training after this many seconds (final time metric).", "run")
+    target_return: float | None = setting(None, "Evaluation return for the required time metric.", "run")
+    quiet: bool = setting(False, "No progress line on the terminal.", "run")
+    capture_video: bool = setting(
+        False, "Film one evaluation episode at each evaluation: <run dir>/videos/*.mp4 (real frames where the "
+        "simulator gives them; GIF without the video extra), also to TensorBoard and W&B.", "run")
+    track: bool = setting(False, 'Log to Weights & Biases (needs: pip install -e ".[wandb]"; WANDB_MODE=offline: no '
+                          "account or network).", "run")
+    wandb_project: str = setting("htsrl", "W&B project of --track.", "run")
+    wandb_entity: str = setting("", "W&B entity (team or user) of --track (default: the account's).", "run")
+    wandb_group: str = setting("", "W&B group of --track, e.g. one per sweep.", "run")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,25 +21,33 @@ class OffPolicyConfig(RunConfig):
 
     algo: str = "dqn"  # dqn | ddqn | ddpg | td3 | sac
     num_envs: int = 1  # not read (PAL: its plan's, actors x envs per actor; Spreeze: samplers x envs per sampler)
-    learning_rate: float = 2.5e-4
-    critic_learning_rate: float = 0.0  # 0: learning_rate
-    opt_eps: float = 1e-5
-    max_grad_norm: float = 0.5  # global gradient norm clip (0: none; the launchers set 10 for DQN, 0 otherwise)
-    gamma: float = 0.99
-    hidden_sizes: tuple = (256, 256)
-    batch_size: int = 256  # global batch of one optimizer step
-    buffer_size: int = 100_000
-    learning_starts: int = 1_000  # env steps before the first update
+    # The "off_policy" group: the flags launch.pal and launch.spreeze share, in --help order.
+    learning_rate: float = hyperparameter(2.5e-4, "Learning rate (default: preset).", group="off_policy")
+    critic_learning_rate: float = hyperparameter(
+        0.0, "Critic learning rate (0: --learning_rate; default: preset).", group="off_policy")
+    gamma: float = hyperparameter(0.99, "Discount (default: preset).", group="off_policy")
+    max_grad_norm: float = hyperparameter(
+        0.5, "Global gradient norm clip (0: none; default: 10 for DQN, else 0).", group="off_policy")
+    opt_eps: float = hyperparameter(1e-5, "Optimizer epsilon (default: 1e-5 for DQN, else 1e-8).", group="off_policy")
+    hidden_sizes: tuple = hyperparameter((256, 256), "MLP hidden sizes, e.g. 256,256 (default: preset).",
+                                         group="off_policy")
+    batch_size: int = hyperparameter(256, "Batch of one optimizer step (default: preset).", group="off_policy",
+                                     flag_kind="string")
+    buffer_size: int = hyperparameter(100_000, "Replay capacity in transitions (default: preset).", group="off_policy")
+    learning_starts: int = hyperparameter(
+        1_000, "Env steps collected before the first update (default: preset).", group="off_policy")
+    tau: float = hyperparameter(
+        1.0, "Polyak rate of the target networks (DQN: 1 = hard copies; default: preset).", group="off_policy")
+    action_noise: float = setting(0.1, "DDPG/TD3: Gaussian exploration noise (fraction of half-range).", "off_policy")
+    stop_at_target: bool = setting(
+        False, "End the run at the first evaluation whose mean return reaches --target_return.", "off_policy")
     target_update_period: int = hyperparameter(  # DQN hard target copy period (tau >= 1)
         500, "DQN: updates between target copies (default: preset).", group="dqn")
-    tau: float = 1.0  # Polyak rate; DQN: >= 1 means hard copies every target_update_period updates
     # DQN exploration: linear decay from epsilon_start to epsilon_end over exploration_fraction of the run.
     epsilon_start: float = setting(1.0, "DQN: initial exploration rate.", "dqn")
     epsilon_end: float = hyperparameter(0.05, "DQN: final exploration rate (default: preset).", group="dqn")
     exploration_fraction: float = hyperparameter(
         0.5, "DQN: fraction of the run to decay epsilon over (default: preset).", group="dqn")
-    action_noise: float = 0.1  # DDPG / TD3 Gaussian exploration noise (fraction of the action half-range)
-    stop_at_target: bool = False  # end the run at the first evaluation whose mean return reaches target_return
     eval_deterministic: bool = True  # the off-policy systems evaluate the greedy / mean action
 
 

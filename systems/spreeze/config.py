@@ -8,6 +8,7 @@ import dataclasses
 
 from systems.common import config as config_lib
 from systems.common import limits
+from systems.common.config import hyperparameter, setting
 from systems.offpolicy.config import CONTINUOUS_ALGOS, OffPolicyConfig
 
 SYSTEM = "spreeze"
@@ -19,19 +20,23 @@ class SpreezeConfig(OffPolicyConfig):
     """A Spreeze run: the off-policy fields plus the process layout (`num_samplers` x `envs_per_sampler` envs)."""
 
     algo: str = "sac"
-    num_samplers: int = 2  # sampler processes (0: auto)
-    envs_per_sampler: int = 1
-    batch_size: int = 256  # learner batch (0: auto)
-    publish_every: int = 50  # updates between weight files
-    transfer: str = "shm"  # shm | queue (ablation)
-    model_parallel: bool = False
-    eval_every: int = 5_000
-    render: bool = False  # a visualization process saving rollout GIFs of the newest policy (renders/)
-    render_every: float = 30.0  # seconds between GIFs
+    batch_size: int = hyperparameter(  # 0: auto
+        256, "Batch of one optimizer step, or 'auto' (section 3.4) (default: preset).", group="off_policy",
+        flag_kind="string")
+    num_samplers: int = setting(2, "Sampler processes, or 'auto' (section 3.4).", "spreeze",  # 0: auto
+                                flag_default="2", flag_kind="string")
+    envs_per_sampler: int = setting(1, "Envs of each sampler's own EnvPool.", "spreeze")
+    publish_every: int = setting(50, "Learner updates between weight files (they are Spreeze's checkpoints).",
+                                 "spreeze")
+    transfer: str = setting("shm", "Experience transfer: shared memory or queue.", "spreeze", choices=REPLAYS)
+    model_parallel: bool = setting(False, "SAC: actor on one device, critics on another.", "spreeze")
+    render: bool = setting(False, "Visualization process: rollout GIFs of the newest policy.", "spreeze")  # renders/
+    render_every: float = setting(30.0, "Seconds between rollout GIFs.", "spreeze")
+    tune_seconds: float = setting(3.0, "Measuring time per value tried by the auto tuning.", "spreeze")
+    eval_every: int = hyperparameter(
+        5_000, "Env steps between evaluations (0: only at the end; default: preset).", group="run")
     render_steps: int = 200  # steps per rollout
-    tune_seconds: float = 3.0  # measuring time per value tried by the automatic tuning
     max_batch_size: int = 65_536  # the largest batch --batch_size=auto may try
-
 
 def validate(config: SpreezeConfig) -> None:
     error = config_lib.ConfigError
