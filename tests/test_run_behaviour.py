@@ -43,6 +43,19 @@ def test_time_limit_stops_training_and_reports_the_final_time_metric(tmp_path):
     assert summary["final_time_metric"] is not None and summary["final_time_metric"] == summary["final_metric"]
 
 
+def test_stop_at_target_ends_an_on_policy_run_at_the_first_evaluation_reaching_it(tmp_path):
+    summary = hts.run(tiny_hts(tmp_path / "run", total_steps=20 * 64, target_return=-1.0, stop_at_target=True))
+    assert summary["stopped_at_target"] is True and summary["stopped_by_time_limit"] is False
+    assert summary["env_steps"] == 128 and summary["evaluations"] == 1  # the first evaluation, after 2 rounds
+    unstopped = hts.run(tiny_hts(tmp_path / "plain", total_steps=20 * 64, target_return=-1.0))
+    assert unstopped["stopped_at_target"] is False and unstopped["env_steps"] == 20 * 64
+
+
+def test_stop_at_target_without_a_target_is_refused():
+    with pytest.raises(ValueError, match="--stop_at_target .* give --target_return"):
+        hts.validate(tiny_hts("unused", stop_at_target=True))
+
+
 class _Boom(Exception):
     pass
 

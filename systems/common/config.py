@@ -68,6 +68,8 @@ class RunConfig:
         0, "Env steps between checkpoints (0: only at the end; default: total_steps / 10).", group="run")
     time_limit: float = setting(0.0, "Stop training after this many seconds (final time metric).", "run")
     target_return: float | None = setting(None, "Evaluation return for the required time metric.", "run")
+    stop_at_target: bool = setting(
+        False, "End the run at the first evaluation whose mean return reaches --target_return.", "run")
     quiet: bool = setting(False, "No progress line on the terminal.", "run")
     capture_video: bool = setting(
         False, "Film one evaluation episode at each evaluation: <run dir>/videos/*.mp4 (real frames where the "
@@ -184,6 +186,9 @@ def validate_run_fields(config) -> None:
     require_finite_numbers(config)
     if not 0 <= config.seed <= MAX_SEED:
         raise ConfigError(f"--seed must be in [0, {MAX_SEED:,}], got {config.seed:,}")
+    if config.stop_at_target and (config.target_return is None or config.eval_episodes == 0):
+        raise ConfigError("--stop_at_target stops at an evaluation reaching --target_return: give --target_return "
+                          "and keep --eval_episodes above 0")
     if config.capture_video and config.eval_episodes == 0:
         raise ConfigError("--capture_video films an evaluation episode, and --eval_episodes=0 turns evaluation off")
     if config.eval_episodes > MAX_EVAL_EPISODES:

@@ -118,3 +118,10 @@ def required_time(records: list[EvaluationRecord], target: float | None) -> floa
         if np.mean(window) >= target:
             return record.wall_time
     return None
+
+
+def reached_target(records: list[EvaluationRecord], config) -> bool:
+    """With `config.stop_at_target`: the newest evaluation's mean return is at least `config.target_return`."""
+    if not config.stop_at_target or config.target_return is None or not records:
+        return False
+    return float(np.mean(records[-1].returns)) >= config.target_return

@@ -22,7 +22,7 @@ from systems.common import config as config_lib
 from systems.common import hardware, rundir
 from systems.common import profile as profile_lib
 from systems.common.checkpoint import Checkpointing, set_aside
-from systems.common.evaluation import EvaluationRecord, Evaluator, final_metric, required_time
+from systems.common.evaluation import EvaluationRecord, Evaluator, final_metric, reached_target, required_time
 from systems.common.finite import NonFiniteError, first_nonfinite, nonfinite_message, params_are_finite
 from systems.common.learner import LearnerSetup, parameter_count
 from systems.common.outputs import PROGRESS_BASE, RunOutputs, params_fingerprint
@@ -161,6 +161,7 @@ class Monitor:
         self.max_policy_lag = 0
         self.last_metrics: dict = {}
         self.stopped_by_time_limit = False
+        self.stopped_at_target = False
         self.outputs.print(self._start_line())
         self._t0 = time.perf_counter()
         self._last_output = self._t0
@@ -287,6 +288,9 @@ class Monitor:
         if steps >= self._next_ckpt:
             self.checkpoint()
             self._next_ckpt = (steps // self.config.checkpoint_every + 1) * self.config.checkpoint_every
+        if reached_target(self.evaluations, self.config):
+            self.stopped_at_target = True
+            return True
         if self.config.time_limit and self.wall_time() >= self.config.time_limit:
             self.stopped_by_time_limit = True
             return True
@@ -379,6 +383,7 @@ class Monitor:
             "sps": self._sps(elapsed),
             "interrupted": interrupted,
             "stopped_by_time_limit": self.stopped_by_time_limit,
+            "stopped_at_target": self.stopped_at_target,
             "max_policy_lag": self.max_policy_lag,
             "train_episodes": self._episode_count,
             "train_return_last100": float(np.mean([e[0] for e in self._episodes])) if self._episodes else None,

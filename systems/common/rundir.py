@@ -29,7 +29,7 @@ CONFIG_FILE = "config.json"
 # May change on --resume: the run's length and reporting, never what or how it learns.
 RESUMABLE_FIELDS = frozenset({
     "track", "wandb_project", "wandb_entity", "wandb_group",
-    "total_steps", "time_limit", "target_return", "eval_every", "eval_episodes", "eval_deterministic",
+    "total_steps", "time_limit", "target_return", "stop_at_target", "eval_every", "eval_episodes", "eval_deterministic",
     "checkpoint_every", "quiet", "resume", "logdir", "step_time", "startup_timeout",
 })
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from systems.common.config import RunConfig, hyperparameter, setting
 
 DISCRETE_ALGOS = ("dqn", "ddqn")
@@ -39,8 +37,6 @@ class OffPolicyConfig(RunConfig):
     tau: float = hyperparameter(
         1.0, "Polyak rate of the target networks (DQN: 1 = hard copies; default: preset).", group="off_policy")
     action_noise: float = setting(0.1, "DDPG/TD3: Gaussian exploration noise (fraction of half-range).", "off_policy")
-    stop_at_target: bool = setting(
-        False, "End the run at the first evaluation whose mean return reaches --target_return.", "off_policy")
     target_update_period: int = hyperparameter(  # DQN hard target copy period (tau >= 1)
         500, "DQN: updates between target copies (default: preset).", group="dqn")
     # DQN exploration: linear decay from epsilon_start to epsilon_end over exploration_fraction of the run.
@@ -64,9 +60,3 @@ def metric_columns(algo: str) -> tuple[str, ...]:
     """progress.csv's columns for the off-policy learner `algo` (the system adds its own, e.g. `replay_size`)."""
     return _ALGO_COLUMNS[algo]
 
-
-def reached_target(evaluations: list, config: OffPolicyConfig) -> bool:
-    """With `stop_at_target`: the newest evaluation's mean return is at least `target_return`."""
-    if not config.stop_at_target or config.target_return is None or not evaluations:
-        return False
-    return float(np.mean(evaluations[-1].returns)) >= config.target_return

@@ -37,12 +37,12 @@ from envs.factory import make_spec
 from systems.common import config as config_lib
 from systems.common import limits
 from systems.common.checkpoint import Checkpointing, checkpoint_dir
-from systems.common.evaluation import EvaluationRecord
+from systems.common.evaluation import EvaluationRecord, reached_target
 from systems.common.learner import compile_in_background
 from systems.common.monitor import LearnerReport, Monitor, Progress
 from systems.common.profile import Bound, Profile, stage
 from systems.offpolicy.agent import PALState, build_agent
-from systems.offpolicy.config import metric_columns, reached_target
+from systems.offpolicy.config import metric_columns
 from systems.spreeze import ipc, workers
 from systems.spreeze import render as render_lib
 from systems.spreeze import tuning as tuning_lib
