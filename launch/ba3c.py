@@ -26,8 +26,8 @@ def make_config() -> system.BA3CConfig:
     config = common.config_from_flags(
         FLAGS, system.BA3CConfig, validate=False, algo="a2c",
         defaults=dict(_BA3C_DEFAULTS if uses_ba3c_adam else {}, **common.NO_NORMALIZATION),
-        extra=dict(common.settings_from_flags(FLAGS, system.BA3CConfig, "ba3c"), lr_scaling=FLAGS.lr_scaling or "none",
-                   **common.multihost_values(FLAGS)),
+        extra=dict(common.settings_from_flags(FLAGS, system.BA3CConfig, "ba3c"),
+                   lr_scaling=FLAGS.lr_scaling or system.BA3CConfig.lr_scaling, **common.multihost_values(FLAGS)),
     )
     local_batch = FLAGS.local_batch if FLAGS.local_batch is not None else config.num_envs * config.sync_interval
     config = dataclasses.replace(config, local_batch=local_batch, num_envs=0)  # num_envs: the plan's

@@ -111,9 +111,7 @@ def run_schedule(launcher_flags: flags.FlagValues, total_steps: int) -> dict:
 
 def multihost_values(launcher_flags: flags.FlagValues) -> dict:
     """The multi-host fields (launch.hts, launch.ba3c and launch.gala)."""
-    f = launcher_flags
-    return dict(coordinator_address=f.coordinator_address, num_processes=f.num_processes, process_id=f.process_id,
-                startup_timeout=f.startup_timeout)
+    return settings_from_flags(launcher_flags, config_lib.MultiHostConfig, "multi_host")
 
 
 def flag_given(launcher_flags: flags.FlagValues, name: str) -> bool:

@@ -8,11 +8,12 @@ the scale-out group launch.ba3c and launch.gala), SCALE_OUT (launch.ba3c and lau
 launch.spreeze), and one group per launcher for what only it takes. Hyperparameter flags default to None: the
 preset of the env family and algorithm (`systems.common.config.PRESETS`, `launch.pal.PRESETS`, ...).
 
-The flags of the run, on-policy, PPO, normalization, HTS, BA3C, GALA, PAL, off-policy and Spreeze groups are
-generated from their configs' `hyperparameter` / `setting` fields (`from_fields`): help text, choices, group and
-kind are declared once, in the field; a hyperparameter's flag defaults to None (the preset), a setting's to the
-field's value. (ml_collections' `config_flags` would rename every flag to `--config.<name>`.) --game / --env (read
-into `env_id`) and the multi-host and scale-out groups, which no config holds, are written here."""
+Every group's flags are generated from their configs' `hyperparameter` / `setting` fields (`from_fields`; the
+multi-host ones from `MultiHostConfig`): help text, choices, group and kind are declared once, in the field; a
+hyperparameter's flag defaults to None (the preset), a setting's to the field's value. (ml_collections'
+`config_flags` would rename every flag to `--config.<name>`.) Only --game / --env (read into `env_id`) and each
+launcher's --algo choices are written here, and the launchers' own few (--preset, --eval_deterministic,
+--step_time)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from typing import Any
 
 from absl import flags
 
-from agents.optim import LR_SCALING_RULES
 from systems.ba3c.config import BA3CConfig
 from systems.common.config import PRESET_CHOICES, TASK_PRESETS, TrainConfig, hyperparameters
 from systems.gala.config import GALAConfig
@@ -124,25 +124,14 @@ PPO = from_fields(TrainConfig, PPO_HYPERPARAMETERS)
 NORMALIZATION = from_fields(TrainConfig, NORMALIZATION_HYPERPARAMETERS)
 HTS = from_fields(HTSConfig, hyperparameters(HTSConfig, "hts"))
 HTS_DEVICES = from_fields(HTSConfig, hyperparameters(HTSConfig, "hts_devices"))
-MULTI_HOST = [
-    _s("coordinator_address", "", "host:port of process 0 for jax.distributed (multi-host runs only)."),
-    _i("num_processes", 1, "Processes (hosts) in the job; 1 runs on this host only."),
-    _i("process_id", 0, "This process's index in [0, num_processes)."),
-    _i("startup_timeout", 120,
-       "Seconds a multi-host process waits for every process to join; then it exits 69 with one line."),
-]
+MULTI_HOST = from_fields(HTSConfig, hyperparameters(HTSConfig, "multi_host"))
 
 
-def scale_out_group(*, lr_scaling_default: str, multiplier: str) -> list[Spec]:
+def scale_out_group(config_cls: type) -> list[Spec]:
     """Multi-host start-up (`jax.distributed`) and learning-rate scaling of launch.ba3c and launch.gala. For a
     multi-host run start the same command on every host with its own --process_id; process 0's address is the
     coordinator."""
-    return [
-        *MULTI_HOST,
-        _e("lr_scaling", None, LR_SCALING_RULES,
-           f"Scale the learning rate by the batch multiplier ({multiplier}): none, linear or sqrt "
-           f"(default: {lr_scaling_default})."),
-    ]
+    return [*MULTI_HOST, *from_fields(config_cls, hyperparameters(config_cls, "scale_out"))]
 
 
 def off_policy_group(config_cls: type, *, algos: tuple[str, ...]) -> list[Spec]:
@@ -183,10 +172,10 @@ LAUNCHERS: dict[str, list[tuple[str, list[Spec]]]] = {
              ("PPO only", PPO),
              ("observation and reward normalization", NORMALIZATION)],
     "ba3c": [("run", run_group(BA3CConfig)), ("A2C", on_policy_group(algos=("a2c",), num_envs=False)),
-             ("scale-out", scale_out_group(lr_scaling_default="none, as the BA3C paper", multiplier="devices")),
+             ("scale-out", scale_out_group(BA3CConfig)),
              ("BA3C", BA3C)],
     "gala": [("run", run_group(GALAConfig)), ("A2C", on_policy_group(algos=("a2c",), num_envs=False)),
-             ("scale-out", scale_out_group(lr_scaling_default="sqrt, as the GALA paper", multiplier="learners")),
+             ("scale-out", scale_out_group(GALAConfig)),
              ("GALA", GALA)],
     "pal": [("run", run_group(PALConfig)),
             ("off-policy", off_policy_group(PALConfig, algos=("dqn", "ddqn", "ddpg", "td3", "sac"))),

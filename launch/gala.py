@@ -31,7 +31,7 @@ def make_config() -> system.GALAConfig:
         FLAGS, system.GALAConfig, validate=False, algo="a2c", defaults=common.NO_NORMALIZATION,
         extra=dict(common.settings_from_flags(FLAGS, system.GALAConfig, "gala"),
                    num_learners=_DEFAULT_LEARNERS if FLAGS.num_learners is None else FLAGS.num_learners,
-                   lr_scaling=FLAGS.lr_scaling or "sqrt", **common.multihost_values(FLAGS)),
+                   lr_scaling=FLAGS.lr_scaling or system.GALAConfig.lr_scaling, **common.multihost_values(FLAGS)),
     )
     envs = FLAGS.envs_per_learner or _PRESET_ENVS_PER_LEARNER.get(family_of(config.env_id), 16)
     config = dataclasses.replace(config, envs_per_learner=envs, num_envs=0)  # num_envs: the plan's

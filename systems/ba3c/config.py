@@ -16,7 +16,7 @@ SYSTEM = "ba3c"
 
 
 @dataclasses.dataclass(frozen=True)
-class BA3CConfig(config_lib.TrainConfig):
+class BA3CConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
     """A data-parallel run as the user asked for it. The envs are `local_batch / sync_interval` per device
     (`Plan.num_envs` in all); `num_envs` is not read (the launcher records 0). `learning_rate` is the rate
     before `--lr_scaling`."""
@@ -34,11 +34,9 @@ class BA3CConfig(config_lib.TrainConfig):
     hidden: int = setting(256, "Width of the BA3C fully connected layer (Atari; Table 2).", "ba3c")
     adam_b1: float = setting(0.8, "Adam beta1 (paper: 0.8).", "ba3c")
     adam_b2: float = setting(0.75, "Adam beta2 (paper: 0.75).", "ba3c")
-    lr_scaling: str = "none"  # none | linear | sqrt, by the number of devices (the batch multiplier)
-    coordinator_address: str = ""  # host:port of process 0 (multi-host)
-    num_processes: int = 1
-    process_id: int = 0
-    startup_timeout: int = 120  # seconds a multi-host process waits for the whole job to join
+    lr_scaling: str = hyperparameter(
+        "none", "Scale the learning rate by the batch multiplier (devices): none, linear or sqrt (default: none, as "
+        "the BA3C paper).", choices=LR_SCALING_RULES, group="scale_out")
     debug: bool = setting(False, "Check after every update that all replicas are bit-identical.", "ba3c")
 
 

@@ -81,6 +81,20 @@ class RunConfig:
     wandb_group: str = setting("", "W&B group of --track, e.g. one per sweep.", "run")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MultiHostConfig:
+    """The fields of a run over several hosts with `jax.distributed` (HTS, BA3C, GALA pmap; the launchers'
+    "multi_host" flags), mixed into their configs: `class HTSConfig(TrainConfig, MultiHostConfig)`."""
+
+    coordinator_address: str = setting(
+        "", "host:port of process 0 for jax.distributed (multi-host runs only).", "multi_host")
+    num_processes: int = setting(1, "Processes (hosts) in the job; 1 runs on this host only.", "multi_host")
+    process_id: int = setting(0, "This process's index in [0, num_processes).", "multi_host")
+    startup_timeout: int = setting(
+        120, "Seconds a multi-host process waits for every process to join; then it exits 69 with one line.",
+        "multi_host")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig(RunConfig):
     """An on-policy run (the synchronous baseline; HTS-RL, the data-parallel and gossip systems extend it with their

@@ -18,7 +18,7 @@ TOPOLOGIES = ("ring", "exponential")
 
 
 @dataclasses.dataclass(frozen=True)
-class GALAConfig(config_lib.TrainConfig):
+class GALAConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
     """A GALA run as the user asked for it. The envs are `envs_per_learner` per learner (`Plan.num_envs` in all);
     `num_envs` is not read (the launcher records 0). `learning_rate` is the rate before `--lr_scaling`."""
 
@@ -33,12 +33,10 @@ class GALAConfig(config_lib.TrainConfig):
     gossip: str = setting("async", "Execution: learner threads, or lock-step pmap.", "gala", choices=MODES)
     max_staleness: int = setting(
         -1, "tau: wait when the newest in-peer message is more than tau local iterations old (-1: never).", "gala")
-    lr_scaling: str = "sqrt"  # none | linear | sqrt, by the number of learners (paper: sqrt)
+    lr_scaling: str = hyperparameter(
+        "sqrt", "Scale the learning rate by the batch multiplier (learners): none, linear or sqrt (default: sqrt, as "
+        "the GALA paper).", choices=LR_SCALING_RULES, group="scale_out")
     log_grad_cosine: bool = setting(False, "Log the learners' pairwise gradient cosine similarity.", "gala")
-    coordinator_address: str = ""
-    num_processes: int = 1
-    process_id: int = 0
-    startup_timeout: int = 120  # seconds a multi-host process waits for the whole job to join
 
 
 def validate(config: GALAConfig) -> None:

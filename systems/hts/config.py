@@ -13,7 +13,7 @@ SYSTEM = "hts"
 
 
 @dataclasses.dataclass(frozen=True)
-class HTSConfig(config_lib.TrainConfig):
+class HTSConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
     """An HTS-RL run: the on-policy fields plus its actor threads and batches (section 4.1)."""
 
     num_actors: int = hyperparameter(1, "Actor threads (default: preset or 1).", group="hts")
@@ -26,10 +26,6 @@ class HTSConfig(config_lib.TrainConfig):
     learner_devices: str = setting(
         "", "Local device indices of the learner's data-parallel replicas, e.g. 1,2,3 (default: one device -> shared "
         "with the actors; several -> the rest, as many as split the envs evenly).", "hts_devices")
-    coordinator_address: str = ""  # host:port of process 0 (multi-host)
-    num_processes: int = 1
-    process_id: int = 0
-    startup_timeout: int = 120  # seconds a multi-host process waits for the whole job to join
     debug: bool = setting(False, "Check after every update that all learner replicas are bit-identical.", "hts_devices")
     ordered_reduction: bool = setting(
         False, "Average the replicas' gradients by gathering them and adding them up in replica order: bit-identical "
