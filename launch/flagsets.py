@@ -28,6 +28,7 @@ from systems.gala.config import GALAConfig
 from systems.hts.config import HTSConfig
 from systems.pal.config import PALConfig
 from systems.spreeze.config import SpreezeConfig
+from systems.sync.config import SyncConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +169,7 @@ LAUNCHERS: dict[str, list[tuple[str, list[Spec]]]] = {
             ("observation and reward normalization", NORMALIZATION), ("HTS-RL actors and batches", HTS),
             ("devices", HTS_DEVICES),
             ("multi-host (the same command on every host with its own --process_id)", MULTI_HOST)],
-    "sync": [("run", run_group(TrainConfig)), ("PPO / A2C", on_policy_group(algos=_ON_POLICY_ALGOS)),
+    "sync": [("run", run_group(SyncConfig)), ("PPO / A2C", on_policy_group(algos=_ON_POLICY_ALGOS)),
              ("PPO only", PPO),
              ("observation and reward normalization", NORMALIZATION)],
     "ba3c": [("run", run_group(BA3CConfig)), ("A2C", on_policy_group(algos=("a2c",), num_envs=False)),

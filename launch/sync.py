@@ -12,8 +12,8 @@ from systems.sync import system  # noqa: E402
 FLAGS = flagsets.flag_values("sync")
 
 
-def make_config():
-    return common.config_from_flags(FLAGS)
+def make_config() -> system.SyncConfig:
+    return common.config_from_flags(FLAGS, system.SyncConfig)
 
 
 def main(argv):

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import jax
 
-from systems.common import config as config_lib
 from systems.common.monitor import LearnerReport
 from systems.common.profile import stage
 from systems.common.rollout import RoundStorage
 from systems.common.run import run_lockstep, start_run
+from systems.sync.config import SYSTEM, SyncConfig, validate
 
-SYSTEM = "sync"
+__all__ = ["SYSTEM", "SyncConfig", "run", "validate"]
 
 
-def run(config: config_lib.TrainConfig) -> dict:
+def run(config: SyncConfig) -> dict:
     """Trains with the synchronous baseline; returns the summary (also written to `<run dir>/summary.json`)."""
     ctx = start_run(SYSTEM, config)
     monitor, setup = ctx.monitor, ctx.setup
