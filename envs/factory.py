@@ -24,6 +24,8 @@ import numpy as np
 from envpool.registration import registry as _registry
 from gymnasium import spaces as gym_spaces
 
+from envs import gymnasium_pool
+
 # EnvPool's module path for each task id -> our family name. Anything else is not supported.
 _FAMILY_BY_MODULE = {
     "envpool.atari": "atari",
@@ -32,7 +34,7 @@ _FAMILY_BY_MODULE = {
     "envpool.mujoco.gym": "mujoco",
     "envpool.box2d": "box2d",
 }
-FAMILIES = tuple(_FAMILY_BY_MODULE.values())
+FAMILIES = (*_FAMILY_BY_MODULE.values(), "gymnasium")
 
 # Atari preprocessing shared by training and evaluation pools (EnvPool's own implementation).
 _ATARI_COMMON = dict(
@@ -69,7 +71,10 @@ class EnvSpec:
 
 
 def family_of(env_id: str) -> str:
-    """Family of an EnvPool task id; ValueError for unknown ids or unsupported families."""
+    """Family of an EnvPool task id ("gymnasium" for `gymnasium/<id>`); ValueError for unknown ids or unsupported
+    families."""
+    if gymnasium_pool.is_gymnasium(env_id):
+        return "gymnasium"
     entry = _registry.specs.get(env_id)
     if entry is None:
         raise ValueError(_unknown_env_message(env_id))
@@ -118,6 +123,9 @@ def resolve_env_id(game: str | None, env: str | None) -> str:
             f"e.g. CartPole-v1); got game={game!r}, env={env!r}"
         )
     if env:
+        if gymnasium_pool.is_gymnasium(env):
+            make_spec(env)  # an unknown id or an unsupported space: one line now
+            return env
         if env not in _registry.specs:
             raise ValueError(_unknown_env_message(env))
         family_of(env)  # Rejects families we have no support for.
@@ -142,8 +150,11 @@ def make_spec(env_id: str) -> EnvSpec:
     """Spaces of env_id under make_pool's settings.
 
     Reads EnvPool's spec (the spaces a pool built with the same settings reports) rather than
-    building a pool, which for GFootball would start a game engine.
+    building a pool, which for GFootball would start a game engine. A `gymnasium/<id>` task is made once here to
+    read its spaces.
     """
+    if gymnasium_pool.is_gymnasium(env_id):
+        return _gymnasium_spec(env_id)
     family = family_of(env_id)
     spec = envpool.make_spec(env_id, num_envs=1, **_pool_kwargs(family, evaluation=False))
     obs_space = spec.observation_space
@@ -217,6 +228,10 @@ def make_pool(
         num_threads = min(total, os.cpu_count() or 1)
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    if spec.family == "gymnasium":
+        return gymnasium_pool.GymnasiumPool(spec.env_id, num_envs=total, batch_size=batch_size, seed=seed,
+                                            obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype,
+                                            num_workers=num_threads, render=render)
     return envpool.make(
         spec.env_id,
         env_type="gymnasium",
@@ -227,3 +242,32 @@ def make_pool(
         **_pool_kwargs(spec.family, evaluation),
         **({"render_mode": "rgb_array"} if render else {}),
     )
+
+
+def _gymnasium_spec(env_id: str) -> EnvSpec:
+    """The spaces of a `gymnasium/<id>` task: a vector `Box` observation and a `Discrete` or 1-D `Box` action; any
+    other space is refused with one line naming it."""
+    import gymnasium
+
+    try:
+        env = gymnasium_pool.make_env(env_id)
+    except (gymnasium.error.Error, ModuleNotFoundError, ImportError, AttributeError) as error:
+        raise ValueError(f"{env_id}: gymnasium.make failed: {str(error).strip().splitlines()[0]}") from None
+    try:
+        obs_space, act_space = env.observation_space, env.action_space
+        max_steps = env.spec.max_episode_steps if env.spec is not None else None
+    finally:
+        env.close()
+    if not isinstance(obs_space, gym_spaces.Box) or len(obs_space.shape) != 1:
+        raise ValueError(f"{env_id}: unsupported observation space {obs_space} (gymnasium/ takes a 1-D Box for now)")
+    if isinstance(act_space, gym_spaces.Discrete):
+        action_dim, low, high, continuous = int(act_space.n), None, None, False
+    elif isinstance(act_space, gym_spaces.Box) and len(act_space.shape) == 1:
+        action_dim, continuous = int(act_space.shape[0]), True
+        low, high = np.asarray(act_space.low, np.float32), np.asarray(act_space.high, np.float32)
+    else:
+        raise ValueError(f"{env_id}: unsupported action space {act_space} (gymnasium/ takes Discrete or a 1-D Box)")
+    dtype = np.dtype(np.float32) if np.dtype(obs_space.dtype).kind == "f" else np.dtype(obs_space.dtype)
+    return EnvSpec(env_id=env_id, family="gymnasium", obs_shape=tuple(int(d) for d in obs_space.shape),
+                   obs_dtype=dtype, action_dim=action_dim, continuous=continuous, action_low=low, action_high=high,
+                   max_episode_steps=int(max_steps) if max_steps else _INT32_MAX)

@@ -1,0 +1,235 @@
+"""Any Gymnasium env behind EnvPool's interface (`--env=gymnasium/<id>`): worker processes step the envs, so a slow
+Python simulator does not hold the actors' and the learner's GIL, and hand their observations back through shared
+memory.
+
+`<id>` is anything `gymnasium.make` accepts, including its `module:EnvName-v0` form (the module is imported in every
+process and registers the env). The pool keeps EnvPool 1.2.5's semantics (`envs.episodes`), so the executors,
+evaluation and episode bookkeeping treat it as an EnvPool pool:
+
+* env i is seeded with `seed + i` at its first reset (later resets continue its own generator);
+* an env that terminated or truncated resets on its next step: the action is ignored, the reward is 0 and
+  `info["elapsed_step"]` is 0 (a *reset step*); every real step adds one to it;
+* `info` holds `env_id` and `elapsed_step`; `recv()` returns the first `batch_size` results to finish (asynchronous
+  when `batch_size` is below the number of envs), `step(actions, env_ids)` is `send` then `recv` of those envs in id
+  order, `reset()` resets every env and returns them in id order.
+
+Envs are spread over `num_workers` processes (env i in worker i mod W; started with "spawn", as a forked JAX process
+is unsafe). A daemonic process (a Spreeze sampler, itself a worker) may not start children: there the envs step in
+the calling process. A worker exits when its command pipe closes, so none outlives the run however the parent dies; the
+observation buffer is unlinked by `close()` (and by multiprocessing's resource tracker after a SIGKILL).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+from multiprocessing import shared_memory
+
+import numpy as np
+
+PREFIX = "gymnasium/"
+
+
+def is_gymnasium(env_id: str) -> bool:
+    return env_id.startswith(PREFIX)
+
+
+def gymnasium_id(env_id: str) -> str:
+    """"gymnasium/CartPole-v1" -> "CartPole-v1"."""
+    return env_id[len(PREFIX):]
+
+
+def make_env(env_id: str, render: bool = False):
+    """`gymnasium.make` of a `gymnasium/<id>` task (its module imported first for the `module:Name` form)."""
+    import gymnasium
+
+    return gymnasium.make(gymnasium_id(env_id), **({"render_mode": "rgb_array"} if render else {}))
+
+
+class _Envs:
+    """Some of a pool's envs (`env_ids`) in this process, writing each observation into row `env_id` of `obs`."""
+
+    def __init__(self, env_id: str, env_ids: list, seed: int, obs: np.ndarray, render: bool):
+        self.obs, self.seed = obs, seed
+        self.envs = {i: make_env(env_id, render=render and i == 0) for i in env_ids}
+        self.seeded, self.done, self.elapsed = set(), set(env_ids), dict.fromkeys(env_ids, 0)
+
+    def reset(self, i: int) -> tuple:
+        obs, _ = self.envs[i].reset(seed=None if i in self.seeded else self.seed + i)
+        self.seeded.add(i)
+        self.done.discard(i)
+        self.elapsed[i] = 0
+        self.obs[i] = obs
+        return i, 0.0, False, False, 0
+
+    def step(self, i: int, action) -> tuple:
+        if i in self.done:  # EnvPool's reset step
+            return self.reset(i)
+        obs, reward, terminated, truncated, _ = self.envs[i].step(action)
+        self.elapsed[i] += 1
+        if terminated or truncated:
+            self.done.add(i)
+        self.obs[i] = obs
+        return i, float(reward), bool(terminated), bool(truncated), self.elapsed[i]
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            env.close()
+
+
+def _worker(conn, results, env_id: str, env_ids: list, seed: int, shm_name: str, shape: tuple, dtype: str,
+            total: int, render: bool) -> None:
+    """One worker process: steps its envs on command and writes their observations into the shared buffer."""
+    shm = shared_memory.SharedMemory(name=shm_name)
+    envs = None
+    try:
+        envs = _Envs(env_id, env_ids, seed, np.ndarray((total, *shape), np.dtype(dtype), buffer=shm.buf), render)
+        while True:
+            command, payload = conn.recv()
+            if command == "reset":
+                for i in payload:
+                    results.put(envs.reset(i))
+            elif command == "step":
+                for i, action in payload:
+                    results.put(envs.step(i, action))
+            elif command == "render":
+                conn.send(np.asarray(envs.envs[0].render()))
+            else:
+                return
+    except (EOFError, KeyboardInterrupt, BrokenPipeError):
+        return
+    except BaseException as error:  # e.g. the user's env raised: the parent's recv() re-raises it
+        results.put(("error", f"{type(error).__name__}: {error}"))
+    finally:
+        if envs is not None:
+            envs.close()
+            envs.obs = None  # the buffer's view must go before the segment can close
+        shm.close()
+
+
+class GymnasiumPool:
+    """`num_envs` Gymnasium envs in worker processes, with EnvPool's `async_reset` / `send` / `recv` / `reset` /
+    `step` / `render` / `close` (module docstring)."""
+
+    def __init__(self, env_id: str, *, num_envs: int, batch_size: int, seed: int, obs_shape: tuple, obs_dtype,
+                 num_workers: int, render: bool = False):
+        self.num_envs, self.batch_size = num_envs, batch_size
+        self._shape, self._dtype = tuple(obs_shape), np.dtype(obs_dtype)
+        self._closed, self._conns, self._procs = False, [], []
+        self._local: _Envs | None = None
+        if multiprocessing.current_process().daemon:  # e.g. a Spreeze sampler: no children; step here
+            self._obs = np.zeros((num_envs, *self._shape), self._dtype)
+            self._local, self._pending = _Envs(env_id, list(range(num_envs)), seed, self._obs, render), []
+            return
+        nbytes = max(int(np.prod((num_envs, *self._shape))) * self._dtype.itemsize, 1)
+        self._shm = shared_memory.SharedMemory(create=True, size=nbytes)
+        self._obs = np.ndarray((num_envs, *self._shape), dtype=self._dtype, buffer=self._shm.buf)
+        context = multiprocessing.get_context("spawn")
+        self._results = context.Queue()
+        workers = max(1, min(num_workers, num_envs))
+        self._worker_of = np.arange(num_envs) % workers
+        for w in range(workers):
+            parent, child = context.Pipe()
+            ids = [int(i) for i in np.flatnonzero(self._worker_of == w)]
+            proc = context.Process(target=_worker, name=f"gymnasium-env-{w}", daemon=True, args=(
+                child, self._results, env_id, ids, seed, self._shm.name, self._shape, self._dtype.str, num_envs,
+                render))
+            proc.start()
+            child.close()
+            self._conns.append(parent)
+            self._procs.append(proc)
+
+    def async_reset(self) -> None:
+        if self._local is not None:
+            self._pending += [self._local.reset(i) for i in range(self.num_envs)]
+            return
+        for w, conn in enumerate(self._conns):
+            conn.send(("reset", [int(i) for i in np.flatnonzero(self._worker_of == w)]))
+
+    def send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
+        actions, env_ids = np.asarray(actions), np.asarray(env_ids)
+        if self._local is not None:
+            self._pending += [self._local.step(int(i), _action(a)) for i, a in zip(env_ids, actions, strict=True)]
+            return
+        for w, conn in enumerate(self._conns):
+            mine = np.flatnonzero(self._worker_of[env_ids] == w)
+            if len(mine):
+                conn.send(("step", [(int(env_ids[k]), _action(actions[k])) for k in mine]))
+
+    def recv(self, count: int | None = None, *, in_id_order: bool = False):
+        """The next `count` (default `batch_size`) finished env steps: (obs, rewards, terminated, truncated, info)."""
+        rows = [self._next_result() for _ in range(count or self.batch_size)]
+        if in_id_order:
+            rows.sort(key=lambda row: row[0])
+        ids = np.asarray([row[0] for row in rows], np.int32)
+        info = {"env_id": ids, "elapsed_step": np.asarray([row[4] for row in rows], np.int32)}
+        return (self._obs[ids].copy(), np.asarray([row[1] for row in rows], np.float32),
+                np.asarray([row[2] for row in rows], bool), np.asarray([row[3] for row in rows], bool), info)
+
+    def reset(self):
+        self.async_reset()
+        obs, _, _, _, info = self.recv(self.num_envs, in_id_order=True)
+        return obs, info
+
+    def step(self, actions: np.ndarray, env_ids: np.ndarray | None = None):
+        env_ids = np.arange(self.num_envs, dtype=np.int32) if env_ids is None else np.asarray(env_ids)
+        self.send(actions, env_ids)
+        return self.recv(len(env_ids), in_id_order=True)
+
+    def render(self) -> np.ndarray:
+        """[1, H, W, 3]: env 0's frame (the pool must be made with `render=True`), as EnvPool's `render()`."""
+        if self._local is not None:
+            return np.asarray(self._local.envs[0].render())[None]
+        self._conns[0].send(("render", None))
+        return self._conns[0].recv()[None]
+
+    def _next_result(self):
+        if self._local is not None:
+            if not self._pending:
+                raise RuntimeError("recv() with no env step in flight")
+            return self._pending.pop(0)
+        while True:
+            try:
+                row = self._results.get(timeout=1.0)
+                break
+            except queue.Empty:
+                dead = [proc.name for proc in self._procs if not proc.is_alive()]
+                if dead:
+                    raise RuntimeError(f"gymnasium env worker {dead[0]} exited") from None
+        if row[0] == "error":
+            raise RuntimeError(f"a gymnasium env raised {row[1]}")
+        return row
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._local is not None:
+            self._local.close()
+            return
+        for conn in self._conns:
+            try:
+                conn.send(("close", None))
+            except (BrokenPipeError, OSError):
+                pass
+            conn.close()
+        for proc in self._procs:
+            proc.join(timeout=5.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        del self._obs
+        self._shm.close()
+        self._shm.unlink()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the resource tracker unlinks the buffer
+            pass
+
+
+def _action(action):
+    """A Discrete action as a Python int, a Box action as float32."""
+    action = np.asarray(action)
+    return int(action) if action.ndim == 0 else action.astype(np.float32)

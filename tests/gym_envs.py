@@ -1,0 +1,46 @@
+"""A small Gymnasium env of the test suite's own, for `--env=gymnasium/tests.gym_envs:Walk-v0` (the `module:Name`
+form imports this module, which registers it): a walker on a line starts at a random point of [-1, 1] and moves by
++-0.1 per step; reaching +1 ends the episode with reward 1 (each step costs 0.01), reaching -1 ends it with 0, and
+the time limit is 50 steps. Also a space no launcher takes (`DictObs-v0`)."""
+
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+
+class Walk(gymnasium.Env):
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+        self.position = 0.0
+
+    def _obs(self):
+        return np.array([self.position, 1.0], np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position = float(self.np_random.uniform(-0.9, 0.9))
+        return self._obs(), {}
+
+    def step(self, action):
+        self.position += 0.1 if int(action) == 1 else -0.1
+        won, lost = self.position >= 1.0, self.position <= -1.0
+        return self._obs(), (1.0 if won else 0.0) - 0.01, bool(won or lost), False, {}
+
+    def render(self):
+        frame = np.zeros((8, 40, 3), np.uint8)
+        frame[:, int(np.clip((self.position + 1) * 19.5, 0, 39))] = 255
+        return frame
+
+
+class DictObs(Walk):
+    observation_space = spaces.Dict({"position": spaces.Box(-1.0, 1.0, (1,), np.float32)})
+
+
+gymnasium.register("Walk-v0", entry_point=Walk, max_episode_steps=50)
+gymnasium.register("DictObs-v0", entry_point=DictObs, max_episode_steps=50)

@@ -1,0 +1,94 @@
+"""`--env=gymnasium/<id>`: any Gymnasium env behind EnvPool's interface (`envs.gymnasium_pool`), under the
+launchers with the same guarantees: EnvPool's reset-step semantics, per-env seeds, bit-identical HTS runs across
+actor threads and batch sizes, one line for a space no launcher takes, and no process or shared memory left."""
+
+import multiprocessing
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from envs.factory import make_pool, make_spec, resolve_env_id
+from systems.hts import system as hts
+from tests.helpers import tiny_hts
+
+WALK = "gymnasium/tests.gym_envs:Walk-v0"
+
+
+def test_spec_reads_the_spaces_and_the_time_limit():
+    spec = make_spec(WALK)
+    assert spec.family == "gymnasium" and spec.obs_shape == (2,) and spec.obs_dtype == np.float32
+    assert spec.action_dim == 2 and not spec.continuous and spec.max_episode_steps == 50
+    continuous = make_spec("gymnasium/Pendulum-v1")
+    assert continuous.continuous and continuous.action_dim == 1 and continuous.action_high[0] == 2.0
+
+
+def test_a_space_no_launcher_takes_and_an_unknown_id_are_one_line():
+    with pytest.raises(ValueError, match=r"unsupported observation space Dict\(") as error:
+        resolve_env_id(None, "gymnasium/tests.gym_envs:DictObs-v0")
+    assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="gymnasium.make failed"):
+        resolve_env_id(None, "gymnasium/NoSuchEnv-v9")
+
+
+def test_the_pool_keeps_envpool_semantics_and_seeds_env_i_with_seed_plus_i():
+    spec = make_spec(WALK)
+    pool = make_pool(spec, num_envs=3, batch_size=3, seed=5, num_threads=2)
+    try:
+        obs, info = pool.reset()
+        assert list(info["env_id"]) == [0, 1, 2] and list(info["elapsed_step"]) == [0, 0, 0]
+        solo = make_pool(spec, num_envs=1, batch_size=1, seed=6, num_threads=1)  # env 1 of the pool, alone
+        solo_obs, _ = solo.reset()
+        solo.close()
+        np.testing.assert_array_equal(obs[1], solo_obs[0])
+        ended = None
+        for _ in range(30):  # always right: each env reaches +1 within 20 steps
+            obs, rewards, terminated, truncated, info = pool.step(np.ones(3, np.int32))
+            if terminated[0] and ended is None:
+                ended = info["elapsed_step"][0]
+            elif ended is not None and ended != "checked":  # the step after the end is a reset step
+                assert info["elapsed_step"][0] == 0 and rewards[0] == 0.0 and not terminated[0]
+                ended = "checked"
+        assert ended == "checked"
+    finally:
+        pool.close()
+    assert multiprocessing.active_children() == []
+
+
+def test_the_async_pool_returns_batches_of_any_envs():
+    pool = make_pool(make_spec(WALK), num_envs=4, batch_size=2, seed=1, num_threads=2)
+    try:
+        pool.async_reset()
+        first = pool.recv()[4]["env_id"]
+        second = pool.recv()[4]["env_id"]  # the other two resets: recv takes whichever envs finish first
+        assert len(first) == len(second) == 2 and set(first) | set(second) == {0, 1, 2, 3}
+        pool.send(np.zeros(2, np.int32), first)
+        assert set(pool.recv()[4]["env_id"]) == set(first)
+    finally:
+        pool.close()
+
+
+def test_hts_is_bit_identical_across_actor_threads_and_batch_sizes_on_a_gymnasium_env(tmp_path):
+    prints = set()
+    for actors, batch in ((1, 2), (2, 4)):
+        summary = hts.run(tiny_hts(tmp_path / f"{actors}-{batch}", env_id=WALK, num_envs=4, num_actors=actors,
+                                   env_batch_size=batch, inference_batch=2, eval_episodes=2))
+        assert summary["updates"] == 6 and summary["evaluations"] >= 1
+        prints.add(summary["param_fingerprint"])
+    assert len(prints) == 1
+
+
+def test_the_launcher_trains_a_user_env_and_leaves_no_process_or_shared_memory(tmp_path):
+    before = set(os.listdir("/dev/shm"))
+    result = subprocess.run(
+        [sys.executable, "-m", "launch.sync", f"--env={WALK}", "--total_steps=2048", "--num_envs=4",
+         "--sync_interval=64", "--eval_every=1024", "--eval_episodes=4", f"--logdir={tmp_path / 'run'}", "--quiet"],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "run" / "summary.json").exists()
+    assert not {name for name in set(os.listdir("/dev/shm")) - before if name.startswith("psm_")}
+    bad = subprocess.run([sys.executable, "-m", "launch.sync", "--env=gymnasium/tests.gym_envs:DictObs-v0"],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "Dict(" in bad.stderr, bad.stderr
