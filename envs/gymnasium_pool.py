@@ -21,13 +21,17 @@ observation buffer is unlinked by `close()` (and by multiprocessing's resource t
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
+import os
 import queue
 from multiprocessing import shared_memory
 
 import numpy as np
 
 PREFIX = "gymnasium/"
+SEGMENT_PREFIX = "htsrl-gym-"  # the pools' /dev/shm segments: htsrl-gym-<pid>-<n>
+_segments = itertools.count()
 
 
 def is_gymnasium(env_id: str) -> bool:
@@ -122,7 +126,8 @@ class GymnasiumPool:
             self._local, self._pending = _Envs(env_id, list(range(num_envs)), seed, self._obs, render), []
             return
         nbytes = max(int(np.prod((num_envs, *self._shape))) * self._dtype.itemsize, 1)
-        self._shm = shared_memory.SharedMemory(create=True, size=nbytes)
+        self._shm = shared_memory.SharedMemory(
+            name=f"{SEGMENT_PREFIX}{os.getpid()}-{next(_segments)}", create=True, size=nbytes)
         self._obs = np.ndarray((num_envs, *self._shape), dtype=self._dtype, buffer=self._shm.buf)
         context = multiprocessing.get_context("spawn")
         self._results = context.Queue()

@@ -35,7 +35,8 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 # Under pytest-xdist (`-n 2 --dist loadgroup`, the README's command) the tests of these files run one after another on
 # one worker: they start Spreeze runs or multiprocessing objects, and some of them check that /dev/shm holds nothing
 # new afterwards, which a Spreeze run of another worker would break.
-SHARED_MEMORY_FILES = ("test_reliability.py", "test_launch.py", "test_sweep.py", "test_learning_spreeze.py")
+SHARED_MEMORY_FILES = ("test_reliability.py", "test_launch.py", "test_sweep.py", "test_learning_spreeze.py",
+                       "test_gymnasium_envs.py")
 
 
 def pytest_collection_modifyitems(config, items):

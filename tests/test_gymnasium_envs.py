@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from envs.factory import make_pool, make_spec, resolve_env_id
+from envs.gymnasium_pool import SEGMENT_PREFIX
 from systems.hts import system as hts
 from tests.helpers import tiny_hts
 
@@ -88,7 +89,7 @@ def test_the_launcher_trains_a_user_env_and_leaves_no_process_or_shared_memory(t
         capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=os.getcwd()))
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "run" / "summary.json").exists()
-    assert not {name for name in set(os.listdir("/dev/shm")) - before if name.startswith("psm_")}
+    assert not {name for name in set(os.listdir("/dev/shm")) - before if name.startswith(SEGMENT_PREFIX)}
     bad = subprocess.run([sys.executable, "-m", "launch.sync", "--env=gymnasium/tests.gym_envs:DictObs-v0"],
                          capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=os.getcwd()))
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "Dict(" in bad.stderr, bad.stderr
