@@ -230,8 +230,11 @@ NOTES = {
     ),
     "LunarLander-v2 dqn": (
         "100k env steps, rl-zoo3's own budget for its LunarLander DQN preset, which PAL's box2d preset copies "
-        "(an earlier 500k-step budget stretched the peer's exploration schedule and its DQN collapsed after "
-        "reaching 227 at 75k steps)."
+        "(at an earlier 500k-step budget, which stretches the 12% exploration schedule to 60k steps, the peer's DQN "
+        "reached 227 at 75k steps and collapsed to -568, and PAL with prioritized replay diverged from the start, "
+        "Q values to 3,700). Seed 0 (2026-11-26, beside the test suite, loads 5.9-7.2): every side reaches 200 "
+        "(PER first, at 40k steps; uniform at 55k; the peer at 65k) and ends above 100 (PER 119, uniform 207, "
+        "peer 115); PAL used a third of the peer's CPU time (332 and 319 s against 976 s). Seeds 1-4: queued."
     ),
     "Pendulum-v1 sac": (
         "5 seeds per side. Seeds 0-2 ran alone on the 2 cores (loads 1.5-2.3); seed 3 of SB3's SAC and TD3 and of "
