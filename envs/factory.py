@@ -68,6 +68,7 @@ class EnvSpec:
     # every family except GFootball, whose episodes run one step longer than the configured
     # max_episode_steps (400 -> truncated at elapsed_step 401, like gfootball's game_duration).
     max_episode_steps: int
+    env_kwargs: str = ""  # gymnasium/<id> only: gymnasium.make's keyword arguments as JSON
 
 
 def family_of(env_id: str) -> str:
@@ -124,8 +125,7 @@ def resolve_env_id(game: str | None, env: str | None) -> str:
         )
     if env:
         if gymnasium_pool.is_gymnasium(env):
-            make_spec(env)  # an unknown id or an unsupported space: one line now
-            return env
+            return env  # made, with its --env_kwargs, when the config is checked
         if env not in _registry.specs:
             raise ValueError(_unknown_env_message(env))
         family_of(env)  # Rejects families we have no support for.
@@ -146,7 +146,7 @@ def _pool_kwargs(family: str, evaluation: bool) -> dict[str, Any]:
 
 
 @functools.cache
-def make_spec(env_id: str) -> EnvSpec:
+def make_spec(env_id: str, env_kwargs: str = "") -> EnvSpec:
     """Spaces of env_id under make_pool's settings.
 
     Reads EnvPool's spec (the spaces a pool built with the same settings reports) rather than
@@ -154,7 +154,9 @@ def make_spec(env_id: str) -> EnvSpec:
     read its spaces.
     """
     if gymnasium_pool.is_gymnasium(env_id):
-        return _gymnasium_spec(env_id)
+        return _gymnasium_spec(env_id, env_kwargs)
+    if env_kwargs:
+        raise ValueError(f"--env_kwargs applies to --env=gymnasium/<id> tasks, not to {env_id}")
     family = family_of(env_id)
     spec = envpool.make_spec(env_id, num_envs=1, **_pool_kwargs(family, evaluation=False))
     obs_space = spec.observation_space
@@ -229,9 +231,9 @@ def make_pool(
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
     if spec.family == "gymnasium":
-        return gymnasium_pool.GymnasiumPool(spec.env_id, num_envs=total, batch_size=batch_size, seed=seed,
-                                            obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype,
-                                            num_workers=num_threads, render=render)
+        return gymnasium_pool.GymnasiumPool(
+            spec.env_id, spec.env_kwargs, num_envs=total, batch_size=batch_size, seed=seed, obs_shape=spec.obs_shape,
+            obs_dtype=spec.obs_dtype, num_workers=num_threads, render=render)
     return envpool.make(
         spec.env_id,
         env_type="gymnasium",
@@ -244,14 +246,14 @@ def make_pool(
     )
 
 
-def _gymnasium_spec(env_id: str) -> EnvSpec:
+def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:
     """The spaces of a `gymnasium/<id>` task: a vector `Box` observation and a `Discrete` or 1-D `Box` action; any
     other space is refused with one line naming it."""
     import gymnasium
 
     try:
-        env = gymnasium_pool.make_env(env_id)
-    except (gymnasium.error.Error, ModuleNotFoundError, ImportError, AttributeError) as error:
+        env = gymnasium_pool.make_env(env_id, env_kwargs=env_kwargs)
+    except (gymnasium.error.Error, ModuleNotFoundError, ImportError, AttributeError, TypeError) as error:
         raise ValueError(f"{env_id}: gymnasium.make failed: {str(error).strip().splitlines()[0]}") from None
     try:
         obs_space, act_space = env.observation_space, env.action_space
@@ -270,4 +272,4 @@ def _gymnasium_spec(env_id: str) -> EnvSpec:
     dtype = np.dtype(np.float32) if np.dtype(obs_space.dtype).kind == "f" else np.dtype(obs_space.dtype)
     return EnvSpec(env_id=env_id, family="gymnasium", obs_shape=tuple(int(d) for d in obs_space.shape),
                    obs_dtype=dtype, action_dim=action_dim, continuous=continuous, action_low=low, action_high=high,
-                   max_episode_steps=int(max_steps) if max_steps else _INT32_MAX)
+                   max_episode_steps=int(max_steps) if max_steps else _INT32_MAX, env_kwargs=env_kwargs)

@@ -22,6 +22,7 @@ observation buffer is unlinked by `close()` (and by multiprocessing's resource t
 from __future__ import annotations
 
 import itertools
+import json
 import multiprocessing
 import os
 import queue
@@ -43,19 +44,34 @@ def gymnasium_id(env_id: str) -> str:
     return env_id[len(PREFIX):]
 
 
-def make_env(env_id: str, render: bool = False):
-    """`gymnasium.make` of a `gymnasium/<id>` task (its module imported first for the `module:Name` form)."""
+def parse_kwargs(env_kwargs: str) -> dict:
+    """`--env_kwargs` ("" or a JSON object) as a dict; ValueError with one line otherwise."""
+    if not env_kwargs:
+        return {}
+    try:
+        kwargs = json.loads(env_kwargs)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--env_kwargs is not JSON ({error.msg} at character {error.pos}): {env_kwargs}") from None
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"--env_kwargs must be a JSON object such as '{{\"size\": 8}}', got {env_kwargs}")
+    return kwargs
+
+
+def make_env(env_id: str, render: bool = False, env_kwargs: str = ""):
+    """`gymnasium.make` of a `gymnasium/<id>` task with its `--env_kwargs` (its module imported first for the
+    `module:Name` form)."""
     import gymnasium
 
-    return gymnasium.make(gymnasium_id(env_id), **({"render_mode": "rgb_array"} if render else {}))
+    return gymnasium.make(gymnasium_id(env_id), **parse_kwargs(env_kwargs),
+                          **({"render_mode": "rgb_array"} if render else {}))
 
 
 class _Envs:
     """Some of a pool's envs (`env_ids`) in this process, writing each observation into row `env_id` of `obs`."""
 
-    def __init__(self, env_id: str, env_ids: list, seed: int, obs: np.ndarray, render: bool):
+    def __init__(self, env_id: str, env_kwargs: str, env_ids: list, seed: int, obs: np.ndarray, render: bool):
         self.obs, self.seed = obs, seed
-        self.envs = {i: make_env(env_id, render=render and i == 0) for i in env_ids}
+        self.envs = {i: make_env(env_id, render=render and i == 0, env_kwargs=env_kwargs) for i in env_ids}
         self.seeded, self.done, self.elapsed = set(), set(env_ids), dict.fromkeys(env_ids, 0)
 
     def reset(self, i: int) -> tuple:
@@ -81,13 +97,14 @@ class _Envs:
             env.close()
 
 
-def _worker(conn, results, env_id: str, env_ids: list, seed: int, shm_name: str, shape: tuple, dtype: str,
-            total: int, render: bool) -> None:
+def _worker(conn, results, env_id: str, env_kwargs: str, env_ids: list, seed: int, shm_name: str, shape: tuple,
+            dtype: str, total: int, render: bool) -> None:
     """One worker process: steps its envs on command and writes their observations into the shared buffer."""
     shm = shared_memory.SharedMemory(name=shm_name)
     envs = None
     try:
-        envs = _Envs(env_id, env_ids, seed, np.ndarray((total, *shape), np.dtype(dtype), buffer=shm.buf), render)
+        obs = np.ndarray((total, *shape), np.dtype(dtype), buffer=shm.buf)
+        envs = _Envs(env_id, env_kwargs, env_ids, seed, obs, render)
         while True:
             command, payload = conn.recv()
             if command == "reset":
@@ -115,15 +132,15 @@ class GymnasiumPool:
     """`num_envs` Gymnasium envs in worker processes, with EnvPool's `async_reset` / `send` / `recv` / `reset` /
     `step` / `render` / `close` (module docstring)."""
 
-    def __init__(self, env_id: str, *, num_envs: int, batch_size: int, seed: int, obs_shape: tuple, obs_dtype,
-                 num_workers: int, render: bool = False):
+    def __init__(self, env_id: str, env_kwargs: str = "", *, num_envs: int, batch_size: int, seed: int,
+                 obs_shape: tuple, obs_dtype, num_workers: int, render: bool = False):
         self.num_envs, self.batch_size = num_envs, batch_size
         self._shape, self._dtype = tuple(obs_shape), np.dtype(obs_dtype)
         self._closed, self._conns, self._procs = False, [], []
         self._local: _Envs | None = None
         if multiprocessing.current_process().daemon:  # e.g. a Spreeze sampler: no children; step here
             self._obs = np.zeros((num_envs, *self._shape), self._dtype)
-            self._local, self._pending = _Envs(env_id, list(range(num_envs)), seed, self._obs, render), []
+            self._local, self._pending = _Envs(env_id, env_kwargs, list(range(num_envs)), seed, self._obs, render), []
             return
         nbytes = max(int(np.prod((num_envs, *self._shape))) * self._dtype.itemsize, 1)
         self._shm = shared_memory.SharedMemory(
@@ -137,8 +154,8 @@ class GymnasiumPool:
             parent, child = context.Pipe()
             ids = [int(i) for i in np.flatnonzero(self._worker_of == w)]
             proc = context.Process(target=_worker, name=f"gymnasium-env-{w}", daemon=True, args=(
-                child, self._results, env_id, ids, seed, self._shm.name, self._shape, self._dtype.str, num_envs,
-                render))
+                child, self._results, env_id, env_kwargs, ids, seed, self._shm.name, self._shape, self._dtype.str,
+                num_envs, render))
             proc.start()
             child.close()
             self._conns.append(parent)

@@ -1,7 +1,7 @@
 """A small Gymnasium env of the test suite's own, for `--env=gymnasium/tests.gym_envs:Walk-v0` (the `module:Name`
 form imports this module, which registers it): a walker on a line starts at a random point of [-1, 1] and moves by
-+-0.1 per step; reaching +1 ends the episode with reward 1 (each step costs 0.01), reaching -1 ends it with 0, and
-the time limit is 50 steps. Also a space no launcher takes (`DictObs-v0`)."""
++-step_size (a keyword argument, 0.1) per step; reaching +1 ends the episode with reward 1 (each step costs 0.01),
+reaching -1 ends it with 0, and the time limit is 50 steps. Also a space no launcher takes (`DictObs-v0`)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ class Walk(gymnasium.Env):
     action_space = spaces.Discrete(2)
     metadata = {"render_modes": ["rgb_array"]}
 
-    def __init__(self, render_mode=None):
-        self.render_mode = render_mode
+    def __init__(self, render_mode=None, step_size=0.1):
+        self.render_mode, self.step_size = render_mode, step_size
         self.position = 0.0
 
     def _obs(self):
@@ -28,7 +28,7 @@ class Walk(gymnasium.Env):
         return self._obs(), {}
 
     def step(self, action):
-        self.position += 0.1 if int(action) == 1 else -0.1
+        self.position += self.step_size if int(action) == 1 else -self.step_size
         won, lost = self.position >= 1.0, self.position <= -1.0
         return self._obs(), (1.0 if won else 0.0) - 0.01, bool(won or lost), False, {}
 

@@ -12,6 +12,7 @@ import pytest
 
 from envs.factory import make_pool, make_spec, resolve_env_id
 from envs.gymnasium_pool import SEGMENT_PREFIX
+from systems.common.config import ConfigError
 from systems.hts import system as hts
 from tests.helpers import tiny_hts
 
@@ -27,11 +28,32 @@ def test_spec_reads_the_spaces_and_the_time_limit():
 
 
 def test_a_space_no_launcher_takes_and_an_unknown_id_are_one_line():
+    assert resolve_env_id(None, WALK) == WALK  # made when the config is checked, with its --env_kwargs
     with pytest.raises(ValueError, match=r"unsupported observation space Dict\(") as error:
-        resolve_env_id(None, "gymnasium/tests.gym_envs:DictObs-v0")
+        make_spec("gymnasium/tests.gym_envs:DictObs-v0")
     assert "\n" not in str(error.value)
-    with pytest.raises(ValueError, match="gymnasium.make failed"):
-        resolve_env_id(None, "gymnasium/NoSuchEnv-v9")
+    with pytest.raises(ConfigError, match="gymnasium.make failed"):
+        hts.validate(tiny_hts("unused", env_id="gymnasium/NoSuchEnv-v9"))
+    with pytest.raises(ConfigError, match="--env_kwargs applies to --env=gymnasium/<id> tasks, not to CartPole-v1"):
+        hts.validate(tiny_hts("unused", env_kwargs='{"a": 1}'))
+
+
+def test_env_kwargs_reach_gymnasium_make_and_bad_ones_are_one_line():
+    spec = make_spec(WALK, '{"step_size": 1.0}')
+    pool = make_pool(spec, num_envs=2, batch_size=2, seed=0, num_threads=1)
+    try:
+        pool.reset()
+        _, _, terminated, _, info = pool.step(np.ones(2, np.int32))  # one step of 1.0 from (-0.9, 0.9) ends it
+        _, _, terminated2, _, _ = pool.step(np.ones(2, np.int32))
+        assert (terminated | terminated2).all() and list(info["elapsed_step"]) == [1, 1]
+    finally:
+        pool.close()
+    for kwargs, message in (("{size: 8}", "not JSON"), ("[1]", "must be a JSON object"),
+                            ('{"no_such_argument": 1}', "gymnasium.make failed")):
+        with pytest.raises(ValueError, match=message):
+            make_spec(WALK, kwargs)
+    with pytest.raises(ValueError, match="applies to --env=gymnasium/<id> tasks, not to CartPole-v1"):
+        make_spec("CartPole-v1", '{"a": 1}')
 
 
 def test_the_pool_keeps_envpool_semantics_and_seeds_env_i_with_seed_plus_i():

@@ -56,6 +56,8 @@ class RunConfig:
 
     env_id: str  # EnvPool task id, e.g. "Breakout-v5" (the flags --game / --env)
     algo: str = "ppo"  # the system's algorithm (each config narrows the choice and sets its default)
+    env_kwargs: str = setting(
+        "", 'Keyword arguments of gymnasium.make for --env=gymnasium/<id>, as JSON, e.g. \'{"size": 8}\'.', "run")
     seed: int = setting(1, "Seed of envs, initial parameters, action keys and minibatch order.", "run")
     total_steps: int = hyperparameter(10_000_000, "Env steps to train (agent steps; default: preset).", group="run")
     logdir: str = setting("", "Run directory (default: runs/<system>-<env>-s<seed>-<time>).", "run")
@@ -194,10 +196,26 @@ MAX_SEED = 2**31 - 1 - 2**20
 MAX_EVAL_EPISODES = 10_000  # an evaluation steps one env per episode, all of them in one EnvPool
 
 
+def _check_env(env_id: str, env_kwargs: str) -> None:
+    """A `gymnasium/<id>` task is made once here, with its `--env_kwargs`, so a bad keyword or space is one line
+    before the run starts; `--env_kwargs` of an EnvPool task is refused."""
+    from envs import factory, gymnasium_pool
+
+    if not gymnasium_pool.is_gymnasium(env_id):
+        if env_kwargs:
+            raise ConfigError(f"--env_kwargs applies to --env=gymnasium/<id> tasks, not to {env_id}")
+        return
+    try:
+        factory.make_spec(env_id, env_kwargs)
+    except ValueError as error:
+        raise ConfigError(first_line(error)) from None
+
+
 def validate_run_fields(config) -> None:
     """The checks every system's config shares: finite numbers, a seed EnvPool takes (-1 and 10^14 were tracebacks
     after the run directory was written) and evaluation envs EnvPool can allocate (10^9 hung before it)."""
     require_finite_numbers(config)
+    _check_env(config.env_id, config.env_kwargs)
     if not 0 <= config.seed <= MAX_SEED:
         raise ConfigError(f"--seed must be in [0, {MAX_SEED:,}], got {config.seed:,}")
     if config.stop_at_target and (config.target_return is None or config.eval_episodes == 0):

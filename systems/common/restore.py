@@ -184,7 +184,7 @@ def config_from_json(config_cls: type, values: dict, retired: frozenset = frozen
 
 def spec_of(config) -> EnvSpec:
     try:
-        return make_spec(config.env_id)
+        return make_spec(config.env_id, config.env_kwargs)
     except ValueError as error:
         raise ConfigError(str(error)) from None
 
