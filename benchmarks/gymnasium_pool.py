@@ -81,9 +81,10 @@ def main(argv):
         *(f"| `{env_id}` | {raw[env_id]:,.0f} | {e2e[env_id]['sps']:,.0f} | {e2e[env_id]['final']:.1f} |"
           for env_id in IDS),
         "",
-        f"EnvPool's threads step this task {raw[IDS[0]] / raw[IDS[1]]:.1f}x as fast as the worker processes: its step "
-        "is a few microseconds of physics, so the pipe and queue hand-over per step is what the workers cost. End to end, "
-        f"HTS through `gymnasium/` runs at {e2e[IDS[1]]['sps'] / e2e[IDS[0]]['sps']:.0%} of its EnvPool SPS.",
+        f"EnvPool's threads step this task {raw[IDS[0]] / raw[IDS[1]]:.1f}x as fast as the worker processes: its "
+        "step is a few microseconds of physics, so the pipe and queue hand-over per step is what the workers cost. "
+        f"End to end, HTS through `gymnasium/` runs at {e2e[IDS[1]]['sps'] / e2e[IDS[0]]['sps']:.0%} of its EnvPool "
+        "SPS.",
         "",
     ]
     with open(_OUT.value, "w") as f:
