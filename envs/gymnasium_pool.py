@@ -114,7 +114,10 @@ def _worker(conn, results, env_id: str, env_kwargs: str, env_ids: list, seed: in
                 for i, action in payload:
                     results.put(envs.step(i, action))
             elif command == "render":
-                conn.send(np.asarray(envs.envs[0].render()))
+                try:
+                    conn.send(("frame", np.asarray(envs.envs[0].render())))
+                except Exception as error:  # e.g. the renderer's package is missing: the caller says so
+                    conn.send(("error", f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"))
             else:
                 return
     except (EOFError, KeyboardInterrupt, BrokenPipeError):
@@ -203,7 +206,10 @@ class GymnasiumPool:
         if self._local is not None:
             return np.asarray(self._local.envs[0].render())[None]
         self._conns[0].send(("render", None))
-        return self._conns[0].recv()[None]
+        kind, frame = self._conns[0].recv()
+        if kind == "error":
+            raise RuntimeError(f"the gymnasium env's render failed: {frame}")
+        return frame[None]
 
     def _next_result(self):
         if self._local is not None:

@@ -26,6 +26,7 @@ import threading
 
 import numpy as np
 
+from envs import gymnasium_pool
 from envs.factory import EnvSpec
 
 # Env steps per second of simulated time, so a video plays at real speed (gymnasium's `render_fps`, from each task's
@@ -61,6 +62,8 @@ def steps_per_second(spec: EnvSpec) -> float:
 
 def frame_source(spec: EnvSpec) -> FrameSource:
     """Whether EnvPool gives real frames of `spec` here (MuJoCo: the OpenGL context is made now, once a process)."""
+    if spec.family == "gymnasium":
+        return _gymnasium_frame_source(spec)
     fps = steps_per_second(spec)
     if spec.family == "atari":
         return FrameSource(True, fps, "real frames: the Atari screen in colour (210x160), from EnvPool")
@@ -74,6 +77,31 @@ def frame_source(spec: EnvSpec) -> FrameSource:
         return FrameSource(False, fps, f"no MuJoCo renderer ({problem}): frames drawn from the observation "
                                        '(pip install -e ".[video]" for real frames; MUJOCO_GL=egl, osmesa or glfw)')
     return FrameSource(False, fps, f"EnvPool renders no {spec.family} frames: frames drawn from the observation")
+
+
+def _gymnasium_frame_source(spec: EnvSpec) -> FrameSource:
+    """A `gymnasium/<id>` task films its own `render_mode="rgb_array"` frames where it offers that mode and one
+    frame renders here (CartPole's needs pygame, for one)."""
+    env = gymnasium_pool.make_env(spec.env_id, env_kwargs=spec.env_kwargs)
+    metadata = dict(env.metadata or {})
+    env.close()
+    fps = float(metadata.get("render_fps") or DEFAULT_FPS)
+    if "rgb_array" not in metadata.get("render_modes", ()):
+        return FrameSource(False, fps, "the env offers no rgb_array render mode: frames drawn from the observation")
+    env = gymnasium_pool.make_env(spec.env_id, render=True, env_kwargs=spec.env_kwargs)
+    try:
+        env.reset(seed=0)
+        frame = np.asarray(env.render())
+    except Exception as error:  # a missing renderer package, no display, ...
+        problem = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:100]}"
+        return FrameSource(False, fps, f"the env's rgb_array render failed ({problem}): frames drawn from the "
+                                       "observation")
+    finally:
+        env.close()
+    if frame.ndim != 3 or frame.shape[-1] != 3:
+        return FrameSource(False, fps, f"the env's rgb_array frame is {frame.shape}, not HxWx3: frames drawn from "
+                                       "the observation")
+    return FrameSource(True, fps, "real frames: the env's own rgb_array render, from gymnasium")
 
 
 def render_frame(pool, spec: EnvSpec) -> np.ndarray:

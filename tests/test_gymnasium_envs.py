@@ -129,3 +129,13 @@ def test_sync_ppo_learns_the_suite_env(tmp_path):
         learning_rate=2.5e-3, eval_every=4096, eval_episodes=8, eval_deterministic=True, quiet=True, seed=1,
         logdir=str(tmp_path / "run")))
     assert summary["last_eval_return"] >= 0.85, summary["last_eval_return"]
+
+
+def test_a_gymnasium_env_films_its_own_rgb_array_frames(tmp_path):
+    from systems.common import video
+
+    spec = make_spec(WALK)
+    film = video.record_episode(spec, lambda params, obs, key: np.ones(len(obs), np.int32), None, seed=2,
+                                path=str(tmp_path / "walk.gif"))
+    assert film.real_frames and film.complete and "rgb_array" in film.note, film.note
+    assert film.frames == film.episode_length + 1  # every step and the final state

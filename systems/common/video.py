@@ -191,7 +191,7 @@ class _Film:
         """Drops the unfinished file; an error of the writer's own close must not hide the one that stopped it."""
         try:
             self.writer.close()
-        except OSError:
+        except (OSError, IndexError):  # IndexError: a GIF of no frame yet
             pass
         finally:
             atomic.discard(self.tmp)
