@@ -34,7 +34,7 @@ from absl import app, flags
 
 from agents import conv as conv_lib
 from agents import networks
-from benchmarks.common import git_commit, machine
+from benchmarks.common import git_commit, machine, timed
 
 _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed calls per row (median).")
 _TORCH = flags.DEFINE_string("torch_python", "/tmp/torch-venv/bin/python", "Python with torch for the peer rows "
@@ -54,18 +54,6 @@ LAYERS = (
     ("gfootball", "conv2", (17, 23, 32), 64, 4, 2),
     ("gfootball", "conv3", (7, 10, 64), 64, 3, 1),
 )
-
-
-def timed(fn, *args, repeats: int) -> float:
-    """Median seconds of `repeats` calls of the jitted `fn` after two warm-up calls."""
-    for _ in range(2):
-        jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
 
 
 # Forms whose gradients are tried under each other's forward passes (the others only with their own gradient: they

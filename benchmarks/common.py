@@ -1,6 +1,6 @@
 """Helpers shared by the benchmark scripts (`throughput.py`, `scaleout.py`): one measurement per subprocess with a
 hard timeout, the CPU time other processes took meanwhile (from /proc), the machine line of a table header, and
-small formatting helpers.
+small formatting helpers, and the median time of a jitted JAX program (`timed`).
 
 A benchmark module runs itself as the worker: `python -m <module> --worker=<JSON job>` prints one line
 `RESULT <JSON>`, which `run_job` reads back."""
@@ -15,6 +15,20 @@ import sys
 import time
 
 from systems.common import hardware
+
+
+def timed(fn, *args, repeats: int) -> float:
+    """Median seconds of `repeats` calls of the jitted `fn` after two warm-up calls (compilation excluded)."""
+    import jax  # only the benchmarks that time JAX programs pay for it
+
+    for _ in range(2):
+        jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return float(statistics.median(times))
 
 
 def run_job(module: str, job: dict, timeout_s: float, env: dict | None = None) -> dict:

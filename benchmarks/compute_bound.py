@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import statistics
 import time
 
 import jax
@@ -28,7 +27,7 @@ import numpy as np
 from absl import app, flags
 
 from agents import networks
-from benchmarks.common import git_commit
+from benchmarks.common import git_commit, timed
 from systems.common import conv_tuning, hardware
 
 _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed calls per program (median).")
@@ -56,17 +55,6 @@ def hand_flops() -> tuple[float, float]:
     return forward, forward + backward
 
 
-def median_seconds(fn, *args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def xla_flops(fn, *args) -> float | None:
     """XLA's FLOP count of the compiled `fn` (None where the backend does not report it)."""
     analysis = fn.lower(*args).compile().cost_analysis()
@@ -83,7 +71,7 @@ def matmul_rate(repeats: int) -> dict:
     for n in (512, 1024, 2048):
         a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), jnp.float32)
         b = jnp.asarray(np.random.default_rng(1).standard_normal((n, n)), jnp.float32)
-        rates[n] = 2.0 * n**3 / median_seconds(matmul, a, b, repeats=repeats) / 1e9
+        rates[n] = 2.0 * n**3 / timed(matmul, a, b, repeats=repeats) / 1e9
     return rates
 
 
@@ -111,8 +99,8 @@ def measure(repeats: int) -> dict:
         matmul=matmul_rate(repeats),
         hand_forward=hand_forward, hand_grad=hand_grad,
         xla_forward=xla_flops(forward, params, actor_obs), xla_grad=xla_flops(grad, params, learner_obs),
-        actor_s=median_seconds(forward, params, actor_obs, repeats=repeats),
-        grad_s=median_seconds(grad, params, learner_obs, repeats=repeats),
+        actor_s=timed(forward, params, actor_obs, repeats=repeats),
+        grad_s=timed(grad, params, learner_obs, repeats=repeats),
         plan=conv_tuning.chosen().get("nature", {"plan": "table", "source": "the fixed table"}),
     )
     result["load"] = os.getloadavg()[0]

@@ -153,9 +153,9 @@ class GymnasiumPool:
         self._results = context.Queue()
         workers = max(1, min(num_workers, num_envs))
         self._worker_of = np.arange(num_envs) % workers
-        for w in range(workers):
+        self._ids_of_worker = [list(range(w, num_envs, workers)) for w in range(workers)]
+        for w, ids in enumerate(self._ids_of_worker):
             parent, child = context.Pipe()
-            ids = [int(i) for i in np.flatnonzero(self._worker_of == w)]
             proc = context.Process(target=_worker, name=f"gymnasium-env-{w}", daemon=True, args=(
                 child, self._results, env_id, env_kwargs, ids, seed, self._shm.name, self._shape, self._dtype.str,
                 num_envs, render))
@@ -168,8 +168,8 @@ class GymnasiumPool:
         if self._local is not None:
             self._pending += [self._local.reset(i) for i in range(self.num_envs)]
             return
-        for w, conn in enumerate(self._conns):
-            conn.send(("reset", [int(i) for i in np.flatnonzero(self._worker_of == w)]))
+        for conn, ids in zip(self._conns, self._ids_of_worker, strict=True):
+            conn.send(("reset", ids))
 
     def send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
         actions, env_ids = np.asarray(actions), np.asarray(env_ids)

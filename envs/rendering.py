@@ -63,7 +63,7 @@ def steps_per_second(spec: EnvSpec) -> float:
 def frame_source(spec: EnvSpec) -> FrameSource:
     """Whether EnvPool gives real frames of `spec` here (MuJoCo: the OpenGL context is made now, once a process)."""
     if spec.family == "gymnasium":
-        return _gymnasium_frame_source(spec)
+        return _gymnasium_frame_source(spec.env_id, spec.env_kwargs)
     fps = steps_per_second(spec)
     if spec.family == "atari":
         return FrameSource(True, fps, "real frames: the Atari screen in colour (210x160), from EnvPool")
@@ -79,16 +79,17 @@ def frame_source(spec: EnvSpec) -> FrameSource:
     return FrameSource(False, fps, f"EnvPool renders no {spec.family} frames: frames drawn from the observation")
 
 
-def _gymnasium_frame_source(spec: EnvSpec) -> FrameSource:
+@functools.lru_cache(maxsize=8)
+def _gymnasium_frame_source(env_id: str, env_kwargs: str) -> FrameSource:
     """A `gymnasium/<id>` task films its own `render_mode="rgb_array"` frames where it offers that mode and one
-    frame renders here (CartPole's needs pygame, for one)."""
-    env = gymnasium_pool.make_env(spec.env_id, env_kwargs=spec.env_kwargs)
+    frame renders here (CartPole's needs pygame, for one). Tried once a process, not at every evaluation's video."""
+    env = gymnasium_pool.make_env(env_id, env_kwargs=env_kwargs)
     metadata = dict(env.metadata or {})
     env.close()
     fps = float(metadata.get("render_fps") or DEFAULT_FPS)
     if "rgb_array" not in metadata.get("render_modes", ()):
         return FrameSource(False, fps, "the env offers no rgb_array render mode: frames drawn from the observation")
-    env = gymnasium_pool.make_env(spec.env_id, render=True, env_kwargs=spec.env_kwargs)
+    env = gymnasium_pool.make_env(env_id, render=True, env_kwargs=env_kwargs)
     try:
         env.reset(seed=0)
         frame = np.asarray(env.render())

@@ -46,24 +46,12 @@ def _s(name, default, help_):
     return Spec("string", name, default, help_)
 
 
-def _i(name, default, help_):
-    return Spec("integer", name, default, help_)
-
-
-def _f(name, default, help_):
-    return Spec("float", name, default, help_)
-
-
 def _b(name, default, help_):
     return Spec("boolean", name, default, help_)
 
 
 def _e(name, default, choices, help_):
     return Spec("enum", name, default, help_, tuple(choices))
-
-
-def _l(name, default, help_):
-    return Spec("list", name, default, help_)
 
 
 def run_group(config_cls: type, *, checkpoints: bool = True) -> list[Spec]:
