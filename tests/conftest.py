@@ -34,11 +34,13 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 
 # Under pytest-xdist (`-n 2 --dist loadgroup`, the README's command) the tests of these files run one after another on
 # one worker: they start Spreeze runs or multiprocessing objects, and some of them check that /dev/shm holds nothing
-# new afterwards, which a Spreeze run of another worker would break.
+# new afterwards, which a Spreeze run of another worker would break. The marks must be set before xdist's own hook
+# reads them into the test ids (tryfirst): added after it, they grouped nothing and these files ran on both workers.
 SHARED_MEMORY_FILES = ("test_reliability.py", "test_launch.py", "test_sweep.py", "test_learning_spreeze.py",
                        "test_gymnasium_envs.py")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         name = os.path.basename(str(item.fspath))

@@ -104,14 +104,14 @@ def test_hts_is_bit_identical_across_actor_threads_and_batch_sizes_on_a_gymnasiu
 
 
 def test_the_launcher_trains_a_user_env_and_leaves_no_process_or_shared_memory(tmp_path):
-    before = set(os.listdir("/dev/shm"))
-    result = subprocess.run(
+    launcher = subprocess.Popen(
         [sys.executable, "-m", "launch.sync", f"--env={WALK}", "--total_steps=2048", "--num_envs=4",
          "--sync_interval=64", "--eval_every=1024", "--eval_episodes=4", f"--logdir={tmp_path / 'run'}", "--quiet"],
-        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=os.getcwd()))
-    assert result.returncode == 0, result.stderr[-2000:]
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    _, stderr = launcher.communicate(timeout=300)
+    assert launcher.returncode == 0, stderr[-2000:]
     assert (tmp_path / "run" / "summary.json").exists()
-    assert not {name for name in set(os.listdir("/dev/shm")) - before if name.startswith(SEGMENT_PREFIX)}
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith(f"{SEGMENT_PREFIX}{launcher.pid}-")]
     bad = subprocess.run([sys.executable, "-m", "launch.sync", "--env=gymnasium/tests.gym_envs:DictObs-v0"],
                          capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=os.getcwd()))
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "Dict(" in bad.stderr, bad.stderr
