@@ -132,13 +132,35 @@ class Terminated(KeyboardInterrupt):
     so every system's Ctrl-C path runs: newest checkpoint, summary, children stopped. Exit status 143."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT), as raised by `_stop`: a KeyboardInterrupt that `_redeliver_a_lost_stop` can tell apart."""
+
+
 def _stop(signum, frame):  # a signal handler's signature
     """The first Ctrl-C (KeyboardInterrupt) or SIGTERM (`Terminated`) stops the run, which then saves; any later one
     is only noted: GNU `timeout` and process managers signal a process and then its group, and a second exception
     raised in the middle of the save would lose the whole run."""
     signal.signal(signal.SIGINT, _already_stopping)
     signal.signal(signal.SIGTERM, _already_stopping)
-    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+    raise Terminated if signum == signal.SIGTERM else Interrupted
+
+
+def _redeliver_a_lost_stop(unraisable) -> None:
+    """`sys.unraisablehook`: a stop raised where Python drops exceptions (a garbage-collector callback such as JAX's,
+    a `__del__`, a weakref callback) would be lost, and with the second signal only noted the run never stopped
+    (seen: SIGTERM then SIGINT inside `_xla_gc_callback`; the run hung). It is raised again, at the main thread's next
+    moment, with the handlers armed as before it: the signal is sent again to the main thread from another thread
+    (sent from here, its handler would run inside this hook, which drops exceptions too)."""
+    stop = unraisable.exc_value
+    if isinstance(stop, (Terminated, Interrupted)):
+        import threading
+
+        signal.signal(signal.SIGINT, _stop)
+        signal.signal(signal.SIGTERM, _stop)
+        signum = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
+        threading.Timer(0.01, signal.pthread_kill, (threading.main_thread().ident, signum)).start()
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def _already_stopping(signum, frame):  # a signal handler's signature
@@ -168,6 +190,7 @@ def run_main(
     # then never raises KeyboardInterrupt: `kill -INT` must still checkpoint and exit 130.
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
+    sys.unraisablehook = _redeliver_a_lost_stop
     try:
         config = make_config()
         if getattr(config, "track", False):

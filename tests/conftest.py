@@ -14,8 +14,6 @@ import sys
 import tempfile
 import warnings
 
-import pytest
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -31,21 +29,6 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
     atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 
-
-# Under pytest-xdist (`-n 2 --dist loadgroup`, the README's command) the tests of these files run one after another on
-# one worker: they start Spreeze runs or multiprocessing objects, and some of them check that /dev/shm holds nothing
-# new afterwards, which a Spreeze run of another worker would break. The marks must be set before xdist's own hook
-# reads them into the test ids (tryfirst): added after it, they grouped nothing and these files ran on both workers.
-SHARED_MEMORY_FILES = ("test_reliability.py", "test_launch.py", "test_sweep.py", "test_learning_spreeze.py",
-                       "test_gymnasium_envs.py")
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        name = os.path.basename(str(item.fspath))
-        if name in SHARED_MEMORY_FILES or name.startswith("test_spreeze_"):
-            item.add_marker(pytest.mark.xdist_group("shared_memory"))
 
 # The convolution plans of image tasks stay the fixed table's (`systems.common.conv_tuning`): timing them at every
 # small batch the tests use would add minutes; tests/test_conv_tuning.py turns it on with its own cache file.
