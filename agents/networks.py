@@ -13,6 +13,8 @@ both heads.
   2018, Sec. 2.5 and Table 2) is built on: four SAME convolutions each followed by 2x2 max pooling,
   then one fully connected layer of ``hidden`` units, whose width the paper shrank from 256 to 128 to
   cut communication.
+* ``MinAtarCNN``: the network of MinAtar's baselines (Young & Tian 2019, "MinAtar", Sec. 4: one 3x3 convolution of
+  16 filters, stride 1, then 128 units) for small channels-last images such as gymnax's 10x10xC MinAtar games.
 * ``MLPTorso`` / MLP actor-critic: CleanRL ``ppo.py`` / ``ppo_continuous_action.py`` (separate actor
   and critic MLPs, tanh, state-independent learned log-std for continuous actions). Options for the MLP
   only: widths, ReLU instead of tanh, the initial log-std, and PyTorch's default initializer instead of the
@@ -44,7 +46,9 @@ _VALUE_HEAD_GAIN = 1.0
 
 NATURE_CNN_OBS_SHAPE = (4, 84, 84)
 GFOOTBALL_SMM_OBS_SHAPE = (72, 96, 4)
-TORSOS = ("nature_cnn", "gfootball_cnn", "mlp", "ba3c")
+TORSOS = ("nature_cnn", "gfootball_cnn", "mlp", "ba3c", "minatar_cnn")
+# Image sides MinAtar's CNN takes (10 in MinAtar): its one unstrided convolution grows the dense layer with the area.
+MINATAR_SIDES = (3, 32)
 # Seed paper 001 Table 2 uses 256 hidden units as its initial setup (and settles on 128).
 BA3C_DEFAULT_HIDDEN = 256
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
@@ -197,6 +201,21 @@ class GFootballCNN(nn.Module):
         return _nature_trunk(obs, self.conv_plan or default_conv_plan("gfootball"), channels_first=False)
 
 
+class MinAtarCNN(nn.Module):
+    """MinAtar's torso (module docstring): conv 16 3x3 stride 1 VALID, ReLU, dense 128, ReLU; CleanRL's initializer.
+
+    Input: ``[B, H, W, C]`` channels last (gymnax MinAtar: float 0/1 planes, 10x10). Output: float32 ``[B, 128]``.
+    """
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+        chex.assert_rank(obs, 4)
+        x = obs.astype(jnp.float32)
+        x = nn.relu(nn.Conv(16, (3, 3), padding="VALID", kernel_init=nn.initializers.orthogonal(_TORSO_GAIN),
+                            bias_init=nn.initializers.zeros)(x))
+        return nn.relu(_dense(128, _TORSO_GAIN)(x.reshape(x.shape[0], -1)))
+
+
 BA3C_LAYERS = ((32, 5), (32, 5), (64, 4), (64, 3))  # features, kernel (stride 1, SAME), each then a 2x2 max pool
 
 
@@ -303,6 +322,8 @@ class ActorCritic(nn.Module):
             actor_features = critic_features = torso_cls(self.conv_plan, name="torso")(obs)
         elif self.torso == "ba3c":
             actor_features = critic_features = BA3CTorso(self.hidden, self.conv_plan, name="torso")(obs)
+        elif self.torso == "minatar_cnn":
+            actor_features = critic_features = MinAtarCNN(name="torso")(obs)
         else:
             raise ValueError(f"Unknown torso {self.torso!r}; expected one of {TORSOS}.")
 
@@ -324,6 +345,8 @@ def _torso_fits(torso: str, obs_shape: tuple) -> bool:
         return obs_shape == NATURE_CNN_OBS_SHAPE
     if torso == "gfootball_cnn":
         return obs_shape == GFOOTBALL_SMM_OBS_SHAPE
+    if torso == "minatar_cnn":
+        return len(obs_shape) == 3 and all(MINATAR_SIDES[0] <= side <= MINATAR_SIDES[1] for side in obs_shape[:2])
     return len(obs_shape) == 1
 
 
@@ -332,6 +355,7 @@ _TORSO_NEEDS = {
     "ba3c": f"Atari frames {NATURE_CNN_OBS_SHAPE} (channels first)",
     "gfootball_cnn": f"the GFootball SMM shape {GFOOTBALL_SMM_OBS_SHAPE}",
     "mlp": "a rank-1 vector observation",
+    "minatar_cnn": f"a small channels-last image, sides {MINATAR_SIDES[0]} to {MINATAR_SIDES[1]}",
 }
 
 
@@ -350,7 +374,8 @@ def make_network(
 ) -> ActorCritic:
     """Builds the actor-critic, picking the torso from the (unbatched) observation shape unless given.
 
-    ``torso=None``: ``(4, 84, 84)`` -> Nature CNN (Atari), ``(72, 96, 4)`` -> GFootball CNN (SMM), rank 1 -> MLP.
+    ``torso=None``: ``(4, 84, 84)`` -> Nature CNN (Atari), ``(72, 96, 4)`` -> GFootball CNN (SMM), a small
+    ``HxWxC`` image (sides ``MINATAR_SIDES``) -> MinAtar's CNN, rank 1 -> MLP.
     ``torso="ba3c"``: the Distributed BA3C network (seed paper 001) with ``hidden`` units, Atari shape only.
     Any explicit torso must fit the observation shape. ``hidden_sizes``, ``activation`` and ``orthogonal_init``
     shape the MLP (vector observations); ``log_std_init`` any continuous policy; ``conv_plan`` the CNN torsos'
@@ -364,11 +389,13 @@ def make_network(
             torso = "gfootball_cnn"
         elif len(obs_shape) == 1:
             torso = "mlp"
+        elif _torso_fits("minatar_cnn", obs_shape):
+            torso = "minatar_cnn"
         else:
             raise ValueError(
                 f"No network for observation shape {obs_shape}: expected {NATURE_CNN_OBS_SHAPE} "
-                f"(Atari, channels first), {GFOOTBALL_SMM_OBS_SHAPE} (GFootball SMM, channels last) "
-                "or a rank-1 vector observation."
+                f"(Atari, channels first), {GFOOTBALL_SMM_OBS_SHAPE} (GFootball SMM, channels last), "
+                "a small channels-last image (MinAtar's CNN) or a rank-1 vector observation."
             )
     elif torso not in TORSOS:
         raise ValueError(f"Unknown torso {torso!r}; expected one of {TORSOS}.")

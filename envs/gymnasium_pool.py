@@ -30,6 +30,8 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from envs.pool_api import SyncMethods
+
 PREFIX = "gymnasium/"
 SEGMENT_PREFIX = "htsrl-gym-"  # the pools' /dev/shm segments: htsrl-gym-<pid>-<n>
 _segments = itertools.count()
@@ -131,7 +133,7 @@ def _worker(conn, results, env_id: str, env_kwargs: str, env_ids: list, seed: in
         shm.close()
 
 
-class GymnasiumPool:
+class GymnasiumPool(SyncMethods):
     """`num_envs` Gymnasium envs in worker processes, with EnvPool's `async_reset` / `send` / `recv` / `reset` /
     `step` / `render` / `close` (module docstring)."""
 
@@ -190,16 +192,6 @@ class GymnasiumPool:
         info = {"env_id": ids, "elapsed_step": np.asarray([row[4] for row in rows], np.int32)}
         return (self._obs[ids].copy(), np.asarray([row[1] for row in rows], np.float32),
                 np.asarray([row[2] for row in rows], bool), np.asarray([row[3] for row in rows], bool), info)
-
-    def reset(self):
-        self.async_reset()
-        obs, _, _, _, info = self.recv(self.num_envs, in_id_order=True)
-        return obs, info
-
-    def step(self, actions: np.ndarray, env_ids: np.ndarray | None = None):
-        env_ids = np.arange(self.num_envs, dtype=np.int32) if env_ids is None else np.asarray(env_ids)
-        self.send(actions, env_ids)
-        return self.recv(len(env_ids), in_id_order=True)
 
     def render(self) -> np.ndarray:
         """[1, H, W, 3]: env 0's frame (the pool must be made with `render=True`), as EnvPool's `render()`."""

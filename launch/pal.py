@@ -33,6 +33,7 @@ _CONTINUOUS_CLASSIC = dict(
 PRESETS = {
     "classic": {"discrete": _DISCRETE_CLASSIC, "continuous": _CONTINUOUS_CLASSIC},
     "gymnasium": {"discrete": _DISCRETE_CLASSIC, "continuous": _CONTINUOUS_CLASSIC},  # a user's env: classic's
+    "gymnax": {"discrete": _DISCRETE_CLASSIC, "continuous": _CONTINUOUS_CLASSIC},  # JAX classic control: classic's
     "box2d": {"discrete": dict(_DISCRETE_CLASSIC, total_steps=200_000, exploration_fraction=0.12, epsilon_end=0.1),
               "continuous": dict(_CONTINUOUS_CLASSIC, total_steps=300_000, learning_rate=3e-4)},
     "mujoco": {"continuous": dict(_CONTINUOUS_CLASSIC, total_steps=1_000_000, learning_rate=3e-4,

@@ -34,7 +34,8 @@ def test_a_space_no_launcher_takes_and_an_unknown_id_are_one_line():
     assert "\n" not in str(error.value)
     with pytest.raises(ConfigError, match="gymnasium.make failed"):
         hts.validate(tiny_hts("unused", env_id="gymnasium/NoSuchEnv-v9"))
-    with pytest.raises(ConfigError, match="--env_kwargs applies to --env=gymnasium/<id> tasks, not to CartPole-v1"):
+    with pytest.raises(ConfigError, match="--env_kwargs applies to --env=gymnasium/<id> and gymnax/<id> tasks, not "
+                                          "to CartPole-v1"):
         hts.validate(tiny_hts("unused", env_kwargs='{"a": 1}'))
 
 
@@ -52,7 +53,7 @@ def test_env_kwargs_reach_gymnasium_make_and_bad_ones_are_one_line():
                             ('{"no_such_argument": 1}', "gymnasium.make failed")):
         with pytest.raises(ValueError, match=message):
             make_spec(WALK, kwargs)
-    with pytest.raises(ValueError, match="applies to --env=gymnasium/<id> tasks, not to CartPole-v1"):
+    with pytest.raises(ValueError, match="applies to --env=gymnasium/<id> and gymnax/<id> tasks, not to CartPole-v1"):
         make_spec("CartPole-v1", '{"a": 1}')
 
 

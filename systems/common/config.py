@@ -197,13 +197,13 @@ MAX_EVAL_EPISODES = 10_000  # an evaluation steps one env per episode, all of th
 
 
 def _check_env(env_id: str, env_kwargs: str) -> None:
-    """A `gymnasium/<id>` task is made once here, with its `--env_kwargs`, so a bad keyword or space is one line
-    before the run starts; `--env_kwargs` of an EnvPool task is refused."""
-    from envs import factory, gymnasium_pool
+    """A `gymnasium/<id>` or `gymnax/<id>` task is made once here, with its `--env_kwargs`, so a bad keyword or space
+    is one line before the run starts; `--env_kwargs` of an EnvPool task is refused."""
+    from envs import factory, gymnasium_pool, gymnax_pool
 
-    if not gymnasium_pool.is_gymnasium(env_id):
+    if not (gymnasium_pool.is_gymnasium(env_id) or gymnax_pool.is_gymnax(env_id)):
         if env_kwargs:
-            raise ConfigError(f"--env_kwargs applies to --env=gymnasium/<id> tasks, not to {env_id}")
+            raise ConfigError(f"--env_kwargs applies to --env=gymnasium/<id> and gymnax/<id> tasks, not to {env_id}")
         return
     try:
         factory.make_spec(env_id, env_kwargs)

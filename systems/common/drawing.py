@@ -7,6 +7,7 @@ frame, GFootball's super mini map) and by Spreeze's visualization process (seed 
 * Atari: the newest frame of the (4, 84, 84) stack, upscaled, with a caption.
 * GFootball: the (72, 96, 4) super mini map as a coloured pitch (left team yellow, right team blue, active player red,
   ball white).
+* gymnax's MinAtar games (a small channels-last 0/1 image): each cell in the colour of its object's plane.
 * Pendulum (obs = [cos theta, sin theta, theta_dot], theta = 0 upright, positive theta counter-clockwise as in
   gymnasium's own rendering): the pendulum itself -- the rod from the pivot at angle theta, the goal (upright)
   marked, the applied torque as an arc with an arrow head around the pivot (counter-clockwise for positive torque,
@@ -282,7 +283,7 @@ ATARI_SCALE = 3  # 84 x 84 -> 252 x 252
 SMM_SCALE = 4  # 72 x 96 -> 288 x 384
 CAPTION = 16  # pixel rows of the text line under an image frame
 # GIF frame time per env step (real time where there is one): Atari 4 frames at 60 Hz, GFootball 10 steps/s.
-FAMILY_FRAME_MS = {"atari": 67, "gfootball": 100}
+FAMILY_FRAME_MS = {"atari": 67, "gfootball": 100, "gymnax": 100}
 # Super-mini-map planes (gfootball observation_preprocessing: 0 left team, 1 right team, 2 ball, 3 active player),
 # drawn in this order so the active player and the ball stay visible over the teams.
 PITCH = (40, 110, 50)
@@ -343,12 +344,37 @@ def draw_smm(obs, action, step: int, ret: float) -> Image.Image:
     return captioned(image, caption_text(step, action, ret))
 
 
+PLANES_SCALE = 24  # MinAtar's 10 x 10 -> 240 x 240
+PLANE_COLOURS = ((230, 40, 40), (70, 150, 255), (250, 210, 0), (60, 160, 60), (200, 90, 220), (255, 140, 30),
+                 (0, 200, 200), (255, 255, 255), (150, 150, 150), (120, 70, 30))
+
+
+def planes_picture(obs) -> np.ndarray:
+    """[H, W, 3] uint8 of a channels-last 0/1 image (gymnax MinAtar): each cell the colour of its last set plane,
+    black where none is set."""
+    planes = np.asarray(obs, np.float32) > 0.5  # [H, W, C]
+    picture = np.zeros((*planes.shape[:2], 3), np.uint8)
+    for channel in range(planes.shape[-1]):
+        picture[planes[..., channel]] = PLANE_COLOURS[channel % len(PLANE_COLOURS)]
+    return picture
+
+
+def draw_planes(obs, action, step: int, ret: float) -> Image.Image:
+    picture = planes_picture(obs)
+    scale = max(1, PLANES_SCALE * 10 // max(picture.shape[:2]))
+    image = Image.fromarray(picture, mode="RGB").resize(
+        (picture.shape[1] * scale, picture.shape[0] * scale), Image.Resampling.NEAREST)
+    return captioned(image, caption_text(step, action, ret))
+
+
 def observation_drawer(spec):
     """`draw(obs, action, step, reward, ret) -> PIL.Image` for one observation of `spec` (module docstring)."""
     if spec.family == "atari" and len(spec.obs_shape) == 3:
         return lambda obs, action, step, reward, ret: draw_atari(obs, action, step, ret)
     if spec.family == "gfootball" and len(spec.obs_shape) == 3:
         return lambda obs, action, step, reward, ret: draw_smm(obs, action, step, ret)
+    if len(spec.obs_shape) == 3:  # another channels-last image: gymnax's MinAtar planes
+        return lambda obs, action, step, reward, ret: draw_planes(obs, action, step, ret)
     return vector_drawer(spec)
 
 

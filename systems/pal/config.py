@@ -13,7 +13,7 @@ from systems.offpolicy.config import ALGOS, CONTINUOUS_ALGOS, DISCRETE_ALGOS, Of
 
 REPLAYS = ("per", "uniform")
 ALLOCATIONS = ("manual", "auto")
-SUPPORTED_FAMILIES = ("classic", "box2d", "mujoco", "atari", "gymnasium")
+SUPPORTED_FAMILIES = ("classic", "box2d", "mujoco", "atari", "gymnasium", "gymnax")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +112,10 @@ def check_env(config: PALConfig, spec: EnvSpec) -> None:
         )
     if config.algo in CONTINUOUS_ALGOS and len(spec.obs_shape) != 1:
         raise config_lib.ConfigError(f"--algo={config.algo} needs vector observations, {spec.env_id} has images")
+    if len(spec.obs_shape) == 3 and spec.family != "atari":
+        raise config_lib.ConfigError(f"launch.pal's image network is the Nature CNN for Atari frames; {spec.env_id} "
+                                     f"has {'x'.join(map(str, spec.obs_shape))} images (launch.hts or launch.sync "
+                                     "train them with MinAtar's CNN)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,171 @@
+"""Any gymnax env behind EnvPool's interface (`--env=gymnax/<id>`): the envs are JAX functions, so a step of any set
+of them is one jitted, vmapped call on JAX's default device, with no worker process and no copy but the results'.
+
+`<id>` is a name `gymnax.make` knows ("CartPole-v1", "Breakout-MinAtar", ...). `--env_kwargs` (JSON) sets fields of
+the env's `EnvParams` (e.g. `{"max_steps_in_episode": 200}`) and passes any other key to the env's constructor. The
+pool keeps EnvPool 1.2.5's semantics (`envs.episodes`), as `envs.gymnasium_pool` does:
+
+* env i's generator starts from `PRNGKey(seed + i)`; each of its resets and steps splits that env's own key, so its
+  trajectory depends on its actions only, not on which other envs step beside it or when (HTS's bit-identity);
+* an env that terminated or truncated resets on its next step: the action is ignored, the reward is 0 and
+  `info["elapsed_step"]` is 0 (a *reset step*); every real step adds one to it;
+* termination is the env's own (`step_env`); truncation is ours, at the env's `max_steps_in_episode`, so the two stay
+  apart (gymnax's `step` would auto-reset and merge them);
+* `recv()` returns the next `batch_size` finished steps in the order they were sent; `step` and `reset` return the
+  envs in id order.
+
+A `send` runs the step at once (under a lock: actor threads may send together) and queues its rows for `recv`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import threading
+
+import numpy as np
+
+from envs.gymnasium_pool import parse_kwargs
+from envs.pool_api import SyncMethods
+
+PREFIX = "gymnax/"
+
+
+def is_gymnax(env_id: str) -> bool:
+    return env_id.startswith(PREFIX)
+
+
+def gymnax_id(env_id: str) -> str:
+    """"gymnax/Breakout-MinAtar" -> "Breakout-MinAtar"."""
+    return env_id[len(PREFIX):]
+
+
+def make_env(env_id: str, env_kwargs: str = ""):
+    """(env, params) of a `gymnax/<id>` task: `--env_kwargs` keys naming `EnvParams` fields set them, the others go
+    to the env's constructor. ValueError with one line for an unknown id, a missing gymnax or a bad keyword."""
+    try:
+        import gymnax
+    except ImportError:
+        raise ValueError(f"{env_id} needs gymnax: pip install -e \".[gymnax]\"") from None
+    kwargs = parse_kwargs(env_kwargs)
+    name = gymnax_id(env_id)
+    if name not in gymnax.registered_envs:
+        raise ValueError(f"unknown gymnax environment '{name}'; gymnax knows {', '.join(gymnax.registered_envs)}")
+    try:
+        probe, params = gymnax.make(name)
+        fields = {field.name for field in dataclasses.fields(params)}
+        constructor = {key: value for key, value in kwargs.items() if key not in fields}
+        env, params = gymnax.make(name, **constructor) if constructor else (probe, params)
+        return env, params.replace(**{key: value for key, value in kwargs.items() if key in fields})
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{env_id}: gymnax.make failed: {str(error).strip().splitlines()[0]}") from None
+
+
+def spaces(env_id: str, env_kwargs: str = ""):
+    """(observation space, action space, max_episode_steps) as gymnax describes them."""
+    env, params = make_env(env_id, env_kwargs)
+    return env.observation_space(params), env.action_space(params), int(params.max_steps_in_episode)
+
+
+@functools.cache
+def _programs(env_id: str, env_kwargs: str):
+    """The jitted reset and step of a task's envs (made once a process, shared by its pools)."""
+    import jax
+    import jax.numpy as jnp
+
+    env, params = make_env(env_id, env_kwargs)
+    limit = int(params.max_steps_in_episode)
+    params = params.replace(max_steps_in_episode=np.iinfo(np.int32).max)  # truncation is ours (module doc)
+
+    def reset_one(key):
+        key, reset_key = jax.random.split(key)
+        obs, state = env.reset_env(reset_key, params)
+        return key, obs.astype(jnp.float32), state
+
+    def step_one(key, state, done, elapsed, action):
+        key, reset_key, step_key = jax.random.split(key, 3)
+        reset_obs, reset_state = env.reset_env(reset_key, params)
+        obs, next_state, reward, terminated, _ = env.step_env(step_key, state, action, params)
+        pick = functools.partial(jax.tree.map, lambda a, b: jnp.where(done, a, b))
+        state = pick(reset_state, next_state)
+        obs = jnp.where(done, reset_obs.astype(jnp.float32), obs.astype(jnp.float32))
+        elapsed = jnp.where(done, 0, elapsed + 1)
+        terminated = ~done & terminated.astype(bool)
+        truncated = ~done & ~terminated & (elapsed >= limit)
+        reward = jnp.where(done, 0.0, reward.astype(jnp.float32))
+        return key, state, terminated | truncated, elapsed, (obs, reward, terminated, truncated, elapsed)
+
+    @jax.jit
+    def reset(keys, states, done, elapsed, ids):
+        key, obs, state = jax.vmap(reset_one)(keys[ids])
+        put = functools.partial(jax.tree.map, lambda full, part: full.at[ids].set(part))
+        zeros = jnp.zeros(len(ids), jnp.int32)
+        falses = jnp.zeros(len(ids), bool)
+        return (keys.at[ids].set(key), put(states, state), done.at[ids].set(False), elapsed.at[ids].set(0),
+                (obs, jnp.zeros(len(ids), jnp.float32), falses, falses, zeros))
+
+    @jax.jit
+    def step(keys, states, done, elapsed, ids, actions):
+        take = functools.partial(jax.tree.map, lambda full: full[ids])
+        key, state, now_done, now_elapsed, rows = jax.vmap(step_one)(
+            keys[ids], take(states), done[ids], elapsed[ids], actions)
+        put = functools.partial(jax.tree.map, lambda full, part: full.at[ids].set(part))
+        return (keys.at[ids].set(key), put(states, state), done.at[ids].set(now_done),
+                elapsed.at[ids].set(now_elapsed), rows)
+
+    def initial(seed: int, total: int):
+        keys = jax.vmap(jax.random.PRNGKey)(seed + jnp.arange(total, dtype=jnp.uint32))
+        _, _, states = jax.vmap(reset_one)(keys)  # shapes only: every env's first step is `async_reset`'s reset
+        return keys, states, jnp.ones(total, bool), jnp.zeros(total, jnp.int32)
+
+    return reset, step, initial
+
+
+class GymnaxPool(SyncMethods):
+    """`num_envs` gymnax envs with EnvPool's `async_reset` / `send` / `recv` / `reset` / `step` / `close` (module
+    docstring). `render()` is not offered: gymnax draws with matplotlib, so videos draw the observation."""
+
+    def __init__(self, env_id: str, env_kwargs: str = "", *, num_envs: int, batch_size: int, seed: int,
+                 continuous: bool):
+        self.num_envs, self.batch_size = num_envs, batch_size
+        self._continuous = continuous
+        self._reset, self._step, initial = _programs(env_id, env_kwargs)
+        self._carry = initial(seed, num_envs)
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._rows: collections.deque = collections.deque()  # (env id, obs, reward, terminated, truncated, elapsed)
+
+    def async_reset(self) -> None:
+        self._run(self._reset, np.arange(self.num_envs, dtype=np.int32))
+
+    def send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
+        dtype = np.float32 if self._continuous else np.int32
+        self._run(self._step, np.asarray(env_ids, np.int32), np.asarray(actions, dtype))
+
+    def _run(self, program, ids: np.ndarray, *actions) -> None:
+        with self._lock:
+            *carry, rows = program(*self._carry, ids, *actions)
+            self._carry = tuple(carry)
+            obs, reward, terminated, truncated, elapsed = (np.asarray(x) for x in rows)
+            self._rows.extend(zip(ids.tolist(), obs, reward.tolist(), terminated.tolist(), truncated.tolist(),
+                                  elapsed.tolist(), strict=True))
+            self._ready.notify_all()
+
+    def recv(self, count: int | None = None, *, in_id_order: bool = False):
+        """The next `count` (default `batch_size`) finished env steps: (obs, rewards, terminated, truncated, info)."""
+        count = count or self.batch_size
+        with self._ready:
+            while len(self._rows) < count:
+                self._ready.wait()
+            rows = [self._rows.popleft() for _ in range(count)]
+        if in_id_order:
+            rows.sort(key=lambda row: row[0])
+        ids, obs, reward, terminated, truncated, elapsed = zip(*rows, strict=True)
+        info = {"env_id": np.asarray(ids, np.int32), "elapsed_step": np.asarray(elapsed, np.int32)}
+        return (np.stack(obs), np.asarray(reward, np.float32), np.asarray(terminated, bool),
+                np.asarray(truncated, bool), info)
+
+    def close(self) -> None:
+        with self._lock:
+            self._rows.clear()

@@ -1,0 +1,22 @@
+"""EnvPool's synchronous `reset()` and `step()` in terms of its asynchronous `async_reset` / `send` / `recv`, for the
+pools of ours that keep its interface (`envs.gymnasium_pool`, `envs.gymnax_pool`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class SyncMethods:
+    """Mixin: a pool with `num_envs`, `async_reset()`, `send(actions, env_ids)` and `recv(count, in_id_order=)`."""
+
+    def reset(self):
+        """Resets every env; (obs, info) in env id order."""
+        self.async_reset()
+        obs, _, _, _, info = self.recv(self.num_envs, in_id_order=True)
+        return obs, info
+
+    def step(self, actions: np.ndarray, env_ids: np.ndarray | None = None):
+        """`send` then `recv` of those envs (default: all), in env id order."""
+        env_ids = np.arange(self.num_envs, dtype=np.int32) if env_ids is None else np.asarray(env_ids)
+        self.send(actions, env_ids)
+        return self.recv(len(env_ids), in_id_order=True)
