@@ -69,8 +69,13 @@ def spaces(env_id: str, env_kwargs: str = ""):
 
 
 @functools.cache
-def _programs(env_id: str, env_kwargs: str):
-    """The jitted reset and step of a task's envs (made once a process, shared by its pools)."""
+def env_functions(env_id: str, env_kwargs: str = ""):
+    """`(reset_one, step_one)`: one env's pure reset and step with EnvPool's semantics (module docstring), for
+    `jax.vmap` by the pool here and by the Anakin system's jitted rounds.
+
+    `reset_one(key) -> (key, obs, state)`; `step_one(key, state, done, elapsed, action) -> (key, state, done,
+    elapsed, (obs, reward, terminated, truncated, elapsed))`, where `done` on the way in makes the step a reset
+    step. Observations are float32."""
     import jax
     import jax.numpy as jnp
 
@@ -95,6 +100,17 @@ def _programs(env_id: str, env_kwargs: str):
         truncated = ~done & ~terminated & (elapsed >= limit)
         reward = jnp.where(done, 0.0, reward.astype(jnp.float32))
         return key, state, terminated | truncated, elapsed, (obs, reward, terminated, truncated, elapsed)
+
+    return reset_one, step_one
+
+
+@functools.cache
+def _programs(env_id: str, env_kwargs: str):
+    """The jitted reset and step of a task's envs (made once a process, shared by its pools)."""
+    import jax
+    import jax.numpy as jnp
+
+    reset_one, step_one = env_functions(env_id, env_kwargs)
 
     @jax.jit
     def reset(keys, states, done, elapsed, ids):

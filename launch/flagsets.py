@@ -22,6 +22,7 @@ from typing import Any
 
 from absl import flags
 
+from systems.anakin.config import AnakinConfig
 from systems.ba3c.config import BA3CConfig
 from systems.common.config import PRESET_CHOICES, TASK_PRESETS, TrainConfig, hyperparameters
 from systems.gala.config import GALAConfig
@@ -60,7 +61,8 @@ def run_group(config_cls: type, *, checkpoints: bool = True) -> list[Spec]:
     names = [name for name in hyperparameters(config_cls, "run") if checkpoints or name != "checkpoint_every"]
     return [
         _s("game", None, "Atari game name, e.g. Breakout (EnvPool id Breakout-v5)."),
-        _s("env", None, "EnvPool task id instead of --game, e.g. CartPole-v1, gfootball/academy_empty_goal_close-v1."),
+        _s("env", None, "Task id instead of --game: EnvPool's (e.g. CartPole-v1, "
+           "gfootball/academy_empty_goal_close-v1), gymnasium/<id> or gymnax/<id> (e.g. gymnax/Breakout-MinAtar)."),
         *from_fields(config_cls, tuple(names)),
     ]
 
@@ -148,6 +150,7 @@ PAL = from_fields(PALConfig, PAL_FLAGS)
 SPREEZE = from_fields(SpreezeConfig, hyperparameters(SpreezeConfig, "spreeze"))
 BA3C = from_fields(BA3CConfig, hyperparameters(BA3CConfig, "ba3c"))
 GALA = from_fields(GALAConfig, hyperparameters(GALAConfig, "gala"))
+ANAKIN = from_fields(AnakinConfig, hyperparameters(AnakinConfig, "anakin"))
 
 _ON_POLICY_ALGOS = ("ppo", "a2c")
 # Each training launcher's flag groups, in --help order: (section title, flags).
@@ -169,6 +172,8 @@ LAUNCHERS: dict[str, list[tuple[str, list[Spec]]]] = {
     "pal": [("run", run_group(PALConfig)),
             ("off-policy", off_policy_group(PALConfig, algos=("dqn", "ddqn", "ddpg", "td3", "sac"))),
             ("PAL actors, learners and replay", PAL)],
+    "anakin": [("run", run_group(AnakinConfig)), ("PPO / A2C", on_policy_group(algos=_ON_POLICY_ALGOS)),
+               ("PPO only", PPO), ("Anakin: agents, chunks and devices", ANAKIN)],
     "spreeze": [("run", run_group(SpreezeConfig, checkpoints=False)),
                 ("off-policy", off_policy_group(SpreezeConfig, algos=("sac", "td3", "ddpg"))),
                 ("Spreeze processes", SPREEZE)],

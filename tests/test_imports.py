@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SYSTEMS = ("hts", "sync", "ba3c", "gala", "pal", "spreeze")
+SYSTEMS = ("hts", "sync", "ba3c", "gala", "pal", "spreeze", "anakin")
 FLOORS = ("systems/common", "systems/replay", "systems/offpolicy", "agents", "envs")
 TOOLS = ("analysis", "launch", "benchmarks")  # above every system: nothing in systems/, agents/ or envs/ imports them
 

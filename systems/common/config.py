@@ -57,7 +57,8 @@ class RunConfig:
     env_id: str  # EnvPool task id, e.g. "Breakout-v5" (the flags --game / --env)
     algo: str = "ppo"  # the system's algorithm (each config narrows the choice and sets its default)
     env_kwargs: str = setting(
-        "", 'Keyword arguments of gymnasium.make for --env=gymnasium/<id>, as JSON, e.g. \'{"size": 8}\'.', "run")
+        "", 'Keyword arguments of the env for --env=gymnasium/<id> (gymnasium.make\'s) or gymnax/<id> (EnvParams '
+        'fields or the constructor\'s), as JSON, e.g. \'{"size": 8}\'.', "run")
     seed: int = setting(1, "Seed of envs, initial parameters, action keys and minibatch order.", "run")
     total_steps: int = hyperparameter(10_000_000, "Env steps to train (agent steps; default: preset).", group="run")
     logdir: str = setting("", "Run directory (default: runs/<system>-<env>-s<seed>-<time>).", "run")

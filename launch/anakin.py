@@ -1,0 +1,28 @@
+"""`python -m launch.anakin --env=gymnax/CartPole-v1`: PPO / A2C with env steps, inference and updates in one jitted
+program (Podracer's Anakin), `--num_seeds` independent agents at once, over the local devices.
+
+Flags (`--help` lists them with their defaults): launch.sync's, on a JAX env (`--env=gymnax/<id>`), plus the number
+of agents, the rounds per call of the program and the devices."""
+
+from launch import cli
+
+cli.exit_at_once_on_signals()  # before the heavy imports below
+
+from launch import common, flagsets  # noqa: E402
+from systems.anakin import system  # noqa: E402
+
+FLAGS = flagsets.flag_values("anakin")
+
+
+def make_config() -> system.AnakinConfig:
+    return common.config_from_flags(FLAGS, system.AnakinConfig,
+                                    extra=common.settings_from_flags(FLAGS, system.AnakinConfig, "anakin"))
+
+
+def main(argv):
+    del argv
+    common.run_main(system.run, make_config)
+
+
+if __name__ == "__main__":
+    common.launch("anakin", FLAGS, main, __doc__)

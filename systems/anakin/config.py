@@ -1,0 +1,56 @@
+"""Anakin's configuration (Podracer, Hessel et al. 2021, arXiv 2104.06272, section 3.1): the on-policy fields plus how
+many independent agents one program trains (`num_seeds`), how many rounds one call of it runs (`chunk_rounds`) and
+the local devices its envs and gradients are split over (`num_devices`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from systems.common import config as config_lib
+from systems.common.config import setting
+
+SYSTEM = "anakin"
+
+
+@dataclasses.dataclass(frozen=True)
+class AnakinConfig(config_lib.TrainConfig):
+    """An Anakin run: `TrainConfig`'s fields (PPO / A2C, envs, rounds, run) on a JAX env (`gymnax/<id>`)."""
+
+    num_seeds: int = setting(
+        1, "Independent agents trained in the one program (vmapped): seeds seed, seed+1, ..., each with its own "
+        "parameters, optimizer, envs, outputs (<logdir>/seed_<s> when above 1) and evaluations.", "anakin")
+    chunk_rounds: int = setting(
+        0, "Rounds (updates) one call of the jitted program runs before the host logs, evaluates and checkpoints "
+        "(0: as many as fit in min(--eval_every, --checkpoint_every) env steps, at most 64).", "anakin")
+    num_devices: int = setting(
+        0, "Local devices the envs and the gradients are split over (pmap; 0: all of them).", "anakin")
+
+
+def validate(config: AnakinConfig) -> None:
+    """The on-policy checks (`config.validate`) and Anakin's own; ConfigError with one clear line for the first."""
+    config_lib.validate(config)
+    if not config.env_id.startswith("gymnax/"):
+        raise config_lib.ConfigError(
+            f"launch.anakin steps its envs inside the jitted program: it needs a JAX env (--env=gymnax/<id>, e.g. "
+            f"gymnax/CartPole-v1), not {config.env_id}")
+    for name in ("num_seeds", "chunk_rounds", "num_devices"):
+        minimum = 1 if name == "num_seeds" else 0
+        if getattr(config, name) < minimum:
+            raise config_lib.ConfigError(f"--{name} must be >= {minimum}, got {getattr(config, name)}")
+    if config.normalize_obs or config.normalize_reward:
+        raise config_lib.ConfigError("--normalize_obs and --normalize_reward are not supported by launch.anakin yet")
+    if config.step_time != "none":
+        raise config_lib.ConfigError("--step_time simulates slow EnvPool envs; launch.anakin's envs are JAX programs")
+
+
+def steps_per_round(config: AnakinConfig) -> int:
+    """Env steps of one round of one agent."""
+    return config.num_envs * config.sync_interval
+
+
+def chunk_rounds(config: AnakinConfig) -> int:
+    """Rounds per call of the program: `--chunk_rounds`, or those in min(eval_every, checkpoint_every) env steps."""
+    if config.chunk_rounds:
+        return config.chunk_rounds
+    every = min(config.eval_every if config.eval_episodes > 0 else config.checkpoint_every, config.checkpoint_every)
+    return max(1, min(64, every // steps_per_round(config)))

@@ -1,0 +1,106 @@
+"""Anakin's one XLA program (Podracer, arXiv 2104.06272, section 3.1): env steps, inference and the update of a
+round, scanned over `chunk_rounds` rounds, vmapped over independent agents (seeds) and pmapped over local devices.
+
+A round is the synchronous baseline's (`systems.sync`): `sync_interval` steps of every env acting with the current
+parameters, then one PPO / A2C update (`agents`) on that `Rollout`; only the host round trip between them is gone.
+The envs are gymnax's with EnvPool's semantics (`envs.gymnax_pool.env_functions`: reset steps, termination and
+truncation apart), so the rollout has the layout the other systems build, `valid` marking reset steps. Randomness is
+the other systems' too: env e starts from PRNGKey(seed + e) and its action at global step s draws from
+fold_in(fold_in(action_key, e), s), so an agent's data do not depend on the chunk length or on how the envs are split
+over devices. Episodes are counted as `envs.episodes.EpisodeTracker` counts them: real steps only.
+
+Departure from the paper: no one-step-delayed update yet (Eq. 6 of seed 000 is HTS's; here the behaviour
+parameters are the current ones, as in the synchronous baseline and in Podracer's Anakin).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from agents import DEVICE_AXIS, Rollout, TrainState, policy_step
+
+
+class Carry(NamedTuple):
+    """One agent's program state on one device: its learner, its envs (shard) and their running episodes."""
+
+    train: TrainState
+    action_key: jax.Array  # the agent's run key that action keys are folded from
+    env_ids: jax.Array  # [n] global env ids of this device's shard
+    env_keys: jax.Array  # [n] each env's own key chain
+    env_states: Any  # gymnax states, [n, ...] leaves
+    done: jax.Array  # [n] bool: the env's next step is a reset step
+    elapsed: jax.Array  # [n] int32 real steps in the current episode
+    obs: jax.Array  # [n, ...] the observation each env's next action is taken in
+    episode_return: jax.Array  # [n] float32 return so far (real steps)
+    episode_length: jax.Array  # [n] int32
+    round: jax.Array  # int32 rounds done: the index of the next round
+
+
+class Episodes(NamedTuple):
+    """Per round and step [rounds, sync_interval, n]: whether the env's episode ended there, its return, length."""
+
+    ended: jax.Array
+    returns: jax.Array
+    lengths: jax.Array
+
+
+def initial_carry(train: TrainState, action_key: jax.Array, env_ids: jax.Array, seed: int, reset_one) -> Carry:
+    """The agent's carry with every env of `env_ids` reset: env e's key chain starts at PRNGKey(seed + e)."""
+    keys = jax.vmap(jax.random.PRNGKey)(seed + env_ids.astype(jnp.uint32))
+    keys, obs, states = jax.vmap(reset_one)(keys)
+    n = env_ids.shape[0]
+    return Carry(train=train, action_key=action_key, env_ids=env_ids, env_keys=keys, env_states=states,
+                 done=jnp.zeros(n, bool), elapsed=jnp.zeros(n, jnp.int32), obs=obs,
+                 episode_return=jnp.zeros(n, jnp.float32), episode_length=jnp.zeros(n, jnp.int32),
+                 round=train.update_step.astype(jnp.int32))
+
+
+def make_round(step_one, apply_fn, update_fn, sync_interval: int, axis_name: str | None):
+    """`one_round(carry, _) -> (carry, (metrics, Episodes))` for `lax.scan`: a round of `sync_interval` env steps of
+    every env, then the update (gradients averaged over `axis_name` when the envs are split over devices)."""
+    update = functools.partial(update_fn, axis_name=axis_name) if axis_name else update_fn
+
+    def env_step(carry: Carry, t):
+        step = carry.round * sync_interval + t
+        keys = jax.vmap(lambda env: jax.random.fold_in(jax.random.fold_in(carry.action_key, env), step))(carry.env_ids)
+        actions, log_probs, values = policy_step(carry.train.params, carry.obs, keys, apply_fn=apply_fn)
+        valid = ~carry.done
+        env_keys, env_states, done, elapsed, (obs, reward, terminated, truncated, _) = jax.vmap(step_one)(
+            carry.env_keys, carry.env_states, carry.done, carry.elapsed, actions)
+        ended = terminated | truncated  # only on real steps (a reset step ends nothing)
+        episode_return = carry.episode_return + jnp.where(valid, reward, 0.0)
+        episode_length = carry.episode_length + valid.astype(jnp.int32)
+        transition = (carry.obs, actions, reward, terminated.astype(jnp.float32), truncated.astype(jnp.float32),
+                      valid.astype(jnp.float32), log_probs, values)
+        episodes = Episodes(ended, episode_return, episode_length)
+        carry = carry._replace(
+            env_keys=env_keys, env_states=env_states, done=done, elapsed=elapsed, obs=obs,
+            episode_return=jnp.where(ended, 0.0, episode_return), episode_length=jnp.where(ended, 0, episode_length))
+        return carry, (transition, episodes)
+
+    def one_round(carry: Carry, _):
+        carry, (transitions, episodes) = jax.lax.scan(env_step, carry, jnp.arange(sync_interval))
+        obs, actions, rewards, terminations, truncations, valid, log_probs, values = transitions
+        rollout = Rollout(obs=jnp.concatenate([obs, carry.obs[None]]), actions=actions, rewards=rewards,
+                          terminations=terminations, truncations=truncations, valid=valid,
+                          behaviour_log_probs=log_probs, behaviour_values=values)
+        train, metrics = update(carry.train, carry.train.params, rollout)
+        return carry._replace(train=train, round=carry.round + 1), (metrics, episodes)
+
+    return one_round
+
+
+def make_program(one_round, devices: list):
+    """`program(carry, rounds) -> (carry, (metrics, Episodes))`: `rounds` rounds (static: one compile per distinct
+    chunk length) of every agent (vmapped; carry leaves [devices, agents, ...]) on every device (pmapped over
+    `DEVICE_AXIS`); outputs [devices, agents, rounds, ...]."""
+
+    def chunk(carry: Carry, rounds: int):
+        return jax.lax.scan(one_round, carry, None, length=rounds)
+
+    agents = jax.vmap(chunk, in_axes=(0, None))
+    return jax.pmap(agents, axis_name=DEVICE_AXIS, static_broadcasted_argnums=(1,), devices=devices)

@@ -1,0 +1,169 @@
+"""Anakin (Podracer, arXiv 2104.06272, section 3.1) for JAX envs: each round's env steps, inference and update run in
+one jitted program (`systems.anakin.program`), `chunk_rounds` rounds a call, for `num_seeds` independent agents at
+once (vmapped) over the local devices (pmapped, the envs split and the gradients averaged). Between calls the host
+does what every run of ours does, per agent, through its own `Monitor`: progress rows and line, evaluations with the
+papers' protocol, atomic checkpoints, `--resume`, the summary. With one seed the run directory is `--logdir`; with
+several, agent k (seed `seed + k`) writes `<logdir>/seed_<seed + k>` and `<logdir>/summary.json` gathers them.
+
+A stop signal (Ctrl-C, SIGTERM) is handled when the current call returns (XLA cannot stop a program midway), then
+every agent saves its newest parameters. A resumed run restarts the envs, as every system's does."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from envs import gymnax_pool
+from envs.factory import make_spec
+from systems.anakin import program as program_lib
+from systems.anakin.config import SYSTEM, AnakinConfig, chunk_rounds, validate
+from systems.common import atomic
+from systems.common import config as config_lib
+from systems.common.learner import build
+from systems.common.monitor import LearnerReport, Monitor, Progress, default_run_dir, on_policy_evaluator
+from systems.common.outputs import on_policy_columns
+from systems.common.profile import stage
+from systems.common.rollout import place_on_axis
+
+__all__ = ["SYSTEM", "AnakinConfig", "run", "validate"]
+
+
+def _devices(config: AnakinConfig) -> list:
+    local = jax.local_devices()
+    count = config.num_devices or len(local)
+    if count > len(local):
+        raise config_lib.ConfigError(f"--num_devices={count} but this process has {len(local)} local devices")
+    if config.num_envs % count:
+        raise config_lib.ConfigError(f"--num_envs={config.num_envs} does not split evenly over {count} devices")
+    return local[:count]
+
+
+def _agent_configs(config: AnakinConfig) -> list[AnakinConfig]:
+    """Agent k's config: seed `seed + k`, and its own run directory when there are several."""
+    if config.num_seeds == 1:
+        return [config]
+    root = os.path.normpath(config.logdir) if config.logdir else default_run_dir(SYSTEM, config)
+    return [dataclasses.replace(config, seed=config.seed + k, logdir=os.path.join(root, f"seed_{config.seed + k}"),
+                                quiet=config.quiet or k > 0) for k in range(config.num_seeds)]
+
+
+def _monitors(configs: list[AnakinConfig], spec, setups, states) -> list[Monitor]:
+    """One Monitor per agent (the first prints the progress line). Made last to first: the stage clock of the
+    calling thread is the last one bound, so the first agent's summary carries the run's profile."""
+    progress = Progress(metric_columns=on_policy_columns(configs[0]),
+                        header=f"  anakin: {len(configs)} agent(s) in one program")
+    monitors = [Monitor(SYSTEM, c, state, progress=progress, evaluator=on_policy_evaluator(c, spec, setup))
+                for c, setup, state in reversed(list(zip(configs, setups, states, strict=True)))]
+    return monitors[::-1]
+
+
+def _stack(trees: list, devices: list):
+    """[devices, agents, ...] arrays of per-agent, per-device pytrees (`trees[d][k]`), placed as the program's pmap
+    places its outputs (`place_on_axis`: else its second call compiles it again)."""
+    stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]),
+                           *[jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *per_device)
+                             for per_device in trees])
+    return place_on_axis(stacked, devices, program_lib.DEVICE_AXIS)
+
+
+def run(config: AnakinConfig) -> dict:
+    """Trains `num_seeds` agents in one program; returns the (first agent's, or the gathered) summary."""
+    validate(config)
+    devices = _devices(config)
+    spec = make_spec(config.env_id, config.env_kwargs)
+    configs = _agent_configs(config)
+    built = [build(c, spec) for c in configs]
+    setups = [setup for setup, _ in built]
+    monitors = _monitors(configs, spec, setups, [state for _, state in built])
+    start = {int(m.state.update_step) for m in monitors}
+    if len(start) > 1:
+        raise config_lib.ConfigError(f"--resume: the agents' newest checkpoints are at different updates "
+                                     f"{sorted(start)}; remove the newer ones so that all agents restart together")
+    reset_one, step_one = gymnax_pool.env_functions(config.env_id, config.env_kwargs)
+    shard = config.num_envs // len(devices)
+    carries = [[program_lib.initial_carry(m.state, s.action_key, jnp.arange(d * shard, (d + 1) * shard), c.seed,
+                                          reset_one)
+                for c, s, m in zip(configs, setups, monitors, strict=True)] for d in range(len(devices))]
+    carry = _stack(carries, devices)
+    one_round = program_lib.make_round(step_one, setups[0].network.apply, setups[0].update_fn, config.sync_interval,
+                                       axis_name=program_lib.DEVICE_AXIS if len(devices) > 1 else None)
+    program = program_lib.make_program(one_round, devices)
+    interrupted = None
+    try:
+        _train(config, program, carry, monitors, start.pop())
+    except KeyboardInterrupt as stop:
+        interrupted = stop
+        monitors[0].outputs.print(f"[{SYSTEM}] interrupted: saving a checkpoint of every agent's newest parameters")
+    summaries = [m.finish(interrupted=interrupted is not None) for m in monitors[::-1]][::-1]
+    if interrupted is not None:
+        stop = monitors[0].saved(interrupted)
+        if len(configs) > 1:  # --resume continues every agent from the root directory
+            stop.run_dir = os.path.dirname(configs[0].logdir)
+        raise stop
+    return summaries[0] if len(summaries) == 1 else _gather(config, configs, summaries)
+
+
+def _train(config: AnakinConfig, program, carry, monitors: list[Monitor], first_round: int) -> None:
+    """Calls the program chunk by chunk and hands each agent's newest state, metrics and episodes to its Monitor."""
+    total = config_lib.total_rounds(config)
+    per_call = chunk_rounds(config)
+    compiled = set()
+    round_index = first_round
+    while round_index < total:
+        rounds = min(per_call, total - round_index)
+        with stage("update" if rounds in compiled else "compile"):
+            carry, (metrics, episodes) = program(carry, rounds)
+            metrics, episodes, trains = jax.device_get((metrics, episodes, carry.train))
+        compiled.add(rounds)
+        round_index += rounds
+        stops = []
+        for k, monitor in enumerate(monitors):
+            state = jax.tree.map(lambda x, k=k: x[0, k], trains)  # device 0's replica of agent k
+            last = {name: value[0, k, -1] for name, value in metrics.items()}
+            report = LearnerReport(state, last, behaviour_version=round_index - 1, learner_version=round_index - 1)
+            stops.append(monitor.on_report(report, _episodes(episodes, k)))
+        if all(stops):
+            return
+
+
+def _episodes(episodes: program_lib.Episodes, agent: int) -> list[tuple[int, float, int]]:
+    """(env id, return, length) of agent `agent`'s episodes that ended in the chunk, in step order (env ids are
+    device-major, as the shards)."""
+    ended = np.asarray(episodes.ended[:, agent])  # [devices, rounds, T, n]
+    devices, rounds, steps, n = ended.shape
+    found = []
+    for r in range(rounds):
+        for t in range(steps):
+            for d in range(devices):
+                for i in np.flatnonzero(ended[d, r, t]):
+                    found.append((d * n + int(i), float(episodes.returns[d, agent, r, t, i]),
+                                  int(episodes.lengths[d, agent, r, t, i])))
+    return found
+
+
+def _gather(config: AnakinConfig, configs: list[AnakinConfig], summaries: list[dict]) -> dict:
+    """`<logdir>/summary.json` of a several-agent run: each agent's final metric and run directory, their mean."""
+    finals = [s["final_metric"] for s in summaries]
+    known = [f for f in finals if f is not None]
+    root = os.path.dirname(configs[0].logdir)
+    summary = {
+        "system": SYSTEM, "env_id": config.env_id, "algo": config.algo, "num_seeds": config.num_seeds,
+        "seeds": [c.seed for c in configs], "final_metrics": finals,
+        "final_metric_mean": float(np.mean(known)) if known else None,
+        "final_metric_min": float(np.min(known)) if known else None,
+        "final_metric_max": float(np.max(known)) if known else None,
+        "env_steps_per_agent": summaries[0]["env_steps"],
+        "sps_all_agents": float(sum(s["sps"] for s in summaries)),
+        "run_dirs": [s["run_dir"] for s in summaries], "run_dir": root,
+    }
+    atomic.write_atomic(os.path.join(root, "summary.json"), json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    if not config.quiet:
+        print(f"[{SYSTEM}] {config.num_seeds} agents: final metric mean {summary['final_metric_mean']} "
+              f"(min {summary['final_metric_min']}, max {summary['final_metric_max']}), "
+              f"{summary['sps_all_agents']:.0f} env steps/s over all agents; summary in {root}/summary.json")
+    return summary

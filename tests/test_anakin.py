@@ -1,0 +1,98 @@
+"""`launch.anakin`: rounds, inference and updates in one jitted program, several agents vmapped in it. Its rounds are
+the synchronous baseline's (the same rollout, the same update up to rounding), its results do not depend on the
+chunk length, every agent has its own outputs, a run resumes, and a stop saves every agent."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from systems.anakin import system as anakin
+from systems.anakin.config import AnakinConfig
+from systems.common.config import ConfigError
+
+CARTPOLE = "gymnax/CartPole-v1"
+
+
+def tiny(logdir, **overrides) -> AnakinConfig:
+    """Six PPO rounds of 4 envs x 16 steps on gymnax's CartPole, a checkpoint every round, no evaluation."""
+    values = dict(env_id=CARTPOLE, num_envs=4, sync_interval=16, total_steps=6 * 64, num_epochs=1, num_minibatches=2,
+                  checkpoint_every=64, eval_every=128, eval_episodes=0, quiet=True, logdir=str(logdir))
+    values.update(overrides)
+    return AnakinConfig(**values)
+
+
+def test_a_task_that_is_not_a_jax_env_and_unsupported_flags_are_one_line():
+    for overrides, message in ((dict(env_id="CartPole-v1"), "needs a JAX env \\(--env=gymnax/<id>"),
+                               (dict(normalize_obs=True), "--normalize_obs and --normalize_reward are not supported"),
+                               (dict(num_seeds=0), "--num_seeds must be >= 1")):
+        with pytest.raises(ConfigError, match=message):
+            anakin.validate(tiny("unused", **overrides))
+
+
+def test_results_do_not_depend_on_the_chunk_length(tmp_path):
+    prints = {anakin.run(tiny(tmp_path / f"chunk{rounds}", chunk_rounds=rounds))["param_fingerprint"]
+              for rounds in (1, 4)}  # 4: a chunk of 4 rounds, then one of 2
+    assert len(prints) == 1
+
+
+def test_a_round_is_the_synchronous_baselines_round(tmp_path):
+    """The same envs, actions and rollout as launch.sync's first round on the same task (its metrics of the data are
+    equal), and the same update but for the last bits (XLA fuses it differently inside the scan)."""
+    from systems.sync import system as sync
+    from systems.sync.config import SyncConfig
+
+    config = tiny(tmp_path / "anakin", total_steps=64)
+    ours = anakin.run(config)
+    fields = {f.name for f in dataclasses.fields(SyncConfig)}
+    theirs = sync.run(SyncConfig(**{k: v for k, v in dataclasses.asdict(config).items() if k in fields
+                                    and k != "logdir"}, logdir=str(tmp_path / "sync")))
+    assert ours["train_episodes"] == theirs["train_episodes"]
+    for name in ("advantage_mean", "value_loss", "entropy"):
+        assert ours["last_metrics"][name] == theirs["last_metrics"][name], name
+    for name, value in theirs["last_metrics"].items():
+        np.testing.assert_allclose(ours["last_metrics"][name], value, rtol=1e-4, atol=1e-7, err_msg=name)
+
+
+def test_several_agents_each_write_their_own_run_and_resume(tmp_path):
+    config = tiny(tmp_path / "run", num_seeds=2, seed=3, total_steps=3 * 64)
+    first = anakin.run(config)
+    assert first["seeds"] == [3, 4] and first["run_dirs"] == [str(tmp_path / "run" / f"seed_{s}") for s in (3, 4)]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["num_seeds"] == 2
+    agents = [json.loads((tmp_path / "run" / f"seed_{s}" / "summary.json").read_text()) for s in (3, 4)]
+    assert [a["seed"] for a in agents] == [3, 4] and agents[0]["param_fingerprint"] != agents[1]["param_fingerprint"]
+    resumed = anakin.run(dataclasses.replace(config, total_steps=6 * 64, resume=True))
+    for s in (3, 4):
+        summary = json.loads((tmp_path / "run" / f"seed_{s}" / "summary.json").read_text())
+        assert summary["resumed_from_env_steps"] == 3 * 64 and summary["updates"] == 6
+    assert resumed["env_steps_per_agent"] == 6 * 64
+
+
+def test_sigterm_saves_every_agent_and_names_the_root_to_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.anakin", f"--env={CARTPOLE}", "--num_envs=4", "--sync_interval=16",
+         "--num_seeds=2", "--total_steps=100000000", "--checkpoint_every=64", "--chunk_rounds=1", "--eval_episodes=0",
+         "--quiet", f"--logdir={run_dir}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if len(list((run_dir / "seed_2" / "checkpoints").glob("ckpt_*"))) >= 2:
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err[-2000:]
+    assert f"continue with --resume --logdir={run_dir})" in err and "Traceback" not in err, err
+    for seed in (1, 2):
+        summary = json.loads((run_dir / f"seed_{seed}" / "summary.json").read_text())
+        assert summary["interrupted"] and summary["env_steps"] >= 64
