@@ -94,13 +94,22 @@ def make_round(step_one, apply_fn, update_fn, sync_interval: int, axis_name: str
     return one_round
 
 
-def make_program(one_round, devices: list):
-    """`program(carry, rounds) -> (carry, (metrics, Episodes))`: `rounds` rounds (static: one compile per distinct
-    chunk length) of every agent (vmapped; carry leaves [devices, agents, ...]) on every device (pmapped over
-    `DEVICE_AXIS`); outputs [devices, agents, rounds, ...]."""
+def make_program(one_round, devices: list, max_rounds: int):
+    """`program(carry, rounds) -> (carry, (metrics, Episodes))`: `rounds` rounds (at most `max_rounds`; a traced
+    count, so the last, shorter chunk of a run does not compile the program again) of every agent (vmapped; carry
+    leaves [devices, agents, ...]) on every device (pmapped over `DEVICE_AXIS`); outputs [devices, agents,
+    max_rounds, ...], of which the first `rounds` rows are the chunk's."""
 
-    def chunk(carry: Carry, rounds: int):
-        return jax.lax.scan(one_round, carry, None, length=rounds)
+    def chunk(carry: Carry, rounds):
+        shapes = jax.eval_shape(one_round, carry, None)[1]
+        outputs = jax.tree.map(lambda s: jnp.zeros((max_rounds, *s.shape), s.dtype), shapes)
+
+        def body(i, state):
+            carry, outputs = state
+            carry, out = one_round(carry, None)
+            return carry, jax.tree.map(lambda buffer, x: buffer.at[i].set(x), outputs, out)
+
+        return jax.lax.fori_loop(0, rounds, body, (carry, outputs))
 
     agents = jax.vmap(chunk, in_axes=(0, None))
-    return jax.pmap(agents, axis_name=DEVICE_AXIS, static_broadcasted_argnums=(1,), devices=devices)
+    return jax.pmap(agents, axis_name=DEVICE_AXIS, in_axes=(0, None), devices=devices)

@@ -92,7 +92,7 @@ def run(config: AnakinConfig) -> dict:
     carry = _stack(carries, devices)
     one_round = program_lib.make_round(step_one, setups[0].network.apply, setups[0].update_fn, config.sync_interval,
                                        axis_name=program_lib.DEVICE_AXIS if len(devices) > 1 else None)
-    program = program_lib.make_program(one_round, devices)
+    program = program_lib.make_program(one_round, devices, chunk_rounds(config))
     interrupted = None
     try:
         _train(config, program, carry, monitors, start.pop())
@@ -112,14 +112,14 @@ def _train(config: AnakinConfig, program, carry, monitors: list[Monitor], first_
     """Calls the program chunk by chunk and hands each agent's newest state, metrics and episodes to its Monitor."""
     total = config_lib.total_rounds(config)
     per_call = chunk_rounds(config)
-    compiled = set()
     round_index = first_round
     while round_index < total:
         rounds = min(per_call, total - round_index)
-        with stage("update" if rounds in compiled else "compile"):
-            carry, (metrics, episodes) = program(carry, rounds)
+        with stage("update" if round_index > first_round else "compile"):  # the first call compiles
+            carry, (metrics, episodes) = program(carry, np.int32(rounds))
             metrics, episodes, trains = jax.device_get((metrics, episodes, carry.train))
-        compiled.add(rounds)
+        metrics = {name: value[:, :, :rounds] for name, value in metrics.items()}
+        episodes = jax.tree.map(lambda x, rounds=rounds: x[:, :, :rounds], episodes)
         round_index += rounds
         stops = []
         for k, monitor in enumerate(monitors):
