@@ -40,7 +40,9 @@ _STEPS = flags.DEFINE_integer("steps_per_agent", 500_000, "Env steps per agent (
 TASK, EVAL_EPISODES = "CartPole-v1", 32
 PPO = dict(num_envs=4, sync_interval=128, num_epochs=4, num_minibatches=4, learning_rate=2.5e-4, clip_eps=0.2,
            entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5, gamma=0.99, gae_lambda=0.95)
-ROWS = ("anakin-1", "anakin-8", "anakin-64", "rejax-1", "rejax-8", "rejax-64", "hts-1", "sync-1")
+# anakin_constant_lr: ours with the peer's constant learning rate (the gap in final return is the annealing's)
+ROWS = ("anakin-1", "anakin-8", "anakin-64", "rejax-1", "rejax-8", "rejax-64", "hts-1", "sync-1",
+        "anakin_constant_lr-8")
 
 PEER_SCRIPT = """
 import json, sys, time
@@ -85,14 +87,17 @@ def run_peer(seeds: int) -> dict:
     return _result_line(done.stdout)
 
 
-def run_ours(launcher: str, seeds: int) -> dict:
+def run_ours(side: str, seeds: int) -> dict:
     """One launcher run in its own process; compile and training seconds from the first agent's stage profile."""
+    launcher = side.split("_")[0]
     with tempfile.TemporaryDirectory() as logdir:
         flags_ = [f"--env=gymnax/{TASK}", f"--total_steps={_STEPS.value}", f"--eval_episodes={EVAL_EPISODES}",
                   f"--eval_every={_STEPS.value}", "--preset=family", f"--logdir={logdir}/run", "--quiet",
                   *(f"--{k}={v}" for k, v in PPO.items())]
         if launcher == "anakin":
             flags_.append(f"--num_seeds={seeds}")
+        if side.endswith("_constant_lr"):
+            flags_.append("--noanneal_lr")
         subprocess.run([sys.executable, "-m", f"launch.{launcher}", *flags_], check=True,
                        env=dict(os.environ, PYTHONPATH=os.getcwd()))
         runs = [f"{logdir}/run"] if seeds == 1 else [f"{logdir}/run/seed_{1 + k}" for k in range(seeds)]

@@ -22,10 +22,11 @@ from envs import gymnax_pool
 from envs.factory import make_spec
 from systems.anakin import program as program_lib
 from systems.anakin.config import SYSTEM, AnakinConfig, chunk_rounds, validate
-from systems.common import atomic
+from systems.common import atomic, learner
 from systems.common import config as config_lib
-from systems.common.learner import build
-from systems.common.monitor import LearnerReport, Monitor, Progress, default_run_dir, on_policy_evaluator
+from systems.common.evaluation import Evaluator, policy_act_fn
+from systems.common.learner import LearnerSetup
+from systems.common.monitor import LearnerReport, Monitor, Progress, default_run_dir
 from systems.common.outputs import on_policy_columns
 from systems.common.profile import stage
 from systems.common.rollout import place_on_axis
@@ -52,13 +53,18 @@ def _agent_configs(config: AnakinConfig) -> list[AnakinConfig]:
                                 quiet=config.quiet or k > 0) for k in range(config.num_seeds)]
 
 
-def _monitors(configs: list[AnakinConfig], spec, setups, states) -> list[Monitor]:
-    """One Monitor per agent (the first prints the progress line). Made last to first: the stage clock of the
+def _monitors(configs: list[AnakinConfig], spec, setup: LearnerSetup) -> list[Monitor]:
+    """One Monitor per agent (the first prints the progress line), each with its own initial state and evaluation
+    seed but one compiled initializer and evaluation policy for all. Made last to first: the stage clock of the
     calling thread is the last one bound, so the first agent's summary carries the run's profile."""
     progress = Progress(metric_columns=on_policy_columns(configs[0]),
                         header=f"  anakin: {len(configs)} agent(s) in one program")
-    monitors = [Monitor(SYSTEM, c, state, progress=progress, evaluator=on_policy_evaluator(c, spec, setup))
-                for c, setup, state in reversed(list(zip(configs, setups, states, strict=True)))]
+    act = policy_act_fn(setup.network.apply, deterministic=configs[0].eval_deterministic)
+    monitors = []
+    for c in reversed(configs):
+        evaluator = Evaluator(spec, None, episodes=c.eval_episodes, seed=learner.eval_seed(c.seed),
+                              deterministic=c.eval_deterministic, act_fn=act) if c.eval_episodes > 0 else None
+        monitors.append(Monitor(SYSTEM, c, setup.initial_state(c.seed), progress=progress, evaluator=evaluator))
     return monitors[::-1]
 
 
@@ -77,20 +83,19 @@ def run(config: AnakinConfig) -> dict:
     devices = _devices(config)
     spec = make_spec(config.env_id, config.env_kwargs)
     configs = _agent_configs(config)
-    built = [build(c, spec) for c in configs]
-    setups = [setup for setup, _ in built]
-    monitors = _monitors(configs, spec, setups, [state for _, state in built])
+    setup, _ = learner.build(config, spec)
+    monitors = _monitors(configs, spec, setup)
     start = {int(m.state.update_step) for m in monitors}
     if len(start) > 1:
         raise config_lib.ConfigError(f"--resume: the agents' newest checkpoints are at different updates "
                                      f"{sorted(start)}; remove the newer ones so that all agents restart together")
     reset_one, step_one = gymnax_pool.env_functions(config.env_id, config.env_kwargs)
     shard = config.num_envs // len(devices)
-    carries = [[program_lib.initial_carry(m.state, s.action_key, jnp.arange(d * shard, (d + 1) * shard), c.seed,
-                                          reset_one)
-                for c, s, m in zip(configs, setups, monitors, strict=True)] for d in range(len(devices))]
+    carries = [[program_lib.initial_carry(m.state, learner.action_key(c.seed),
+                                          jnp.arange(d * shard, (d + 1) * shard), c.seed, reset_one)
+                for c, m in zip(configs, monitors, strict=True)] for d in range(len(devices))]
     carry = _stack(carries, devices)
-    one_round = program_lib.make_round(step_one, setups[0].network.apply, setups[0].update_fn, config.sync_interval,
+    one_round = program_lib.make_round(step_one, setup.network.apply, setup.update_fn, config.sync_interval,
                                        axis_name=program_lib.DEVICE_AXIS if len(devices) > 1 else None)
     program = program_lib.make_program(one_round, devices, chunk_rounds(config))
     interrupted = None

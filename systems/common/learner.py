@@ -51,6 +51,18 @@ class LearnerSetup:
     eval_seed: int
     action_shape: tuple
     action_dtype: Any
+    # seed -> the TrainState `build` makes for that seed (one compiled initializer for every seed: Anakin's agents)
+    initial_state: Callable[[int], TrainState] | None = None
+
+
+def action_key(seed: int) -> jax.Array:
+    """The run key of `seed` that action keys are folded from (`LearnerSetup.action_key`)."""
+    return jax.random.fold_in(jax.random.PRNGKey(seed), _ACTIONS)
+
+
+def eval_seed(seed: int) -> int:
+    """The evaluation envs' base seed of a run of `seed` (`LearnerSetup.eval_seed`)."""
+    return seed + 10_000
 
 
 def build(
@@ -74,8 +86,8 @@ def build(
         network = NormalizedNetwork(network, norm, obs_shape=spec.obs_shape, num_envs=config.num_envs)
     if optimizer is None:
         optimizer = _default_optimizer(config)
-    run_key = jax.random.PRNGKey(config.seed)
-    state = _initial_state(network, optimizer, spec, run_key)
+    initial_state = initial_state_fn(network, optimizer, spec)
+    state = initial_state(config.seed)
     update = _algo_update(config, spec, learner_apply, optimizer)
     if norm.enabled:
         update = normalized_update(update, norm)
@@ -85,10 +97,11 @@ def build(
         update=jax.jit(update),
         update_fn=update,
         policy=make_policy_fn(network.apply),
-        action_key=jax.random.fold_in(run_key, _ACTIONS),
-        eval_seed=config.seed + 10_000,
+        action_key=action_key(config.seed),
+        eval_seed=eval_seed(config.seed),
         action_shape=action_shape,
         action_dtype=action_dtype,
+        initial_state=initial_state,
     )
     return setup, state
 
@@ -119,20 +132,27 @@ def _default_optimizer(config: config_lib.TrainConfig) -> optax.GradientTransfor
     )
 
 
-def _initial_state(
-    network: ActorCritic, optimizer: optax.GradientTransformation, spec: EnvSpec, run_key: jax.Array
-) -> TrainState:
-    """The parameters initialized from the run key's `_INIT` stream; the learner's key chain starts at `_LEARNER`."""
+def initial_state_fn(
+    network: ActorCritic, optimizer: optax.GradientTransformation, spec: EnvSpec
+) -> Callable[[int], TrainState]:
+    """seed -> the TrainState of a run of that seed: the parameters initialized from its run key's `_INIT` stream,
+    the learner's key chain starting at `_LEARNER`."""
     dummy_obs = jnp.zeros((1, *spec.obs_shape), jax.dtypes.canonicalize_dtype(spec.obs_dtype))
     # One program for every layer's initializer (eager init compiled each orthogonal init per weight shape: 4.7 s
     # vs 3.5 s for the MLP, 9.2 s vs 4.9 s for the Nature CNN; the same values).
-    params = jax.jit(network.init)(jax.random.fold_in(run_key, _INIT), dummy_obs)
-    return TrainState(
-        params=params,
-        opt_state=optimizer.init(trainable(params)),
-        key=jax.random.fold_in(run_key, _LEARNER),
-        update_step=jnp.zeros((), jnp.int32),
-    )
+    init = jax.jit(network.init)
+
+    def initial_state(seed: int) -> TrainState:
+        run_key = jax.random.PRNGKey(seed)
+        params = init(jax.random.fold_in(run_key, _INIT), dummy_obs)
+        return TrainState(
+            params=params,
+            opt_state=optimizer.init(trainable(params)),
+            key=jax.random.fold_in(run_key, _LEARNER),
+            update_step=jnp.zeros((), jnp.int32),
+        )
+
+    return initial_state
 
 
 def _algo_update(
