@@ -149,6 +149,19 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {r['side']} | {r['seeds']} | {r['process_wall_s']:.1f} | {_fmt(r.get('compile_s'), 1)} | "
                      f"{_fmt(r.get('train_s'), 1)} | {sps_text} | {final} | {r['load_before']:.1f} / "
                      f"{r['load_after']:.1f} | {r['date']}, {r['commit']} |")
+    by_row = {r["row"]: r for r in rows}
+    lines.append("")
+    for seeds in (1, 8, 64):
+        ours, peer = by_row.get(f"anakin-{seeds}"), by_row.get(f"rejax-{seeds}")
+        if ours and peer and ours.get("train_s") and peer.get("train_s"):
+            ratio = ours["train_s"] / peer["train_s"]
+            lines.append(f"- {seeds} agent(s): Anakin's training after the compile takes {ratio:.2f}x the peer's time,"
+                         f" its whole process {ours['process_wall_s'] / peer['process_wall_s']:.2f}x "
+                         "(start-up, one Monitor per agent: evaluations, checkpoints, summaries).")
+    if "anakin-1" in by_row and "hts-1" in by_row:
+        lines.append(f"- One agent end to end: Anakin's process takes "
+                     f"{by_row['anakin-1']['process_wall_s'] / by_row['hts-1']['process_wall_s']:.2f}x HTS's.")
+    lines.append("- anakin_constant_lr: ours with the peer's constant learning rate instead of CleanRL's annealed one.")
     return "\n".join(lines) + "\n"
 
 

@@ -329,6 +329,13 @@ PRESETS: dict[tuple[str, str], dict] = {
         _KOSTRIKOV_A2C, entropy_coef=0.0, total_steps=1_000_000, normalize_obs=True, normalize_reward=True
     ),
 }
+# gymnax's MinAtar games (10x10 images, MinAtar's CNN): many envs a round, as the JAX-first peers run them (a starting
+# point measured at 500k env steps here, benchmarks/results/anakin_cpu.md; MinAtar's own runs take 5-10M steps).
+PRESETS[("minatar", "ppo")] = dict(
+    num_envs=64, sync_interval=128, learning_rate=5e-4, anneal_lr=True, optimizer="adam", opt_eps=1e-5, gamma=0.99,
+    gae_lambda=0.95, clip_eps=0.2, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5, num_epochs=4,
+    num_minibatches=8, total_steps=10_000_000,
+)
 PRESETS[("box2d", "ppo")] = PRESETS[("classic", "ppo")]
 PRESETS[("box2d", "a2c")] = PRESETS[("classic", "a2c")]
 
@@ -388,6 +395,8 @@ def preset_values(env_id: str, family: str, algo: str, config_cls: type = TrainC
                   choice: str = "task") -> tuple[str, dict]:
     """(name, values) of the preset a run uses: the task's own tuned one (`TASK_PRESETS`) over the family's when
     `choice` is "task" and the task has one, else the family's alone."""
+    if family == "gymnax" and env_id.endswith("-MinAtar"):
+        family = "minatar"  # a family of its own among gymnax's tasks: images
     values = preset(family, algo, config_cls)
     name = f"family {family if (family, algo) in PRESETS else 'classic'} {algo}"
     if choice == "task" and (env_id, algo) in TASK_PRESETS:
