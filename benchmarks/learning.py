@@ -234,7 +234,11 @@ NOTES = {
         "reached 227 at 75k steps and collapsed to -568, and PAL with prioritized replay diverged from the start, "
         "Q values to 3,700). Seed 0 (2026-11-26, beside the test suite, loads 5.9-7.2): every side reaches 200 "
         "(PER first, at 40k steps; uniform at 55k; the peer at 65k) and ends above 100 (PER 119, uniform 207, "
-        "peer 115); PAL used a third of the peer's CPU time (332 and 319 s against 976 s). Seeds 1-4: queued."
+        "peer 115); PAL used a third of the peer's CPU time (332 and 319 s against 976 s). Seeds 1 and 2 (2026-11-26 "
+        "and 27, beside other work, loads 3.6-7.5): the peer 204 and 207, uniform 161 and 120, PER 83 and 37. PER "
+        "peaks early and does not hold it: its best evaluations are 248, 227 and 146 (at 40k, 80k and 40k steps), "
+        "its last ones 157, -147 and 112, which is where its final metric is lowest; Schaul et al.'s smaller step "
+        "size for PER (1/4) is the first thing to try. Seeds 3-4: queued."
     ),
     "Pendulum-v1 sac": (
         "5 seeds per side. Seeds 0-2 ran alone on the 2 cores (loads 1.5-2.3); seed 3 of SB3's SAC and TD3 and of "
