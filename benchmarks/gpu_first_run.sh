@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The first GPU runs (issue 29's device check): the main job as a user types it, then Anakin on gymnax, on one GPU.
+# Writes log.txt (versions, devices, each stage's output, exit code and wall time), smi.csv (GPU memory and load every
+# 2 s) and runs.tar.gz (the runs' progress.csv / summary.json) to $OUT. STAGES picks stages (default: all, in order).
+# Each is bounded: HTS by its own --time_limit, Anakin by SIGTERM (it keeps the finished chunks), then SIGABRT, whose
+# Python traceback (-X faulthandler) shows where a stage that ignored SIGTERM was (XLA cannot stop mid-program).
+# XLA_PYTHON_CLIENT_PREALLOCATE=false so that smi.csv shows what a run uses, not JAX's default 75% reservation.
+# Where the machine cannot reach a package index, the dependencies travel unpacked in .site/ (PYTHONPATH); elsewhere
+# `pip install -e ".[cuda12,gymnax]"` does the same. Results: benchmarks/results/gpu_first_run.md.
+set -u
+OUT=${OUT:-/tmp/gpu_first_run}
+HTS_SECONDS=${HTS_SECONDS:-150}
+STAGES=${STAGES:-"hts_breakout anakin_cartpole_64 anakin_minatar_8"}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD/.site:$PWD" PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+log="$OUT/log.txt"
+{
+  date -u; nproc; free -g | head -2; nvidia-smi
+  python3 -c "import sys, jax, jaxlib, flax, optax, chex, envpool; print(sys.version); \
+print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, 'flax', flax.__version__, 'optax', optax.__version__, \
+'chex', chex.__version__, 'envpool', envpool.__version__); print(jax.devices())"
+} >> "$log" 2>&1
+nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -l 2 > "$OUT/smi.csv" 2>&1 &
+smi=$!
+stage() {  # stage NAME SECONDS COMMAND...: run COMMAND; SIGTERM after SECONDS, SIGABRT 15 s later; log rc and wall
+  local name=$1 limit=$2 start pid
+  shift 2
+  [[ " $STAGES " == *" $name "* ]] || return 0
+  start=$(date +%s)
+  echo "== $name start $start" >> "$log"
+  python3 -X faulthandler "$@" >> "$log" 2>&1 &
+  pid=$!
+  ( sleep "$limit"; kill -TERM $pid 2> /dev/null; sleep 15; kill -ABRT $pid 2> /dev/null ) &
+  wait $pid
+  echo "== $name rc=$? wall=$(( $(date +%s) - start ))s" >> "$log"
+}
+stage hts_breakout $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --time_limit="$HTS_SECONDS" \
+  --logdir=runs/gpu/hts_breakout
+stage hts_breakout_32x4 $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=32 --num_actors=4 \
+  --time_limit="$HTS_SECONDS" --logdir=runs/gpu/hts_breakout_32x4
+stage anakin_cartpole_64 100 -m launch.anakin --env=gymnax/CartPole-v1 --num_seeds=64 --total_steps=500000 \
+  --logdir=runs/gpu/anakin_cartpole_64
+stage anakin_minatar_8 110 -m launch.anakin --env=gymnax/Breakout-MinAtar --num_seeds=8 \
+  --total_steps="${MINATAR_STEPS:-3000000}" --logdir=runs/gpu/anakin_minatar_8
+kill "$smi"
+tar czf "$OUT/runs.tar.gz" --exclude=checkpoints --exclude=tb runs/gpu 2>> "$log"
