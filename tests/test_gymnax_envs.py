@@ -125,3 +125,26 @@ def test_the_jitted_evaluation_plays_the_pooled_evaluations_episodes(env_id, det
     assert jitted._jitted is not None and pooled._jitted is None  # the two loops, not one loop twice
     for _ in range(2):
         np.testing.assert_allclose(jitted.run(params), pooled.run(params), rtol=1e-5)
+
+
+def test_agents_evaluated_together_play_their_own_evaluators_episodes():
+    """Anakin's agents are evaluated in one vmapped call: agent k's returns are those of its own pooled Evaluator,
+    evaluation after evaluation, and one offer of parameters serves one evaluation per agent."""
+    import jax
+
+    import agents
+    from systems.common.evaluation import AgentsEvaluator, Evaluator, policy_act_fn
+
+    spec = make_spec(CARTPOLE)
+    network = agents.make_network(spec.obs_shape, spec.action_dim, spec.continuous)
+    params = [network.init(jax.random.PRNGKey(k), np.zeros((1, *spec.obs_shape), np.float32)) for k in (1, 2)]
+    act = policy_act_fn(network.apply, deterministic=False)
+    together = AgentsEvaluator(spec, act, episodes=3, seeds=[5, 9])
+    alone = [Evaluator(spec, None, episodes=3, seed=seed, deterministic=False, act_fn=act, jitted=False)
+             for seed in (5, 9)]
+    for _ in range(2):
+        together.offer(jax.tree.map(lambda *xs: np.stack(xs), *params))
+        for k in (1, 0):  # in any order
+            np.testing.assert_array_equal(together.agent(k).run(params[k]), alone[k].run(params[k]))
+    with pytest.raises(RuntimeError, match="offer the agents' new parameters"):
+        together.agent(0).run(params[0])

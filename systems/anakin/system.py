@@ -24,7 +24,7 @@ from systems.anakin import program as program_lib
 from systems.anakin.config import SYSTEM, AnakinConfig, chunk_rounds, validate
 from systems.common import atomic, learner
 from systems.common import config as config_lib
-from systems.common.evaluation import Evaluator, policy_act_fn
+from systems.common.evaluation import AgentsEvaluator, policy_act_fn
 from systems.common.learner import LearnerSetup
 from systems.common.monitor import LearnerReport, Monitor, Progress, default_run_dir
 from systems.common.outputs import on_policy_columns
@@ -53,19 +53,22 @@ def _agent_configs(config: AnakinConfig) -> list[AnakinConfig]:
                                 quiet=config.quiet or k > 0) for k in range(config.num_seeds)]
 
 
-def _monitors(configs: list[AnakinConfig], spec, setup: LearnerSetup) -> list[Monitor]:
+def _monitors(configs: list[AnakinConfig], spec, setup: LearnerSetup) -> tuple[list[Monitor], AgentsEvaluator | None]:
     """One Monitor per agent (the first prints the progress line), each with its own initial state and evaluation
-    seed but one compiled initializer and evaluation policy for all. Made last to first: the stage clock of the
-    calling thread is the last one bound, so the first agent's summary carries the run's profile."""
+    seed but one compiled initializer for all, and one evaluator that evaluates every agent in one call. Made last
+    to first: the stage clock of the calling thread is the last one bound, so the first agent's summary carries the
+    run's profile."""
     progress = Progress(metric_columns=on_policy_columns(configs[0]),
                         header=f"  anakin: {len(configs)} agent(s) in one program")
-    act = policy_act_fn(setup.network.apply, deterministic=configs[0].eval_deterministic)
-    monitors = []
-    for c in reversed(configs):
-        evaluator = Evaluator(spec, None, episodes=c.eval_episodes, seed=learner.eval_seed(c.seed),
-                              deterministic=c.eval_deterministic, act_fn=act) if c.eval_episodes > 0 else None
-        monitors.append(Monitor(SYSTEM, c, setup.initial_state(c.seed), progress=progress, evaluator=evaluator))
-    return monitors[::-1]
+    evaluation = None
+    if configs[0].eval_episodes > 0:
+        act = policy_act_fn(setup.network.apply, deterministic=configs[0].eval_deterministic)
+        evaluation = AgentsEvaluator(spec, act, episodes=configs[0].eval_episodes,
+                                     seeds=[learner.eval_seed(c.seed) for c in configs])
+    monitors = [Monitor(SYSTEM, c, setup.initial_state(c.seed), progress=progress,
+                        evaluator=evaluation.agent(k) if evaluation else None)
+                for k, c in reversed(list(enumerate(configs)))]
+    return monitors[::-1], evaluation
 
 
 def _stack(trees: list, devices: list):
@@ -84,7 +87,7 @@ def run(config: AnakinConfig) -> dict:
     spec = make_spec(config.env_id, config.env_kwargs)
     configs = _agent_configs(config)
     setup, _ = learner.build(config, spec)
-    monitors = _monitors(configs, spec, setup)
+    monitors, evaluation = _monitors(configs, spec, setup)
     start = {int(m.state.update_step) for m in monitors}
     if len(start) > 1:
         raise config_lib.ConfigError(f"--resume: the agents' newest checkpoints are at different updates "
@@ -100,7 +103,7 @@ def run(config: AnakinConfig) -> dict:
     program = program_lib.make_program(one_round, devices, chunk_rounds(config))
     interrupted = None
     try:
-        _train(config, program, carry, monitors, start.pop())
+        _train(config, program, carry, monitors, start.pop(), evaluation)
     except KeyboardInterrupt as stop:
         interrupted = stop
         monitors[0].outputs.print(f"[{SYSTEM}] interrupted: saving a checkpoint of every agent's newest parameters")
@@ -113,8 +116,10 @@ def run(config: AnakinConfig) -> dict:
     return summaries[0] if len(summaries) == 1 else _gather(config, configs, summaries)
 
 
-def _train(config: AnakinConfig, program, carry, monitors: list[Monitor], first_round: int) -> None:
-    """Calls the program chunk by chunk and hands each agent's newest state, metrics and episodes to its Monitor."""
+def _train(config: AnakinConfig, program, carry, monitors: list[Monitor], first_round: int,
+           evaluation: AgentsEvaluator | None) -> None:
+    """Calls the program chunk by chunk and hands each agent's newest state, metrics and episodes to its Monitor
+    (and every agent's parameters to the evaluator, which evaluates them together when the Monitors ask)."""
     total = config_lib.total_rounds(config)
     per_call = chunk_rounds(config)
     round_index = first_round
@@ -126,6 +131,8 @@ def _train(config: AnakinConfig, program, carry, monitors: list[Monitor], first_
         metrics = {name: value[:, :, :rounds] for name, value in metrics.items()}
         episodes = jax.tree.map(lambda x, rounds=rounds: x[:, :, :rounds], episodes)
         round_index += rounds
+        if evaluation is not None:
+            evaluation.offer(monitors[0].policy_params(jax.tree.map(lambda x: x[0], trains)))
         stops = []
         for k, monitor in enumerate(monitors):
             state = jax.tree.map(lambda x, k=k: x[0, k], trains)  # device 0's replica of agent k
@@ -139,16 +146,14 @@ def _train(config: AnakinConfig, program, carry, monitors: list[Monitor], first_
 def _episodes(episodes: program_lib.Episodes, agent: int) -> list[tuple[int, float, int]]:
     """(env id, return, length) of agent `agent`'s episodes that ended in the chunk, in step order (env ids are
     device-major, as the shards)."""
-    ended = np.asarray(episodes.ended[:, agent])  # [devices, rounds, T, n]
-    devices, rounds, steps, n = ended.shape
-    found = []
-    for r in range(rounds):
-        for t in range(steps):
-            for d in range(devices):
-                for i in np.flatnonzero(ended[d, r, t]):
-                    found.append((d * n + int(i), float(episodes.returns[d, agent, r, t, i]),
-                                  int(episodes.lengths[d, agent, r, t, i])))
-    return found
+    def step_major(x):  # agent's [devices, rounds, T, n] -> [rounds, T, devices, n]
+        return np.moveaxis(np.asarray(x[:, agent]), 0, 2)
+
+    ended = step_major(episodes.ended)
+    r, t, d, i = np.nonzero(ended)  # row-major: rounds, then steps, then devices, then envs
+    n = ended.shape[-1]
+    return list(zip((d * n + i).tolist(), step_major(episodes.returns)[r, t, d, i].astype(float).tolist(),
+                    step_major(episodes.lengths)[r, t, d, i].astype(int).tolist(), strict=True))
 
 
 def _gather(config: AnakinConfig, configs: list[AnakinConfig], summaries: list[dict]) -> dict:

@@ -143,6 +143,62 @@ class Evaluator:
         return returns
 
 
+class AgentsEvaluator:
+    """The evaluations of agents that are evaluated together (Anakin's vmapped agents) in one jitted call on gymnax
+    tasks: agent k plays the episodes its own `Evaluator(seed=seeds[k])` would (a vmapped loop leaves a finished
+    agent's carry as it is), in one host round trip for all agents instead of one each. `offer(stacked_params)` hands
+    over the agents' newest parameters ([agents, ...] leaves); `agent(k)` is agent k's evaluator for its Monitor."""
+
+    def __init__(self, spec: EnvSpec, act_fn: Callable, *, episodes: int, seeds: list[int]):
+        if not gymnax_pool.is_gymnax(spec.env_id):
+            raise ValueError(f"AgentsEvaluator needs a gymnax task, not {spec.env_id}")
+        bounds = (tuple(map(float, spec.action_low)), tuple(map(float, spec.action_high))) if spec.continuous \
+            else (None, None)
+        self._run = jax.jit(jax.vmap(_jitted_episodes(spec.env_id, spec.env_kwargs, act_fn, *bounds)))
+        self._env_keys = jax.vmap(lambda seed: jax.vmap(jax.random.PRNGKey)(seed + np.arange(episodes, dtype=np.uint32))
+                                  )(np.asarray(seeds, np.uint32))
+        self._act_keys = jax.vmap(jax.random.PRNGKey)(np.asarray(seeds, np.uint32))
+        self._agents = [_OneOfAgents(self, k, spec, act_fn, episodes, seed) for k, seed in enumerate(seeds)]
+        self._stacked = self._returns = None
+        self._taken: set[int] = set()
+
+    def offer(self, stacked_params: Any) -> None:
+        self._stacked, self._returns, self._taken = stacked_params, None, set()
+
+    def agent(self, k: int) -> _OneOfAgents:
+        return self._agents[k]
+
+    def returns_of(self, k: int) -> np.ndarray:
+        """Agent k's row of one evaluation of every agent's offered parameters (run at the first agent's request)."""
+        if self._stacked is None or k in self._taken:
+            raise RuntimeError("AgentsEvaluator: offer the agents' new parameters before evaluating them again")
+        if self._returns is None:
+            self._env_keys, self._act_keys, returns = self._run(self._stacked, self._env_keys, self._act_keys)
+            self._returns = np.asarray(returns, np.float64)
+        self._taken.add(k)
+        return self._returns[k]
+
+
+@dataclasses.dataclass
+class _OneOfAgents:
+    """Agent k's view of an `AgentsEvaluator`, with an `Evaluator`'s interface; `run` evaluates the offered
+    parameters (the Monitor passes the same ones)."""
+
+    group: AgentsEvaluator
+    k: int
+    spec: EnvSpec
+    act_fn: Callable
+    episodes: int
+    seed: int
+
+    def run(self, params: Any) -> np.ndarray:
+        del params
+        return self.group.returns_of(self.k)
+
+    def record_video(self, params: Any, path: str) -> video.Video:
+        return video.record_episode(self.spec, self.act_fn, params, seed=self.seed, path=path)
+
+
 @dataclasses.dataclass
 class EvaluationRecord:
     env_steps: int
