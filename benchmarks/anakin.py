@@ -6,7 +6,8 @@ registry) and beside our HTS and synchronous baseline on the same gymnax task (i
 
 Each row is one process: `side` trains `seeds` agents of PPO on gymnax's CartPole-v1 for 500k env steps each, with
 CleanRL's CartPole settings (4 envs x 128 steps, 4 epochs of 4 minibatches, Adam 2.5e-4, clip 0.2, entropy 0.01,
-gradient norm 0.5, tanh MLP 64x64). Departures of the peer, whose options these are: a constant learning rate (ours
+gradient norm 0.5, tanh MLP 64x64); or, with `--task=Breakout-MinAtar`, 1M env steps each with the settings in TASKS.
+Departures of the peer, whose options these are: a constant learning rate (ours
 anneals it), its own initializers, and gymnax 0.0.9 (rejax 0.1.3 calls the pre-1.0 step API; CartPole's dynamics are
 the same). Measured: the process's wall time (start-up, compile and training), the compile, the training after it,
 env steps per second over all agents after the compile, and the final return (ours: 32 evaluation episodes per
@@ -32,17 +33,40 @@ from benchmarks.common import git_commit
 from systems.common import hardware
 
 _PEER = flags.DEFINE_string("peer_python", ".venv-rejax/bin/python", "Python of the venv with rejax installed.")
+_TASK = flags.DEFINE_enum("task", "CartPole-v1", ["CartPole-v1", "Breakout-MinAtar"], "The gymnax task (TASKS).")
 _ROWS = flags.DEFINE_list("rows", [], "Rows to run (default: all), e.g. anakin-8,rejax-8.")
-_DIR = flags.DEFINE_string("dir", "benchmarks/results/anakin", "Where the finished rows go.")
-_OUT = flags.DEFINE_string("out", "benchmarks/results/anakin_cpu.md", "The table.")
-_STEPS = flags.DEFINE_integer("steps_per_agent", 500_000, "Env steps per agent (the table's rows: 500k).")
+_STEPS = flags.DEFINE_integer("steps_per_agent", None, "Env steps per agent (default: the task's).")
 
-TASK, EVAL_EPISODES = "CartPole-v1", 32
-PPO = dict(num_envs=4, sync_interval=128, num_epochs=4, num_minibatches=4, learning_rate=2.5e-4, clip_eps=0.2,
-           entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5, gamma=0.99, gae_lambda=0.95)
+EVAL_EPISODES = 32
+_CLASSIC_PPO = dict(num_envs=4, sync_interval=128, num_epochs=4, num_minibatches=4, learning_rate=2.5e-4, clip_eps=0.2,
+                    entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5, gamma=0.99, gae_lambda=0.95)
 # anakin_constant_lr: ours with the peer's constant learning rate (the gap in final return is the annealing's)
-ROWS = ("anakin-1", "anakin-8", "anakin-64", "rejax-1", "rejax-8", "rejax-64", "hts-1", "sync-1",
-        "anakin_constant_lr-8")
+TASKS = {
+    # CleanRL's CartPole settings on both sides; the peer's tanh 64x64 MLP is ours.
+    "CartPole-v1": dict(ppo=_CLASSIC_PPO, steps=500_000,
+                        peer_agent=dict(activation="tanh", hidden_layer_sizes=(64, 64)),
+                        dir="benchmarks/results/anakin", out="benchmarks/results/anakin_cpu.md",
+                        rows=("anakin-1", "anakin-8", "anakin-64", "rejax-1", "rejax-8", "rejax-64", "hts-1", "sync-1",
+                              "anakin_constant_lr-8")),
+    # Our MinAtar preset on both sides (64 envs x 128 steps, 4 epochs of 8 minibatches, Adam 5e-4). rejax's PPO has
+    # no CNN: the peer flattens the planes into its own default MLP (swish, 64x64), ours runs MinAtar's CNN; the peer's
+    # Breakout-MinAtar is gymnax 0.0.9's.
+    "Breakout-MinAtar": dict(ppo=dict(_CLASSIC_PPO, num_envs=64, num_minibatches=8, learning_rate=5e-4),
+                             steps=1_000_000, peer_agent=dict(activation="swish", hidden_layer_sizes=(64, 64)),
+                             dir="benchmarks/results/anakin_minatar", out="benchmarks/results/anakin_minatar_cpu.md",
+                             rows=("anakin-8", "rejax-8", "anakin_constant_lr-8"),
+                             note="The networks differ: the peer's actor and critic 64x64 MLPs on the flattened "
+                                  "planes take about 60k multiply-adds an observation, MinAtar's CNN (ours) about "
+                                  "168k (convolution 37k, dense 131k): about the ratio of the training times."),
+}
+
+
+def _task() -> dict:
+    return TASKS[_TASK.value]
+
+
+def _steps() -> int:
+    return _STEPS.value or _task()["steps"]
 
 PEER_SCRIPT = """
 import json, sys, time
@@ -55,7 +79,7 @@ algo = PPO.create(
     num_minibatches=ppo["num_minibatches"], learning_rate=ppo["learning_rate"], max_grad_norm=ppo["max_grad_norm"],
     gamma=ppo["gamma"], gae_lambda=ppo["gae_lambda"], clip_eps=ppo["clip_eps"], ent_coef=ppo["entropy_coef"],
     vf_coef=ppo["value_coef"], total_timesteps=steps, eval_freq=steps, skip_initial_evaluation=True,
-    agent_kwargs=dict(activation="tanh", hidden_layer_sizes=(64, 64)))
+    agent_kwargs=json.loads(sys.argv[5]))
 keys = jax.random.split(jax.random.PRNGKey(0), seeds)
 start = time.perf_counter()
 compiled = jax.jit(jax.vmap(algo.train)).lower(keys).compile()
@@ -80,7 +104,8 @@ def run_peer(seeds: int) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(PEER_SCRIPT)
     try:
-        done = subprocess.run([_PEER.value, f.name, str(seeds), str(_STEPS.value), json.dumps(PPO), TASK],
+        done = subprocess.run([_PEER.value, f.name, str(seeds), str(_steps()), json.dumps(_task()["ppo"]), _TASK.value,
+                               json.dumps(_task()["peer_agent"])],
                               capture_output=True, text=True, check=True)
     finally:
         os.unlink(f.name)
@@ -91,9 +116,9 @@ def run_ours(side: str, seeds: int) -> dict:
     """One launcher run in its own process; compile and training seconds from the first agent's stage profile."""
     launcher = side.split("_")[0]
     with tempfile.TemporaryDirectory() as logdir:
-        flags_ = [f"--env=gymnax/{TASK}", f"--total_steps={_STEPS.value}", f"--eval_episodes={EVAL_EPISODES}",
-                  f"--eval_every={_STEPS.value}", "--preset=family", f"--logdir={logdir}/run", "--quiet",
-                  *(f"--{k}={v}" for k, v in PPO.items())]
+        flags_ = [f"--env=gymnax/{_TASK.value}", f"--total_steps={_steps()}", f"--eval_episodes={EVAL_EPISODES}",
+                  f"--eval_every={_steps()}", "--preset=family", f"--logdir={logdir}/run", "--quiet",
+                  *(f"--{k}={v}" for k, v in _task()["ppo"].items())]
         if launcher == "anakin":
             flags_.append(f"--num_seeds={seeds}")
         if side.endswith("_constant_lr"):
@@ -115,7 +140,7 @@ def run_row(row: str) -> dict:
     seeds = int(seeds)
     load_before, start = os.getloadavg()[0], time.perf_counter()
     result = run_peer(seeds) if side == "rejax" else run_ours(side, seeds)
-    return {"row": row, "side": side, "seeds": seeds, "steps_per_agent": _STEPS.value, "process_wall_s":
+    return {"row": row, "side": side, "seeds": seeds, "steps_per_agent": _steps(), "process_wall_s":
             time.perf_counter() - start, "load_before": load_before, "load_after": os.getloadavg()[0],
             "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC", "commit": git_commit(),
             **result}
@@ -127,12 +152,13 @@ def _fmt(value, digits=0) -> str:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        f"# Anakin beside rejax's PPO, HTS and the synchronous baseline: gymnax {TASK}, "
-        f"{rows[0]['steps_per_agent'] if rows else _STEPS.value:,} env steps per agent",
+        f"# Anakin beside rejax's PPO, HTS and the synchronous baseline: gymnax {_TASK.value}, "
+        f"{rows[0]['steps_per_agent'] if rows else _steps():,} env steps per agent",
         "",
         f"- Machine: {hardware.describe(hardware.card())}.",
-        "- Command: `PYTHONPATH=. python -m benchmarks.anakin --peer_python=.venv-rejax/bin/python` (module docstring:"
-        " settings, what each column measures, the peer's departures).",
+        f"- Command: `PYTHONPATH=. python -m benchmarks.anakin --peer_python=.venv-rejax/bin/python "
+        f"--task={_TASK.value}` (module docstring and TASKS: settings, what each column measures, the peer's "
+        "departures).",
         "",
         "| side | agents | process wall s | compile s | training s | env steps/s after compile (all agents) "
         "| final return, mean [min, max] | load before / after | date, commit |",
@@ -162,14 +188,17 @@ def table(rows: list[dict]) -> str:
         lines.append(f"- One agent end to end: Anakin's process takes "
                      f"{by_row['anakin-1']['process_wall_s'] / by_row['hts-1']['process_wall_s']:.2f}x HTS's.")
     lines.append("- anakin_constant_lr: ours with the peer's constant learning rate instead of CleanRL's annealed one.")
+    if _task().get("note"):
+        lines.append(f"- {_task()['note']}")
     return "\n".join(lines) + "\n"
 
 
 def main(argv):
     del argv
-    os.makedirs(_DIR.value, exist_ok=True)
-    for row in _ROWS.value or ROWS:
-        path = os.path.join(_DIR.value, f"{row}.json")
+    task = _task()
+    os.makedirs(task["dir"], exist_ok=True)
+    for row in _ROWS.value or task["rows"]:
+        path = os.path.join(task["dir"], f"{row}.json")
         if os.path.exists(path):
             continue
         print(f"[anakin benchmark] {row} ...", flush=True)
@@ -177,9 +206,9 @@ def main(argv):
         with open(path, "w") as f:
             json.dump(result, f, indent=1)
         print(f"[anakin benchmark] {row}: {json.dumps(result)[:300]}", flush=True)
-    rows = [json.load(open(os.path.join(_DIR.value, f"{row}.json"))) for row in ROWS
-            if os.path.exists(os.path.join(_DIR.value, f"{row}.json"))]
-    with open(_OUT.value, "w") as f:
+    rows = [json.load(open(os.path.join(task["dir"], f"{row}.json"))) for row in task["rows"]
+            if os.path.exists(os.path.join(task["dir"], f"{row}.json"))]
+    with open(task["out"], "w") as f:
         f.write(table(rows))
     print(table(rows))
 
