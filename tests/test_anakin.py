@@ -96,3 +96,15 @@ def test_sigterm_saves_every_agent_and_names_the_root_to_resume(tmp_path):
     for seed in (1, 2):
         summary = json.loads((run_dir / f"seed_{seed}" / "summary.json").read_text())
         assert summary["interrupted"] and summary["env_steps"] >= 64
+
+
+def test_every_agent_evaluates_and_films_its_own_episodes(tmp_path):
+    """Evaluated together, filmed each: every agent's run has its evaluations and one video per evaluation."""
+    config = tiny(tmp_path / "run", num_seeds=2, total_steps=2 * 64, eval_every=64, eval_episodes=2,
+                  capture_video=True)
+    summary = anakin.run(config)
+    assert all(np.isfinite(summary["final_metrics"]))
+    for seed in (1, 2):
+        run = tmp_path / "run" / f"seed_{seed}"
+        assert len((run / "evaluations.csv").read_text().splitlines()) == 1 + 2  # header, at 64 and 128 steps
+        assert len(list((run / "videos").glob("eval-*"))) == 2
