@@ -58,3 +58,21 @@ def test_track_without_a_login_is_one_line_before_anything_is_written(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --track needs a W&B login: run `wandb login`"), lines
     assert not (tmp_path / "run").exists()
+
+
+def test_anakins_agents_each_track_their_own_run(tmp_path):
+    """Several agents in one process: each its own W&B run (W&B's default would return the first agent's run to
+    the second, which then wrote into a finished run and crashed)."""
+    run_dir = tmp_path / "run"
+    code = ("import sys, runpy; sys.argv = ['launch.anakin', '--env=gymnax/CartPole-v1', '--num_envs=4', "
+            "'--sync_interval=16', '--total_steps=128', '--num_seeds=2', '--eval_every=64', '--eval_episodes=2', "
+            f"'--track', '--quiet', '--logdir={run_dir}']\nrunpy.run_module('launch.anakin', run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    for seed in (1, 2):
+        run_id = (run_dir / f"seed_{seed}" / "wandb_run_id").read_text()
+        (run,) = glob.glob(str(run_dir / f"seed_{seed}" / "wandb" / "offline-run-*" / "run-*.wandb"))
+        records = open(run, "rb").read()
+        assert run.endswith(f"run-{run_id}.wandb")
+        assert b"eval/mean_return" in records and b"param_fingerprint" in records

@@ -62,7 +62,10 @@ class Tracker:
             self._run = wandb.init(
                 project=config.wandb_project, entity=config.wandb_entity or None, group=config.wandb_group or None,
                 name=os.path.basename(os.path.normpath(run_dir)), id=run_id, resume="allow", dir=run_dir,
-                config=dataclasses.asdict(config), settings=wandb.Settings(console="off", silent=True),
+                config=dataclasses.asdict(config),
+                # create_new: several runs at once in one process (Anakin's agents); W&B's default would hand the
+                # second agent the first agent's run
+                settings=wandb.Settings(console="off", silent=True, reinit="create_new"),
             )
         except Exception as error:  # W&B's errors (no network, a bad key) are many and long
             raise ConfigError(f"--track: W&B could not start its run ({first_line(error)}); WANDB_MODE=offline keeps "
