@@ -60,6 +60,30 @@ def test_a_round_is_the_synchronous_baselines_round(tmp_path):
         np.testing.assert_allclose(ours["last_metrics"][name], value, rtol=1e-4, atol=1e-7, err_msg=name)
 
 
+def test_the_delayed_update_is_htss_algorithm(tmp_path):
+    """With --delayed_update (Eq. 6) three rounds are HTS's three rounds on the same task: round k acts with the
+    parameters before the last update (the same episodes), the updates the same up to the last bits (so the third
+    round's values too); without it the third round acts with other parameters."""
+    from systems.hts import system as hts
+    from systems.hts.config import HTSConfig
+
+    fields = {f.name for f in dataclasses.fields(HTSConfig)}
+
+    def as_hts(config):
+        return HTSConfig(**{k: v for k, v in dataclasses.asdict(config).items() if k in fields and k != "logdir"},
+                         logdir=str(tmp_path / "hts"))
+
+    config = tiny(tmp_path / "delayed", total_steps=3 * 64, delayed_update=True, learning_rate=0.05)  # big steps
+    ours, theirs = anakin.run(config), hts.run(as_hts(config))
+    plain = anakin.run(dataclasses.replace(config, delayed_update=False, logdir=str(tmp_path / "plain")))
+    assert ours["max_policy_lag"] == theirs["max_policy_lag"] == 1 and plain["max_policy_lag"] == 0
+    assert ours["train_episodes"] == theirs["train_episodes"]
+    for name, value in theirs["last_metrics"].items():
+        np.testing.assert_allclose(ours["last_metrics"][name], value, rtol=1e-4, atol=1e-7, err_msg=name)
+    assert any(not np.isclose(plain["last_metrics"][name], value, rtol=1e-3)
+               for name, value in theirs["last_metrics"].items())
+
+
 def test_several_agents_each_write_their_own_run_and_resume(tmp_path):
     config = tiny(tmp_path / "run", num_seeds=2, seed=3, total_steps=3 * 64)
     first = anakin.run(config)

@@ -24,6 +24,10 @@ class AnakinConfig(config_lib.TrainConfig):
         "(0: as many as fit in min(--eval_every, --checkpoint_every) env steps, at most 64).", "anakin")
     num_devices: int = setting(
         0, "Local devices the envs and the gradients are split over (pmap; 0: all of them).", "anakin")
+    delayed_update: bool = setting(
+        False, "HTS-RL's one-step-delayed update (seed 000, Eq. 6): round k acts with the parameters before the "
+        "last update, so Anakin trains HTS's algorithm (default: the synchronous baseline's). A resumed run's first "
+        "round acts with the checkpoint's parameters.", "anakin")
 
 
 def validate(config: AnakinConfig) -> None:

@@ -9,8 +9,10 @@ the other systems' too: env e starts from PRNGKey(seed + e) and its action at gl
 fold_in(fold_in(action_key, e), s), so an agent's data do not depend on the chunk length or on how the envs are split
 over devices. Episodes are counted as `envs.episodes.EpisodeTracker` counts them: real steps only.
 
-Departure from the paper: no one-step-delayed update yet (Eq. 6 of seed 000 is HTS's; here the behaviour
-parameters are the current ones, as in the synchronous baseline and in Podracer's Anakin).
+With `delayed` (`--delayed_update`), round k acts with the parameters before the last update, theta_{k-1}, and
+the update starts from theta_k with theta_{k-1} as the behaviour parameters: seed 000's Eq. 6, the algorithm HTS
+runs with its actors one update behind the learner. Without it the behaviour parameters are the current ones, as in
+the synchronous baseline and in Podracer's Anakin.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Carry(NamedTuple):
     episode_return: jax.Array  # [n] float32 return so far (real steps)
     episode_length: jax.Array  # [n] int32
     round: jax.Array  # int32 rounds done: the index of the next round
+    behaviour_params: Any  # the parameters the next round acts with (delayed: those before the last update)
 
 
 class Episodes(NamedTuple):
@@ -56,18 +59,19 @@ def initial_carry(train: TrainState, action_key: jax.Array, env_ids: jax.Array, 
     return Carry(train=train, action_key=action_key, env_ids=env_ids, env_keys=keys, env_states=states,
                  done=jnp.zeros(n, bool), elapsed=jnp.zeros(n, jnp.int32), obs=obs,
                  episode_return=jnp.zeros(n, jnp.float32), episode_length=jnp.zeros(n, jnp.int32),
-                 round=train.update_step.astype(jnp.int32))
+                 round=train.update_step.astype(jnp.int32), behaviour_params=train.params)
 
 
-def make_round(step_one, apply_fn, update_fn, sync_interval: int, axis_name: str | None):
+def make_round(step_one, apply_fn, update_fn, sync_interval: int, axis_name: str | None, delayed: bool = False):
     """`one_round(carry, _) -> (carry, (metrics, Episodes))` for `lax.scan`: a round of `sync_interval` env steps of
-    every env, then the update (gradients averaged over `axis_name` when the envs are split over devices)."""
+    every env with the behaviour parameters, then the update (gradients averaged over `axis_name` when the envs are
+    split over devices); `delayed`: Eq. 6 (module docstring)."""
     update = functools.partial(update_fn, axis_name=axis_name) if axis_name else update_fn
 
     def env_step(carry: Carry, t):
         step = carry.round * sync_interval + t
         keys = jax.vmap(lambda env: jax.random.fold_in(jax.random.fold_in(carry.action_key, env), step))(carry.env_ids)
-        actions, log_probs, values = policy_step(carry.train.params, carry.obs, keys, apply_fn=apply_fn)
+        actions, log_probs, values = policy_step(carry.behaviour_params, carry.obs, keys, apply_fn=apply_fn)
         valid = ~carry.done
         env_keys, env_states, done, elapsed, (obs, reward, terminated, truncated, _) = jax.vmap(step_one)(
             carry.env_keys, carry.env_states, carry.done, carry.elapsed, actions)
@@ -88,8 +92,9 @@ def make_round(step_one, apply_fn, update_fn, sync_interval: int, axis_name: str
         rollout = Rollout(obs=jnp.concatenate([obs, carry.obs[None]]), actions=actions, rewards=rewards,
                           terminations=terminations, truncations=truncations, valid=valid,
                           behaviour_log_probs=log_probs, behaviour_values=values)
-        train, metrics = update(carry.train, carry.train.params, rollout)
-        return carry._replace(train=train, round=carry.round + 1), (metrics, episodes)
+        train, metrics = update(carry.train, carry.behaviour_params, rollout)
+        behaviour = carry.train.params if delayed else train.params  # theta_k acts in round k + 1 (Eq. 6)
+        return carry._replace(train=train, round=carry.round + 1, behaviour_params=behaviour), (metrics, episodes)
 
     return one_round
 

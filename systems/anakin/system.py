@@ -99,7 +99,8 @@ def run(config: AnakinConfig) -> dict:
                 for c, m in zip(configs, monitors, strict=True)] for d in range(len(devices))]
     carry = _stack(carries, devices)
     one_round = program_lib.make_round(step_one, setup.network.apply, setup.update_fn, config.sync_interval,
-                                       axis_name=program_lib.DEVICE_AXIS if len(devices) > 1 else None)
+                                       axis_name=program_lib.DEVICE_AXIS if len(devices) > 1 else None,
+                                       delayed=config.delayed_update)
     program = program_lib.make_program(one_round, devices, chunk_rounds(config))
     interrupted = None
     try:
@@ -137,7 +138,8 @@ def _train(config: AnakinConfig, program, carry, monitors: list[Monitor], first_
         for k, monitor in enumerate(monitors):
             state = jax.tree.map(lambda x, k=k: x[0, k], trains)  # device 0's replica of agent k
             last = {name: value[0, k, -1] for name, value in metrics.items()}
-            report = LearnerReport(state, last, behaviour_version=round_index - 1, learner_version=round_index - 1)
+            behaviour = round_index - 1 - (1 if config.delayed_update and round_index > 1 else 0)
+            report = LearnerReport(state, last, behaviour_version=behaviour, learner_version=round_index - 1)
             stops.append(monitor.on_report(report, _episodes(episodes, k)))
         if all(stops):
             return
