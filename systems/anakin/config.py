@@ -24,6 +24,10 @@ class AnakinConfig(config_lib.TrainConfig):
         "(0: as many as fit in min(--eval_every, --checkpoint_every) env steps, at most 64).", "anakin")
     num_devices: int = setting(
         0, "Local devices the envs and the gradients are split over (pmap; 0: all of them).", "anakin")
+    learning_rates: str = setting(
+        "", "Comma-separated learning rates swept in the one program, --num_seeds agents each (vmapped; each agent's "
+        "optimizer state carries its rate, --anneal_lr scales them all); agent dirs <logdir>/lr_<rate>_seed_<s>. "
+        "Replaces --learning_rate.", "anakin")
     delayed_update: bool = setting(
         False, "HTS-RL's one-step-delayed update (seed 000, Eq. 6): round k acts with the parameters before the "
         "last update, so Anakin trains HTS's algorithm (default: the synchronous baseline's). A resumed run's first "
@@ -41,10 +45,25 @@ def validate(config: AnakinConfig) -> None:
         minimum = 1 if name == "num_seeds" else 0
         if getattr(config, name) < minimum:
             raise config_lib.ConfigError(f"--{name} must be >= {minimum}, got {getattr(config, name)}")
+    rates(config)  # a malformed --learning_rates is one line
     if config.normalize_obs or config.normalize_reward:
         raise config_lib.ConfigError("--normalize_obs and --normalize_reward are not supported by launch.anakin yet")
     if config.step_time != "none":
         raise config_lib.ConfigError("--step_time simulates slow EnvPool envs; launch.anakin's envs are JAX programs")
+
+
+def rates(config: AnakinConfig) -> list[float]:
+    """The swept learning rates (`--learning_rates`), [] without a sweep; ConfigError for a malformed list."""
+    if not config.learning_rates:
+        return []
+    try:
+        values = [float(text) for text in config.learning_rates.split(",")]
+    except ValueError:
+        values = []
+    if not values or not all(0.0 < value < float("inf") for value in values) or len(set(values)) != len(values):
+        raise config_lib.ConfigError(f"--learning_rates must be distinct positive numbers separated by commas, got "
+                                     f"'{config.learning_rates}'")
+    return values
 
 
 def steps_per_round(config: AnakinConfig) -> int:

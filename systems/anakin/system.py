@@ -3,7 +3,9 @@ one jitted program (`systems.anakin.program`), `chunk_rounds` rounds a call, for
 once (vmapped) over the local devices (pmapped, the envs split and the gradients averaged). Between calls the host
 does what every run of ours does, per agent, through its own `Monitor`: progress rows and line, evaluations with the
 papers' protocol, atomic checkpoints, `--resume`, the summary. With one seed the run directory is `--logdir`; with
-several, agent k (seed `seed + k`) writes `<logdir>/seed_<seed + k>` and `<logdir>/summary.json` gathers them.
+several, agent k (seed `seed + k`) writes `<logdir>/seed_<seed + k>` and `<logdir>/summary.json` gathers them;
+`--learning_rates` makes `num_seeds` agents per rate (`<logdir>/lr_<rate>_seed_<s>`), the rate a hyperparameter in
+each agent's optimizer state.
 
 A stop signal (Ctrl-C, SIGTERM) is handled when the current call returns (XLA cannot stop a program midway), then
 every agent saves its newest parameters. A resumed run restarts the envs, as every system's does."""
@@ -17,11 +19,13 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
+from agents.optim import make_optimizer
 from envs import gymnax_pool
 from envs.factory import make_spec
 from systems.anakin import program as program_lib
-from systems.anakin.config import SYSTEM, AnakinConfig, chunk_rounds, validate
+from systems.anakin.config import SYSTEM, AnakinConfig, chunk_rounds, rates, validate
 from systems.common import atomic, learner
 from systems.common import config as config_lib
 from systems.common.evaluation import AgentsEvaluator, policy_act_fn
@@ -45,12 +49,36 @@ def _devices(config: AnakinConfig) -> list:
 
 
 def _agent_configs(config: AnakinConfig) -> list[AnakinConfig]:
-    """Agent k's config: seed `seed + k`, and its own run directory when there are several."""
-    if config.num_seeds == 1:
+    """Each agent's config: seed `seed + k` (and its swept learning rate), its own run directory when there are
+    several."""
+    swept = rates(config)
+    if config.num_seeds == 1 and not swept:
         return [config]
     root = os.path.normpath(config.logdir) if config.logdir else default_run_dir(SYSTEM, config)
-    return [dataclasses.replace(config, seed=config.seed + k, logdir=os.path.join(root, f"seed_{config.seed + k}"),
-                                quiet=config.quiet or k > 0) for k in range(config.num_seeds)]
+    agents = [(rate, config.seed + k) for rate in swept or [config.learning_rate] for k in range(config.num_seeds)]
+    return [dataclasses.replace(config, seed=seed, learning_rate=rate, quiet=config.quiet or i > 0,
+                                logdir=os.path.join(root, f"lr_{rate:g}_seed_{seed}" if swept else f"seed_{seed}"))
+            for i, (rate, seed) in enumerate(agents)]
+
+
+def _sweep_optimizer(config: AnakinConfig) -> optax.GradientTransformation | None:
+    """With --learning_rates: the optimizer at a unit rate, then each agent's rate, a hyperparameter in its optimizer
+    state (`_with_rate`), so that one vmapped program trains every rate; None without a sweep."""
+    if not rates(config):
+        return None
+    unit = make_optimizer(name=config.optimizer, learning_rate=1.0, anneal_lr=config.anneal_lr, eps=config.opt_eps,
+                          total_updates=config_lib.total_rounds(config) * learner.optimizer_steps_per_update(config),
+                          max_grad_norm=config.max_grad_norm)
+    return optax.chain(unit, optax.inject_hyperparams(optax.scale)(step_size=1.0))
+
+
+def _with_rate(state, config: AnakinConfig):
+    """`state` whose optimizer applies `config.learning_rate` (a sweep's agent); unchanged without a sweep."""
+    if not config.learning_rates:
+        return state
+    *inner, scale = state.opt_state
+    scale = scale._replace(hyperparams={"step_size": jnp.asarray(config.learning_rate, jnp.float32)})
+    return state._replace(opt_state=(*inner, scale))
 
 
 def _monitors(configs: list[AnakinConfig], spec, setup: LearnerSetup) -> tuple[list[Monitor], AgentsEvaluator | None]:
@@ -65,7 +93,7 @@ def _monitors(configs: list[AnakinConfig], spec, setup: LearnerSetup) -> tuple[l
         act = policy_act_fn(setup.network.apply, deterministic=configs[0].eval_deterministic)
         evaluation = AgentsEvaluator(spec, act, episodes=configs[0].eval_episodes,
                                      seeds=[learner.eval_seed(c.seed) for c in configs])
-    monitors = [Monitor(SYSTEM, c, setup.initial_state(c.seed), progress=progress,
+    monitors = [Monitor(SYSTEM, c, _with_rate(setup.initial_state(c.seed), c), progress=progress,
                         evaluator=evaluation.agent(k) if evaluation else None)
                 for k, c in reversed(list(enumerate(configs)))]
     return monitors[::-1], evaluation
@@ -86,7 +114,7 @@ def run(config: AnakinConfig) -> dict:
     devices = _devices(config)
     spec = make_spec(config.env_id, config.env_kwargs)
     configs = _agent_configs(config)
-    setup, _ = learner.build(config, spec)
+    setup, _ = learner.build(config, spec, optimizer=_sweep_optimizer(config))
     monitors, evaluation = _monitors(configs, spec, setup)
     start = {int(m.state.update_step) for m in monitors}
     if len(start) > 1:
@@ -165,7 +193,8 @@ def _gather(config: AnakinConfig, configs: list[AnakinConfig], summaries: list[d
     root = os.path.dirname(configs[0].logdir)
     summary = {
         "system": SYSTEM, "env_id": config.env_id, "algo": config.algo, "num_seeds": config.num_seeds,
-        "seeds": [c.seed for c in configs], "final_metrics": finals,
+        "seeds": [c.seed for c in configs], "learning_rates": [c.learning_rate for c in configs],
+        "final_metrics": finals,
         "final_metric_mean": float(np.mean(known)) if known else None,
         "final_metric_min": float(np.min(known)) if known else None,
         "final_metric_max": float(np.max(known)) if known else None,
