@@ -103,7 +103,7 @@ def test_a_learning_rate_sweep_trains_each_rate_as_its_own_run_would(tmp_path):
     a run with that --learning_rate (metrics within 1e-4 after two rounds; the rate is applied after a unit-rate
     optimizer, so the last bits differ); a malformed list is one line."""
     sweep = anakin.run(tiny(tmp_path / "sweep", total_steps=2 * 64, learning_rates="0.01,0.05"))
-    assert sweep["learning_rates"] == [0.01, 0.05]
+    assert sweep["learning_rates"] == [0.01, 0.05] and sweep["num_agents"] == 2
     for rate in (0.01, 0.05):
         run = tmp_path / "sweep" / f"lr_{rate:g}_seed_1"
         assert json.loads((run / "config.json").read_text())["learning_rate"] == rate

@@ -193,6 +193,7 @@ def _gather(config: AnakinConfig, configs: list[AnakinConfig], summaries: list[d
     root = os.path.dirname(configs[0].logdir)
     summary = {
         "system": SYSTEM, "env_id": config.env_id, "algo": config.algo, "num_seeds": config.num_seeds,
+        "num_agents": len(configs),
         "seeds": [c.seed for c in configs], "learning_rates": [c.learning_rate for c in configs],
         "final_metrics": finals,
         "final_metric_mean": float(np.mean(known)) if known else None,
@@ -204,7 +205,7 @@ def _gather(config: AnakinConfig, configs: list[AnakinConfig], summaries: list[d
     }
     atomic.write_atomic(os.path.join(root, "summary.json"), json.dumps(summary, indent=2, sort_keys=True) + "\n")
     if not config.quiet:
-        print(f"[{SYSTEM}] {config.num_seeds} agents: final metric mean {summary['final_metric_mean']} "
+        print(f"[{SYSTEM}] {len(configs)} agents: final metric mean {summary['final_metric_mean']} "
               f"(min {summary['final_metric_min']}, max {summary['final_metric_max']}), "
               f"{summary['sps_all_agents']:.0f} env steps/s over all agents; summary in {root}/summary.json")
     return summary
