@@ -78,6 +78,18 @@ def _jitted_episodes(env_id: str, env_kwargs: str, act: Callable, low: tuple | N
     return jax.jit(run)
 
 
+def _gymnax_evaluation(spec: EnvSpec, act: Callable):
+    """`_jitted_episodes` of a gymnax task's spec (its action bounds when continuous)."""
+    low, high = ((tuple(map(float, spec.action_low)), tuple(map(float, spec.action_high))) if spec.continuous
+                 else (None, None))
+    return _jitted_episodes(spec.env_id, spec.env_kwargs, act, low, high)
+
+
+def _env_keys(seed, episodes: int):
+    """The evaluation envs' first keys, as the pool makes them: env i from PRNGKey(seed + i)."""
+    return jax.vmap(jax.random.PRNGKey)(seed + np.arange(episodes, dtype=np.uint32))
+
+
 class Evaluator:
     """Runs `episodes` real episodes, one per env of its own EnvPool, with the given parameters. On gymnax tasks the
     whole evaluation is one jitted loop over the same env functions and keys as the pool's (`_jitted_episodes`);
@@ -104,10 +116,8 @@ class Evaluator:
         self._act = act_fn if act_fn is not None else policy_act_fn(apply_fn, deterministic=deterministic)
         self._jitted = None
         if jitted and gymnax_pool.is_gymnax(spec.env_id):
-            bounds = (tuple(map(float, spec.action_low)), tuple(map(float, spec.action_high))) if spec.continuous \
-                else (None, None)
-            self._jitted = _jitted_episodes(spec.env_id, spec.env_kwargs, self._act, *bounds)
-            self._env_keys = jax.vmap(jax.random.PRNGKey)(seed + np.arange(episodes, dtype=np.uint32))  # the pool's
+            self._jitted = _gymnax_evaluation(spec, self._act)
+            self._env_keys = _env_keys(seed, episodes)
         else:
             self._pool = make_pool(spec, num_envs=episodes, batch_size=episodes, seed=seed, evaluation=True)
 
@@ -152,11 +162,8 @@ class AgentsEvaluator:
     def __init__(self, spec: EnvSpec, act_fn: Callable, *, episodes: int, seeds: list[int]):
         if not gymnax_pool.is_gymnax(spec.env_id):
             raise ValueError(f"AgentsEvaluator needs a gymnax task, not {spec.env_id}")
-        bounds = (tuple(map(float, spec.action_low)), tuple(map(float, spec.action_high))) if spec.continuous \
-            else (None, None)
-        self._run = jax.jit(jax.vmap(_jitted_episodes(spec.env_id, spec.env_kwargs, act_fn, *bounds)))
-        self._env_keys = jax.vmap(lambda seed: jax.vmap(jax.random.PRNGKey)(seed + np.arange(episodes, dtype=np.uint32))
-                                  )(np.asarray(seeds, np.uint32))
+        self._run = jax.jit(jax.vmap(_gymnax_evaluation(spec, act_fn)))
+        self._env_keys = jax.vmap(lambda seed: _env_keys(seed, episodes))(np.asarray(seeds, np.uint32))
         self._act_keys = jax.vmap(jax.random.PRNGKey)(np.asarray(seeds, np.uint32))
         self._agents = [_OneOfAgents(self, k, spec, act_fn, episodes, seed) for k, seed in enumerate(seeds)]
         self._stacked = self._returns = None
