@@ -14,18 +14,23 @@ evaluation and episode bookkeeping treat it as an EnvPool pool:
   order, `reset()` resets every env and returns them in id order.
 
 Envs are spread over `num_workers` processes (env i in worker i mod W; started with "spawn", as a forked JAX process
-is unsafe). A daemonic process (a Spreeze sampler, itself a worker) may not start children: there the envs step in
+is unsafe, and with the parent's `__main__` hidden while they start: spawn would otherwise import a launcher's main
+module, with JAX, Flax and EnvPool, in every worker, 2-3 s each; the workers' code is all in this module). A daemonic
+process (a Spreeze sampler, itself a worker) may not start children: there the envs step in
 the calling process. A worker exits when its command pipe closes, so none outlives the run however the parent dies; the
 observation buffer is unlinked by `close()` (and by multiprocessing's resource tracker after a SIGKILL).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import multiprocessing
 import os
 import queue
+import sys
+import types
 from multiprocessing import shared_memory
 
 import numpy as np
@@ -133,6 +138,18 @@ def _worker(conn, results, env_id: str, env_kwargs: str, env_ids: list, seed: in
         shm.close()
 
 
+@contextlib.contextmanager
+def _main_module_hidden():
+    """Spawned children start as from an interpreter with no main module: multiprocessing's spawn re-imports the
+    parent's `__main__` (by name or path) in each child, for targets defined there; `_worker` is not."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 class GymnasiumPool(SyncMethods):
     """`num_envs` Gymnasium envs in worker processes, with EnvPool's `async_reset` / `send` / `recv` / `reset` /
     `step` / `render` / `close` (module docstring)."""
@@ -156,15 +173,16 @@ class GymnasiumPool(SyncMethods):
         workers = max(1, min(num_workers, num_envs))
         self._worker_of = np.arange(num_envs) % workers
         self._ids_of_worker = [list(range(w, num_envs, workers)) for w in range(workers)]
-        for w, ids in enumerate(self._ids_of_worker):
-            parent, child = context.Pipe()
-            proc = context.Process(target=_worker, name=f"gymnasium-env-{w}", daemon=True, args=(
-                child, self._results, env_id, env_kwargs, ids, seed, self._shm.name, self._shape, self._dtype.str,
-                num_envs, render))
-            proc.start()
-            child.close()
-            self._conns.append(parent)
-            self._procs.append(proc)
+        with _main_module_hidden():
+            for w, ids in enumerate(self._ids_of_worker):
+                parent, child = context.Pipe()
+                proc = context.Process(target=_worker, name=f"gymnasium-env-{w}", daemon=True, args=(
+                    child, self._results, env_id, env_kwargs, ids, seed, self._shm.name, self._shape,
+                    self._dtype.str, num_envs, render))
+                proc.start()
+                child.close()
+                self._conns.append(parent)
+                self._procs.append(proc)
 
     def async_reset(self) -> None:
         if self._local is not None:

@@ -5,6 +5,7 @@ a writer SIGKILLed while holding the lock does not stall the others, no resource
 import gc
 import math
 import multiprocessing
+import multiprocessing.synchronize
 import os
 import pickle
 import signal
@@ -295,13 +296,18 @@ def test_attach_close_unlink_and_memory():
 
 
 @linux_shm
-def test_a_writer_killed_holding_the_lock_does_not_stall_the_others():
+def test_a_writer_killed_holding_the_lock_does_not_stall_the_others(monkeypatch):
     """The kernel releases a dead process's record lock, so the next insert goes through (a multiprocessing lock
-    stayed held forever); the buffer is never named in /dev/shm and no semaphore is created."""
-    before = set(os.listdir(SHM_DIR))
+    stayed held forever); the buffer is never named in /dev/shm and no semaphore is created. Semaphores are
+    counted by the names this process gives them (the other test worker may hold its own in /dev/shm meanwhile)."""
+    named = []
+    make_name = multiprocessing.synchronize.SemLock._make_name
+    monkeypatch.setattr(multiprocessing.synchronize.SemLock, "_make_name",
+                        staticmethod(lambda: named.append(make_name()) or named[-1]))
     run_id = new_run_id()
     with SharedReplay.create(64, FIELDS, run_id=run_id) as replay:
         replay.insert(make_batch(0, np.arange(4)))
+        assert named == []  # the buffer's lock is a record lock on its descriptor, not a semaphore
         ready = CTX.Event()
         proc = CTX.Process(target=lock_holder_main, args=(replay.handle(), ready))
         proc.start()
@@ -317,8 +323,8 @@ def test_a_writer_killed_holding_the_lock_does_not_stall_the_others():
         assert_untorn(replay.sample(100, np.random.default_rng(0)), writers=1)
         assert shm_entries(run_id) == []
     del ready
-    gc.collect()  # the test's own Event (a semaphore) is unlinked by its finalizer
-    assert set(os.listdir(SHM_DIR)) - before == set()
+    gc.collect()  # the test's own Event (its semaphores) is unlinked by its finalizer
+    assert named and not {f"sem.{name.lstrip('/')}" for name in named} & set(os.listdir(SHM_DIR))
 
 
 def test_queue_transfer_round_trip():
