@@ -255,7 +255,8 @@ NOTES = {
     ),
     "LunarLander-v2 a2c": (
         "The figures in this note are seeds 0-2 (2026-11-26); seeds 3 and 4 (2026-11-27, both from e733393) are "
-        "in the table (seed 4 ran at autogroup nice 19 beside the test suite: CPU time is its fair cost). The peer itself solves 1 of 3 seeds within 1M steps "
+        "in the table (seed 4 ran at autogroup nice 19 beside the test suite: CPU time is its fair cost). "
+        "The peer itself solves 1 of 3 seeds within 1M steps "
         "(final 86 [48, 161]). GALA async solved seed 0 (195); GALA pmap (76) and plain Adam at batch 320 (56) end "
         "within the peer's interval or near it. BA3C's large-batch Adam at epsilon 1e-3 (our default below an "
         "effective batch of 512 until 2026-11-26) fell below a random policy (about -180) from the first "
