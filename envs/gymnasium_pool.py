@@ -14,7 +14,7 @@ evaluation and episode bookkeeping treat it as an EnvPool pool:
   order, `reset()` resets every env and returns them in id order.
 
 Envs are spread over `num_workers` processes (env i in worker i mod W; started with "spawn", as a forked JAX process
-is unsafe, and with the parent's `__main__` hidden while they start: spawn would otherwise import a launcher's main
+is unsafe, and with a launcher's `__main__` hidden while they start: spawn would otherwise import the launcher's
 module, with JAX, Flax and EnvPool, in every worker, 2-3 s each; the workers' code is all in this module). A daemonic
 process (a Spreeze sampler, itself a worker) may not start children: there the envs step in
 the calling process. A worker exits when its command pipe closes, so none outlives the run however the parent dies; the
@@ -140,9 +140,13 @@ def _worker(conn, results, env_id: str, env_kwargs: str, env_ids: list, seed: in
 
 @contextlib.contextmanager
 def _main_module_hidden():
-    """Spawned children start as from an interpreter with no main module: multiprocessing's spawn re-imports the
-    parent's `__main__` (by name or path) in each child, for targets defined there; `_worker` is not."""
+    """Under one of our launchers (`python -m launch.<name>`), spawned children start as from an interpreter with no
+    main module: multiprocessing's spawn re-imports the parent's `__main__` in each child, for targets defined there
+    (`_worker` is not). A user's own script stays the main module, so an env it registers reaches the workers."""
     main = sys.modules["__main__"]
+    if not getattr(main.__spec__, "name", "").startswith("launch."):
+        yield
+        return
     sys.modules["__main__"] = types.ModuleType("__main__")
     try:
         yield
