@@ -104,6 +104,14 @@ def env_functions(env_id: str, env_kwargs: str = ""):
     return reset_one, step_one
 
 
+def env_keys(seed, total: int):
+    """[total] keys: env i's generator starts from PRNGKey(seed + i) (module docstring); `seed` may be traced."""
+    import jax
+    import jax.numpy as jnp
+
+    return jax.vmap(jax.random.PRNGKey)(seed + jnp.arange(total, dtype=jnp.uint32))
+
+
 @functools.cache
 def _programs(env_id: str, env_kwargs: str):
     """The jitted reset and step of a task's envs (made once a process, shared by its pools)."""
@@ -131,7 +139,7 @@ def _programs(env_id: str, env_kwargs: str):
                 elapsed.at[ids].set(now_elapsed), rows)
 
     def initial(seed: int, total: int):
-        keys = jax.vmap(jax.random.PRNGKey)(seed + jnp.arange(total, dtype=jnp.uint32))
+        keys = env_keys(seed, total)
         _, _, states = jax.vmap(reset_one)(keys)  # shapes only: every env's first step is `async_reset`'s reset
         return keys, states, jnp.ones(total, bool), jnp.zeros(total, jnp.int32)
 

@@ -85,11 +85,6 @@ def _gymnax_evaluation(spec: EnvSpec, act: Callable):
     return _jitted_episodes(spec.env_id, spec.env_kwargs, act, low, high)
 
 
-def _env_keys(seed, episodes: int):
-    """The evaluation envs' first keys, as the pool makes them: env i from PRNGKey(seed + i)."""
-    return jax.vmap(jax.random.PRNGKey)(seed + np.arange(episodes, dtype=np.uint32))
-
-
 class Evaluator:
     """Runs `episodes` real episodes, one per env of its own EnvPool, with the given parameters. On gymnax tasks the
     whole evaluation is one jitted loop over the same env functions and keys as the pool's (`_jitted_episodes`);
@@ -117,7 +112,7 @@ class Evaluator:
         self._jitted = None
         if jitted and gymnax_pool.is_gymnax(spec.env_id):
             self._jitted = _gymnax_evaluation(spec, self._act)
-            self._env_keys = _env_keys(seed, episodes)
+            self._env_keys = gymnax_pool.env_keys(seed, episodes)  # the pool's
         else:
             self._pool = make_pool(spec, num_envs=episodes, batch_size=episodes, seed=seed, evaluation=True)
 
@@ -163,7 +158,7 @@ class AgentsEvaluator:
         if not gymnax_pool.is_gymnax(spec.env_id):
             raise ValueError(f"AgentsEvaluator needs a gymnax task, not {spec.env_id}")
         self._run = jax.jit(jax.vmap(_gymnax_evaluation(spec, act_fn)))
-        self._env_keys = jax.vmap(lambda seed: _env_keys(seed, episodes))(np.asarray(seeds, np.uint32))
+        self._env_keys = jax.vmap(lambda seed: gymnax_pool.env_keys(seed, episodes))(np.asarray(seeds, np.uint32))
         self._act_keys = jax.vmap(jax.random.PRNGKey)(np.asarray(seeds, np.uint32))
         self._agents = [_OneOfAgents(self, k, spec, act_fn, episodes, seed) for k, seed in enumerate(seeds)]
         self._stacked = self._returns = None
