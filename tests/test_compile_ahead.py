@@ -5,6 +5,7 @@ silently compile the whole update a second time (tens of seconds for Atari PPO o
 
 import collections
 import contextlib
+import threading
 
 import jax
 import numpy as np
@@ -82,3 +83,15 @@ def test_pal_update_compiled_ahead_is_the_one_the_server_runs():
         jax.block_until_ready(agent.update(server.state, batch, weights))
     # Host batches go through tiny conversion programs ("stage") on their way in; no second update.
     assert not [name for name in lowered if "update" in name], dict(lowered)
+
+
+def test_thread_group_stop_waits_for_a_worker_busy_past_the_timeout():
+    """A worker inside an uninterruptible call (an XLA update) is joined, not left running: a daemon thread inside
+    XLA at interpreter exit aborts the process (Breakout, 64 envs, stopped by --time_limit on a CPU)."""
+    group = ThreadGroup()
+    released = threading.Event()
+    group.spawn("learner", lambda: released.wait(0.5))  # ignores `stopping`, as an update in progress does
+    told = []
+    group.stop(timeout=0.05, waiting=told.append)
+    assert told == [["learner"]]
+    assert not group.running()

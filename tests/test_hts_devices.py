@@ -116,8 +116,8 @@ def test_debug_check_finds_replicas_that_differ():
 
 
 class _Device:
-    def __init__(self, id_):
-        self.id, self.platform = id_, "cpu"
+    def __init__(self, id_, platform="cpu"):
+        self.id, self.platform = id_, platform
 
 
 def _config(**changes) -> HTSConfig:
@@ -140,6 +140,13 @@ def test_layout_from_flags():
     resolved = layout.resolve(_config(actor_devices="4"), [*devices, _Device(4)])
     assert [d.id for d in resolved.learner_devices] == [0, 1, 2, 3]  # every device the actors leave
     assert "actors on cpu:4; 4 learner replica(s) on cpu:0,cpu:1,cpu:2,cpu:3; 2 envs per replica" in resolved.describe()
+
+
+def test_a_gpu_with_few_envs_gets_a_hint_and_a_cpu_none():
+    gpu = layout.resolve(_config(), [_Device(0, "gpu")])
+    assert "--num_envs=128 --num_actors=4" in hts.accelerator_hint(8, gpu)
+    assert hts.accelerator_hint(128, gpu) == ""
+    assert hts.accelerator_hint(8, layout.resolve(_config(), [_Device(0)])) == ""
 
 
 @pytest.mark.parametrize("changes, message", [

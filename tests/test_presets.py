@@ -76,8 +76,14 @@ def test_preset_update_builds_at_real_size(family, algo):
 
 def test_loop_plan_never_unrolls_an_mlp_or_too_many_conv_steps():
     assert ppo_loop_plan((11,), 10, 32) == dict(unroll_epochs=False, unroll_minibatches=False)
-    assert ppo_loop_plan((4, 84, 84), 4, 4) == dict(unroll_epochs=True, unroll_minibatches=True)
-    big = ppo_loop_plan((4, 84, 84), 10, 32)
+    assert ppo_loop_plan((4, 84, 84), 4, 4, backend="cpu") == dict(unroll_epochs=True, unroll_minibatches=True)
+    big = ppo_loop_plan((4, 84, 84), 10, 32, backend="cpu")
     assert big["unroll_epochs"] is False
     unrolled_per_epoch = 32 if big["unroll_minibatches"] is True else 1
     assert unrolled_per_epoch <= MAX_UNROLLED_CONV_STEPS
+
+
+def test_loop_plan_keeps_loops_rolled_off_the_cpu():
+    """Unrolling is XLA CPU's remedy; a GPU gets the rolled loops (results/gpu_first_run.md)."""
+    for backend in ("gpu", "cuda", "tpu"):
+        assert ppo_loop_plan((4, 84, 84), 4, 4, backend=backend) == dict(unroll_epochs=False, unroll_minibatches=False)

@@ -5,6 +5,7 @@ behaviour policy of the batch it learns from; STYLE.md: no loose globals between
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,10 +51,22 @@ class ThreadGroup:
         """True while any worker thread is still alive."""
         return any(thread.is_alive() for thread in self._threads)
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0, patience: float = 600.0,
+             waiting: Callable[[list[str]], None] | None = None) -> None:
+        """Signals the workers and joins them. One still busy after `timeout` s (inside an XLA program, which cannot
+        be interrupted: a CPU update of 8,192 Atari frames takes ~40 s) is waited for up to `patience` s more, after
+        `waiting(names)` says so: a daemon thread left inside XLA when the interpreter exits aborts the process."""
         self.stopping.set()
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout=timeout)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        busy = [thread for thread in self._threads if thread.is_alive()]
+        if busy and patience > 0:
+            if waiting is not None:
+                waiting([thread.name for thread in busy])
+            deadline = time.monotonic() + patience
+            for thread in busy:
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 class ParameterStore:

@@ -192,16 +192,18 @@ def normalization_config(config: config_lib.TrainConfig, spec: EnvSpec) -> Norma
 MAX_UNROLLED_CONV_STEPS = 32
 
 
-def ppo_loop_plan(obs_shape: tuple, num_epochs: int, num_minibatches: int) -> dict:
-    """How PPO's epoch and minibatch loops are built, by network kind (`PPOConfig.unroll_epochs`).
+def ppo_loop_plan(obs_shape: tuple, num_epochs: int, num_minibatches: int, backend: str | None = None) -> dict:
+    """How PPO's epoch and minibatch loops are built, by network kind and backend (`PPOConfig.unroll_epochs`).
 
     Measured on 2 CPU cores (`benchmarks/presets.py`): convolutional torsos fully unrolled (Nature CNN 4 x 4
     steps: 5.2 s per update against 44 s rolled; builds in 14 s); MLPs rolled (CleanRL MuJoCo's 10 x 32 steps
     build in 2 s and run as fast as unrolled ones). Convolutional updates with more than
     `MAX_UNROLLED_CONV_STEPS` optimizer steps would grow without bound unrolled: they keep the epochs rolled
-    (slower per step, bounded to build) and unroll at most that many minibatches.
+    (slower per step, bounded to build) and unroll at most that many minibatches. Unrolling is XLA CPU's remedy:
+    other backends (`backend`, default JAX's) keep every loop rolled (an H200 built the Atari update in 4.5 s rolled
+    against 35.6 s unrolled, and ran it in 11.6 against 12.6 ms: `benchmarks/results/gpu_first_run.md`).
     """
-    if len(obs_shape) == 1:
+    if len(obs_shape) == 1 or (backend or jax.default_backend()) != "cpu":
         return dict(unroll_epochs=False, unroll_minibatches=False)
     if num_epochs * num_minibatches <= MAX_UNROLLED_CONV_STEPS:
         return dict(unroll_epochs=True, unroll_minibatches=True)

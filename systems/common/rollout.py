@@ -203,7 +203,8 @@ class RoundCollector:
                 chunk_ids = np.concatenate([chunk_ids, np.zeros(pad, chunk_ids.dtype)])
                 chunk_steps = np.concatenate([chunk_steps, np.zeros(pad, chunk_steps.dtype)])
             out = self._policy_fn(params, chunk_obs, chunk_ids.astype(np.int32), chunk_steps, self._run_key)
-            outs.append([np.asarray(x)[: stop - start] for x in out])
+            # One fetch for the three outputs: their device-to-host copies start together (a GPU's round trip).
+            outs.append([x[: stop - start] for x in jax.device_get(out)])
         return [np.concatenate(parts) for parts in zip(*outs, strict=True)]
 
     def _advance_round(self, storage: RoundStorage) -> None:

@@ -90,11 +90,25 @@ def _plan(layout: layout_lib.Layout) -> dict:
                 learner_devices=layout_lib.indices_text(layout.learner_devices), learner_replicas=layout.num_replicas)
 
 
+def accelerator_hint(num_envs: int, layout: layout_lib.Layout) -> str:
+    """A line for a run whose actors use an accelerator with few envs (the CPU presets' 8), else "": each forward
+    pass is then a host-device round trip for a handful of observations, and the actors, not the accelerator, bound
+    the run (results/gpu_first_run.md, Breakout on an H200: 2,252 steady SPS with 8 envs and one actor thread,
+    10,114 with 128 envs and 4 threads)."""
+    platform = layout.actor_devices[0].platform
+    if platform == "cpu" or num_envs >= 64:
+        return ""
+    return (f"\n  hint: {num_envs} envs with the actors on {platform}: their forward passes will bound this run; "
+            "--num_envs=128 --num_actors=4 ran Breakout 4.5x faster on an H200 (a 16x larger round per update: "
+            "its learning is not yet compared; benchmarks/results/gpu_first_run.md)")
+
+
 def run(config: HTSConfig) -> dict:
     """Trains with HTS-RL; returns the summary (also written to `<run dir>/summary.json`)."""
     validate(config)
     config, layout = _resolve_layout(config)
-    ctx = start_run(SYSTEM, config, may_change_on_resume=MAY_CHANGE_ON_RESUME, header=layout.describe(),
+    header = layout.describe() + accelerator_hint(config.num_envs, layout)
+    ctx = start_run(SYSTEM, config, may_change_on_resume=MAY_CHANGE_ON_RESUME, header=header,
                     plan=_plan(layout), profile=hts_profile())
     monitor, start_round = ctx.monitor, ctx.start_round
     if start_round >= ctx.total_rounds:
@@ -349,7 +363,9 @@ def _train(workers: list[tuple[str, Callable[[], None]]], group: ThreadGroup, ex
                               "stopped; saving a checkpoint of the newest parameters")
         stopped = KeyboardInterrupt()
     finally:
-        group.stop()  # joins the learner: an update whose collective is under way completes (or fails) first
+        # Joins the learner: an update (or its collective) under way completes (or fails) first.
+        group.stop(waiting=lambda names: monitor.outputs.print(
+            f"[hts] stopping: waiting for the update in progress ({', '.join(names)} thread)"))
         executor.close()
     if stopped is not None:
         if jax.process_count() > 1:

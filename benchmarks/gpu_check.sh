@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The first GPU runs (issue 29's device check): the main job as a user types it, then Anakin on gymnax, on one GPU.
-# Writes log.txt (versions, devices, each stage's output, exit code and wall time), smi.csv (GPU memory and load every
-# 2 s) and runs.tar.gz (the runs' progress.csv / summary.json) to $OUT. STAGES picks stages (default: all, in order).
+# The GPU device check (issue 29): a probe of the learner's compile and the actors' forward pass
+# (benchmarks/gpu_probe.py), the main job as a user types it and with more envs and actor threads, then Anakin on
+# gymnax, on one GPU. Writes log.txt (versions, devices, each stage's output, exit code and wall time), probe.json,
+# smi.csv (GPU memory and load every 2 s) and runs.tar.gz (the runs' progress.csv / summary.json) to $OUT. STAGES picks stages (default: all, in order).
 # Each is bounded: HTS by its own --time_limit, Anakin by SIGTERM (it keeps the finished chunks), then SIGABRT, whose
 # Python traceback (-X faulthandler) shows where a stage that ignored SIGTERM was (XLA cannot stop mid-program).
 # XLA_PYTHON_CLIENT_PREALLOCATE=false so that smi.csv shows what a run uses, not JAX's default 75% reservation.
@@ -10,7 +11,10 @@
 set -u
 OUT=${OUT:-/tmp/gpu_first_run}
 HTS_SECONDS=${HTS_SECONDS:-150}
-STAGES=${STAGES:-"hts_breakout anakin_cartpole_64 anakin_minatar_8"}
+STAGES=${STAGES:-"probe hts_breakout hts_breakout_64x2 anakin_minatar_8"}
+PROBE_SECONDS=${PROBE_SECONDS:-90}
+WIDE_SECONDS=${WIDE_SECONDS:-180}
+MINATAR_SECONDS=${MINATAR_SECONDS:-90}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/.site:$PWD" PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 log="$OUT/log.txt"
@@ -34,13 +38,16 @@ stage() {  # stage NAME SECONDS COMMAND...: run COMMAND; SIGTERM after SECONDS, 
   wait $pid
   echo "== $name rc=$? wall=$(( $(date +%s) - start ))s" >> "$log"
 }
+stage probe "$PROBE_SECONDS" -m benchmarks.gpu_probe --out="$OUT/probe.json"
 stage hts_breakout $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --time_limit="$HTS_SECONDS" \
   --logdir=runs/gpu/hts_breakout
 stage hts_breakout_32x4 $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=32 --num_actors=4 \
   --time_limit="$HTS_SECONDS" --logdir=runs/gpu/hts_breakout_32x4
+stage hts_breakout_64x2 $((WIDE_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=64 --num_actors=2 \
+  --time_limit="$WIDE_SECONDS" --logdir=runs/gpu/hts_breakout_64x2
 stage anakin_cartpole_64 100 -m launch.anakin --env=gymnax/CartPole-v1 --num_seeds=64 --total_steps=500000 \
   --logdir=runs/gpu/anakin_cartpole_64
-stage anakin_minatar_8 110 -m launch.anakin --env=gymnax/Breakout-MinAtar --num_seeds=8 \
+stage anakin_minatar_8 "$MINATAR_SECONDS" -m launch.anakin --env=gymnax/Breakout-MinAtar --num_seeds=8 \
   --total_steps="${MINATAR_STEPS:-3000000}" --logdir=runs/gpu/anakin_minatar_8
 kill "$smi"
 tar czf "$OUT/runs.tar.gz" --exclude=checkpoints --exclude=tb runs/gpu 2>> "$log"
