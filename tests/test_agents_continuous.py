@@ -161,6 +161,7 @@ def _changed(a, b):
     return float(optax.tree.norm(jax.tree.map(jnp.subtract, a, b))) > 0.0
 
 
+@pytest.mark.slow
 def test_td3_delays_actor_and_targets_and_averages_with_polyak():
     tau = 0.1
     config = DDPGConfig(gamma=0.99, tau=tau, policy_delay=3)
@@ -322,6 +323,7 @@ def _sac_update_fn(actor_apply, critic_apply, config, low, high, lr=0.1):
 
 
 @pytest.mark.parametrize("log_std, direction", [(0.0, -1.0), (-4.0, 1.0)])
+@pytest.mark.slow
 def test_sac_temperature_falls_above_target_entropy_and_rises_below(log_std, direction):
     # One action dim on [-1, 1], target entropy -1: a unit-std squashed Gaussian has entropy ~ +0.4 (above),
     # std e^-4 has entropy ~ -4 + 1.42 (below).
@@ -407,6 +409,7 @@ def _concat(*trees):
 
 
 @pytest.mark.parametrize("name", ["td3", "ddpg"])
+@pytest.mark.slow
 def test_parallel_td3_and_ddpg_learners_equal_one_update_on_the_concatenated_batch(name):
     # No smoothing noise, so the target is deterministic and the noise keys do not matter.
     config = DDPGConfig(gamma=0.99, tau=0.1, policy_noise=0.0) if name == "td3" else ddpg_config()
@@ -455,6 +458,7 @@ def test_parallel_td3_and_ddpg_learners_equal_one_update_on_the_concatenated_bat
     assert _changed(par_state.actor_params, first_only.actor_params)
 
 
+@pytest.mark.slow
 def test_parallel_sac_learners_fold_in_their_index_and_keep_the_state_replicated():
     actor = GaussianActor(ACTION_DIM, hidden_sizes=(16,))
     critic = TwinQ(hidden_sizes=(16,))

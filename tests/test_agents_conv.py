@@ -31,6 +31,7 @@ def _apply(form, backward, x, kernel, bias, *, stride):
 
 
 @pytest.mark.parametrize("shape,features,k,stride", LAYERS)
+@pytest.mark.slow
 def test_every_form_is_flax_conv_forward_and_backward(shape, features, k, stride):
     x = jax.random.normal(jax.random.PRNGKey(0), (2, *shape))
     reference = nn.Conv(features, (k, k), strides=(stride, stride), padding="VALID")
@@ -89,6 +90,7 @@ PLANS = {
 
 @pytest.mark.parametrize("torso,shape", [("nature_cnn", (4, 84, 84)), ("gfootball_cnn", (72, 96, 4)),
                                          ("ba3c", (4, 84, 84))])
+@pytest.mark.slow
 def test_networks_keep_parameters_and_function_under_every_plan(torso, shape):
     """The same parameter tree (names, shapes, initial values) and the same outputs and gradients, up to float
     rounding, at the actors' batch and at the learner's (above SMALL_BATCH)."""
@@ -128,6 +130,7 @@ def test_the_default_plan_follows_the_backend(monkeypatch):
     assert networks.default_conv_plan("ba3c") == networks.uniform_conv_plan("direct", layers=4)
 
 
+@pytest.mark.slow
 def test_a_plan_mixing_layouts_in_one_regime_is_refused():
     plan = (networks.LayerForms("direct", "cm_slices", "cm_slices"),) * 2 + (
         networks.LayerForms("direct", "direct", "direct"),)

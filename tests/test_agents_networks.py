@@ -63,6 +63,7 @@ def test_make_network_rejects_unknown_shapes(bad_shape):
 @pytest.mark.parametrize(
     "obs_shape,continuous", [((4, 84, 84), False), ((6,), False), ((6,), True)]
 )
+@pytest.mark.slow
 def test_policy_step_rows_are_independent(obs_shape, continuous):
     batch = 4
     net = agents.make_network(obs_shape, 4, continuous)

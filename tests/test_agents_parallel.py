@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 import agents
 from tests.multidevice import run_python
@@ -57,6 +58,7 @@ def _rollout(net, params, rng, num_steps, num_envs):
     )
 
 
+@pytest.mark.slow
 def test_a2c_update_norm_is_the_applied_step():
     net = agents.make_network((4,), 2, False)
     params = net.init(jax.random.key(0), jnp.zeros((1, 4)))
@@ -138,6 +140,7 @@ print(json.dumps({"synced": run(True), "unsynced": run(False), "ppo": run_ppo()}
 """
 
 
+@pytest.mark.slow
 def test_pmap_a2c_and_ppo_updates_equal_single_device_updates():
     result = json.loads(run_python(_CHILD, num_devices=2).strip().splitlines()[-1])
     synced = result["synced"]

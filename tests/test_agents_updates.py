@@ -92,6 +92,7 @@ def _a2c_grad(net, grad_params, behaviour_params, rollout, config):
 
 
 @pytest.mark.parametrize("continuous", [False, True])
+@pytest.mark.slow
 def test_a2c_gradient_is_taken_at_behaviour_params(continuous):
     net = _net(continuous)
     current = _params(net, 1)
@@ -131,6 +132,7 @@ def test_a2c_gradient_is_taken_at_behaviour_params(continuous):
     assert all(jnp.shape(v) == () for v in metrics.values())
 
 
+@pytest.mark.slow
 def test_a2c_with_current_as_behaviour_is_plain_a2c_and_jits():
     net = _net()
     params = _params(net, 3)

@@ -36,12 +36,14 @@ def test_a_task_that_is_not_a_jax_env_and_unsupported_flags_are_one_line():
             anakin.validate(tiny("unused", **overrides))
 
 
+@pytest.mark.slow
 def test_results_do_not_depend_on_the_chunk_length(tmp_path):
     prints = {anakin.run(tiny(tmp_path / f"chunk{rounds}", chunk_rounds=rounds))["param_fingerprint"]
               for rounds in (1, 4)}  # 4: a chunk of 4 rounds, then one of 2
     assert len(prints) == 1
 
 
+@pytest.mark.slow
 def test_a_round_is_the_synchronous_baselines_round(tmp_path):
     """The same envs, actions and rollout as launch.sync's first round on the same task (its metrics of the data are
     equal), and the same update but for the last bits (XLA fuses it differently inside the scan)."""
@@ -60,6 +62,7 @@ def test_a_round_is_the_synchronous_baselines_round(tmp_path):
         np.testing.assert_allclose(ours["last_metrics"][name], value, rtol=1e-4, atol=1e-7, err_msg=name)
 
 
+@pytest.mark.slow
 def test_the_delayed_update_is_htss_algorithm(tmp_path):
     """With --delayed_update (Eq. 6) three rounds are HTS's three rounds on the same task: round k acts with the
     parameters before the last update (the same episodes), the updates the same up to the last bits (so the third
@@ -84,6 +87,7 @@ def test_the_delayed_update_is_htss_algorithm(tmp_path):
                for name, value in theirs["last_metrics"].items())
 
 
+@pytest.mark.slow
 def test_several_agents_each_write_their_own_run_and_resume(tmp_path):
     config = tiny(tmp_path / "run", num_seeds=2, seed=3, total_steps=3 * 64)
     first = anakin.run(config)
@@ -98,6 +102,7 @@ def test_several_agents_each_write_their_own_run_and_resume(tmp_path):
     assert resumed["env_steps_per_agent"] == 6 * 64
 
 
+@pytest.mark.slow
 def test_a_learning_rate_sweep_trains_each_rate_as_its_own_run_would(tmp_path):
     """--learning_rates: one agent per rate in the one program, each with its own directory and config, training as
     a run with that --learning_rate (metrics within 1e-4 after two rounds; the rate is applied after a unit-rate
@@ -115,6 +120,7 @@ def test_a_learning_rate_sweep_trains_each_rate_as_its_own_run_would(tmp_path):
         anakin.validate(tiny("unused", learning_rates="0.1,x"))
 
 
+@pytest.mark.slow
 def test_sigterm_saves_every_agent_and_names_the_root_to_resume(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
@@ -139,6 +145,7 @@ def test_sigterm_saves_every_agent_and_names_the_root_to_resume(tmp_path):
         assert summary["interrupted"] and summary["env_steps"] >= 64
 
 
+@pytest.mark.slow
 def test_every_agent_evaluates_and_films_its_own_episodes(tmp_path):
     """Evaluated together, filmed each: every agent's run has its evaluations and one video per evaluation."""
     config = tiny(tmp_path / "run", num_seeds=2, total_steps=2 * 64, eval_every=64, eval_episodes=2,

@@ -47,6 +47,7 @@ def _run_single(tmp_path, name, num_devices, total_steps=None):
     return json.loads(out.strip().splitlines()[-1]), np.load(tmp_path / f"{name}.npy")
 
 
+@pytest.mark.slow
 def test_same_seed_and_devices_give_bit_identical_parameters(tmp_path):
     first, params_a = _run_single(tmp_path, "a", 2)
     second, params_b = _run_single(tmp_path, "b", 2)
@@ -61,6 +62,7 @@ def test_same_seed_and_devices_give_bit_identical_parameters(tmp_path):
     assert first["lowered"] == one_update["lowered"], (first["lowered"], one_update["lowered"])
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one_process_over_the_same_devices(tmp_path):
     single, single_params = _run_single(tmp_path, "single", 4)
     port = free_port()

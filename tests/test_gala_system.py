@@ -77,6 +77,7 @@ def _progress(run_dir):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_pmap_runs_are_bit_reproducible_and_stay_inside_the_proposition_1_bound(tmp_path):
     first = _pmap_run(tmp_path, "a")
     second = _pmap_run(tmp_path, "b")
@@ -93,6 +94,7 @@ def test_pmap_runs_are_bit_reproducible_and_stay_inside_the_proposition_1_bound(
         assert len(list(csv.DictReader(f))) == 30 * 16
 
 
+@pytest.mark.slow
 def test_pmap_exponential_graph_runs_inside_its_bound(tmp_path):
     _pmap_run(tmp_path, "exp", topology="exponential")
     rows = _progress(tmp_path / "exp")
@@ -114,6 +116,7 @@ def test_async_learners_run_and_mix(tmp_path):
     assert any(r["consensus_distance"] for r in rows)
 
 
+@pytest.mark.slow
 def test_async_evaluations_see_the_learners_as_of_their_row(tmp_path, monkeypatch):
     """The learners run on while the main thread evaluates: each evaluation must still play the parameters of the
     env step it is logged at (every learner's iterations add up to the row's), not whatever the learners hold
@@ -185,6 +188,7 @@ print(json.dumps([np.asarray(x).reshape(np.shape(x)[0], -1).tolist() for x in ja
 """
 
 
+@pytest.mark.slow
 def test_pmap_gossip_over_two_processes_equals_one_process(tmp_path):
     single = run_python(
         f"import sys; sys.argv = ['x', {str(tmp_path / 'single')!r}]\n" + _MULTIHOST_PMAP.format(extra=""), 4

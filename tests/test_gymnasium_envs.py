@@ -57,6 +57,7 @@ def test_env_kwargs_reach_gymnasium_make_and_bad_ones_are_one_line():
         make_spec("CartPole-v1", '{"a": 1}')
 
 
+@pytest.mark.slow
 def test_the_pool_keeps_envpool_semantics_and_seeds_env_i_with_seed_plus_i():
     spec = make_spec(WALK)
     pool = make_pool(spec, num_envs=3, batch_size=3, seed=5, num_threads=2)
@@ -81,6 +82,7 @@ def test_the_pool_keeps_envpool_semantics_and_seeds_env_i_with_seed_plus_i():
     assert multiprocessing.active_children() == []
 
 
+@pytest.mark.slow
 def test_the_async_pool_returns_batches_of_any_envs():
     pool = make_pool(make_spec(WALK), num_envs=4, batch_size=2, seed=1, num_threads=2)
     try:
@@ -94,6 +96,7 @@ def test_the_async_pool_returns_batches_of_any_envs():
         pool.close()
 
 
+@pytest.mark.slow
 def test_hts_is_bit_identical_across_actor_threads_and_batch_sizes_on_a_gymnasium_env(tmp_path):
     prints = set()
     for actors, batch in ((1, 2), (2, 4)):
@@ -104,6 +107,7 @@ def test_hts_is_bit_identical_across_actor_threads_and_batch_sizes_on_a_gymnasiu
     assert len(prints) == 1
 
 
+@pytest.mark.slow
 def test_the_launcher_trains_a_user_env_and_leaves_no_process_or_shared_memory(tmp_path):
     launcher = subprocess.Popen(
         [sys.executable, "-m", "launch.sync", f"--env={WALK}", "--total_steps=2048", "--num_envs=4",

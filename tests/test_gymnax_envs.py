@@ -39,6 +39,7 @@ def test_a_bad_id_or_keyword_is_one_line():
         hts.validate(tiny_hts("unused", env_id="gymnax/NoSuch-v0"))
 
 
+@pytest.mark.slow
 def test_the_pool_keeps_envpool_semantics_and_seeds_env_i_with_seed_plus_i():
     spec = make_spec(CARTPOLE, '{"max_steps_in_episode": 5}')
     pool = make_pool(spec, num_envs=3, batch_size=3, seed=5)
@@ -56,6 +57,7 @@ def test_the_pool_keeps_envpool_semantics_and_seeds_env_i_with_seed_plus_i():
     assert elapsed[end + 1] == 0 and rows[end + 1][1][2] == 0.0 and elapsed[:end + 1] == list(range(1, end + 2))
 
 
+@pytest.mark.slow
 def test_an_envs_trajectory_depends_on_its_own_actions_only():
     """Env 0 steps alone in one pool and beside others (in other batches and orders) in another: the same
     observations, rewards and ends, as HTS's determinism across actor threads and batch sizes needs."""
@@ -80,6 +82,7 @@ def test_an_envs_trajectory_depends_on_its_own_actions_only():
     assert any(end for *_, end, _ in seen_alone) or any(reward for _, reward, _, _ in seen_alone)
 
 
+@pytest.mark.slow
 def test_hts_is_bit_identical_across_actor_threads_and_batch_sizes_on_a_gymnax_env(tmp_path):
     prints = set()
     for actors, batch in ((1, 2), (2, 4)):
@@ -109,6 +112,7 @@ def test_pal_refuses_minatar_images_with_one_line():
 
 
 @pytest.mark.parametrize("env_id, deterministic", [(CARTPOLE, False), (CARTPOLE, True), ("gymnax/Pendulum-v1", False)])
+@pytest.mark.slow
 def test_the_jitted_evaluation_plays_the_pooled_evaluations_episodes(env_id, deterministic):
     """On gymnax tasks the Evaluator runs its episodes in one jitted loop: the same returns as the pooled loop, over
     two evaluations in a row (the env and action keys carry over), sampled and greedy, discrete and continuous."""

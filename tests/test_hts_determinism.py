@@ -19,6 +19,7 @@ def _fingerprint(tmp_path, env_id, *, num_actors, env_batch_size, sync_interval,
     return summary["param_fingerprint"]
 
 
+@pytest.mark.slow
 def test_cartpole_bit_identical_across_actors_and_batch_sizes(tmp_path):
     runs = [(1, 2), (3, 4), (2, 1), (3, 8)]
     prints = {run: _fingerprint(tmp_path, "CartPole-v1", num_actors=run[0], env_batch_size=run[1],

@@ -49,6 +49,7 @@ def _runs(tmp_path, num_devices: int, runs: list[dict], base: str = "") -> list[
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
+@pytest.mark.slow
 def test_two_learner_replicas_bit_identical_across_actor_threads_batches_and_actor_devices(tmp_path):
     runs = [dict(num_actors=1, env_batch_size=4), dict(num_actors=2, env_batch_size=2),
             dict(num_actors=3, env_batch_size=1),
@@ -60,6 +61,7 @@ def test_two_learner_replicas_bit_identical_across_actor_threads_batches_and_act
     assert len({r["fingerprint"] for r in results}) == 1, results
 
 
+@pytest.mark.slow
 def test_one_learner_replica_on_another_device_is_the_single_device_run(tmp_path):
     single = hts.run(HTSConfig(
         env_id="CartPole-v1", num_envs=8, inference_batch=4, sync_interval=16, total_steps=8 * 16 * 6, num_epochs=2,
@@ -73,6 +75,7 @@ def test_one_learner_replica_on_another_device_is_the_single_device_run(tmp_path
     assert two[0]["fingerprint"] != single["param_fingerprint"]
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one_process_over_four_learner_devices(tmp_path):
     """pmean: equal up to the summation order; --ordered_reduction: bit for bit."""
     layout = dict(actor_devices="0", learner_devices="0,1,2,3")
@@ -202,6 +205,7 @@ def _newest_checkpoint(directory) -> str:
     return __import__("os").path.basename(list_checkpoints(str(directory))[-1])
 
 
+@pytest.mark.slow
 def test_sigterm_of_a_two_process_job_checkpoints_one_round_and_resumes(tmp_path):
     import signal
     import time

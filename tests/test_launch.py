@@ -56,6 +56,7 @@ def _outputs_ok(run_dir, steps):
     ],
     ids=["hts-breakout", "sync-breakout-a2c", "hts-gfootball", "sync-gfootball", "hts-mujoco"],
 )
+@pytest.mark.slow
 def test_launcher_smoke(tmp_path, main, kwargs, steps):
     run_dir = str(tmp_path / "run")
     run_launcher(main, logdir=run_dir, eval_episodes=1, quiet=True, **kwargs)
@@ -121,6 +122,7 @@ def _communicate_or_dump(proc, timeout=60):
         raise AssertionError(f"the run did not exit within {timeout} s; its threads:\n{err[-8000:]}") from None
 
 
+@pytest.mark.slow
 def test_kill_then_resume(tmp_path):
     run_dir = str(tmp_path / "run")
     proc = _start(run_dir)
@@ -150,6 +152,7 @@ def test_kill_then_resume(tmp_path):
     assert summary["env_steps"] == killed_at + 1280
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_cleanly_and_keeps_a_checkpoint(tmp_path):
     run_dir = str(tmp_path / "run")
     proc = _start(run_dir)

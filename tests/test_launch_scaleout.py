@@ -11,6 +11,7 @@ from launch import gala as launch_gala
 from tests.helpers import assert_profile, read_config, read_summary, run_launcher
 
 
+@pytest.mark.slow
 def test_ba3c_smoke_on_breakout_uses_the_ba3c_network(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     flags = dict(game="Breakout", local_batch=8, sync_interval=4, total_steps=32, hidden=64, eval_episodes=1)
@@ -30,6 +31,7 @@ def test_ba3c_smoke_on_breakout_uses_the_ba3c_network(tmp_path, capsys):
     assert_profile(summary, {"main"})
 
 
+@pytest.mark.slow
 def test_ba3c_resume_continues_from_the_checkpoint(tmp_path):
     run_dir = str(tmp_path / "run")
     base = dict(env="CartPole-v1", local_batch=20, sync_interval=5, eval_episodes=0, quiet=True, logdir=run_dir)

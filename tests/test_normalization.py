@@ -183,6 +183,7 @@ def _hopper_config(tmp_path, name, **overrides):
     return HTSConfig(**values)
 
 
+@pytest.mark.slow
 def test_hts_mujoco_normalized_runs_are_bit_identical_across_actors_and_batch_sizes(tmp_path):
     prints = {}
     for actors, batch in ((1, 2), (3, 4), (2, 8)):
@@ -199,6 +200,7 @@ def _rows(run_dir):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_resume_restores_the_statistics_and_evaluation_uses_them(tmp_path):
     config = _hopper_config(tmp_path, "run", total_steps=8 * 32 * 2, checkpoint_every=8 * 32)
     sync.run(config)

@@ -149,6 +149,7 @@ def test_pal_dqn_per_run_holds_the_ratio_and_writes_the_outputs(tmp_path):
 
 
 @pytest.mark.parametrize("algo", ["ddqn", "ddpg", "td3", "sac"])
+@pytest.mark.slow
 def test_pal_every_algorithm_runs(tmp_path, algo):
     env = "CartPole-v1" if algo == "ddqn" else "Pendulum-v1"
     run_dir = str(tmp_path / algo)
@@ -160,6 +161,7 @@ def test_pal_every_algorithm_runs(tmp_path, algo):
     assert all(np.isfinite(v) for v in summary["last_metrics"].values())
 
 
+@pytest.mark.slow
 def test_pal_dqn_on_atari_stores_each_frame_once(tmp_path):
     """Breakout frames go to the frame-indexed buffer (one 84x84 frame per row, stacks rebuilt by index), so the
     run's buffer costs about 7 KB per transition instead of 56 KB for stored obs and next_obs."""
@@ -276,6 +278,7 @@ def test_launcher_smoke(tmp_path):
         (["--env=CartPole-v1", "--resume", "--logdir=/nonexistent/pal"], "--resume"),
     ],
 )
+@pytest.mark.slow
 def test_launcher_bad_input_is_one_line_and_exit_2(args, message):
     result = subprocess.run([sys.executable, "-m", "launch.pal", *args, "--quiet"], cwd=REPO, capture_output=True,
                             text=True, timeout=120)

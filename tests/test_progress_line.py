@@ -3,6 +3,8 @@ start, which counts the first compile), is capped by --time_limit, and reads as 
 
 import collections
 
+import pytest
+
 from systems.common.outputs import eta_seconds, format_duration
 
 
@@ -27,6 +29,7 @@ def test_durations_read_as_seconds_minutes_hours():
         "n/a", "0s", "45s", "1m00s", "12m05s", "59m59s", "1h00m", "3h07m"]
 
 
+@pytest.mark.slow
 def test_a_mujoco_run_prints_no_warning(tmp_path):
     """No warning a user cannot act on: a MuJoCo run's terminal (stdout and stderr) holds none."""
     import os

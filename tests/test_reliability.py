@@ -113,6 +113,7 @@ def _launch(module: str, *flags: str, **popen) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, **popen)
 
 
+@pytest.mark.slow
 def test_launcher_exits_3_with_one_line_on_a_nan_update(tmp_path):
     """The launcher's side of the guard, through a driver that poisons the update as the fixture above does."""
     driver = (
@@ -167,6 +168,7 @@ _SMALL = ("--env=CartPole-v1", "--total_steps=100000000", "--checkpoint_every=64
     ("launch.gala", ("--num_learners=2", "--envs_per_learner=2", "--sync_interval=16")),  # asynchronous learners
     ("launch.pal", ("--learning_starts=200",)),
 ])
+@pytest.mark.slow
 def test_sigterm_saves_the_newest_parameters_writes_the_summary_and_exits_143(tmp_path, module, flags):
     """A second stop signal during the save changes nothing. Launch.spreeze's SIGTERM:
     tests/test_spreeze_system.py (with Ctrl-C, the same path)."""
@@ -227,6 +229,7 @@ def test_a_stop_signal_inside_a_gc_callback_still_stops_the_run():
     ("launch.hts", 1, None),  # no coordinator: --startup_timeout ends the wait
     ("launch.ba3c", 0, signal.SIGTERM),  # the coordinator waits for a peer that never comes: SIGTERM ends it
 ])
+@pytest.mark.slow
 def test_a_multi_host_job_that_does_not_form_ends_with_one_line(tmp_path, module, process_id, stop):
     """A missing coordinator or peer hung in silence past 140 s and ignored Ctrl-C and SIGTERM."""
     run_dir = str(tmp_path / "run")
@@ -262,6 +265,7 @@ def _read_until(proc: subprocess.Popen, text: str, timeout: float = 120) -> None
 
 
 @pytest.mark.parametrize("moment", ["importing", "compiling the initializer", "compiling the update"])
+@pytest.mark.slow
 def test_ctrl_c_at_any_moment_of_start_up_exits_130_with_one_line(tmp_path, moment):
     """Ctrl-C seconds into HTS start-up aborted (SIGABRT) or segfaulted at exit in 3 of 5 tries: XLA crashed while
     the interpreter tore it down after an interrupted compile; during the imports it was a traceback. The moments
@@ -446,6 +450,7 @@ def _truncate(path: str, size: int = 100) -> None:
         f.truncate(size)
 
 
+@pytest.mark.slow
 def test_resume_sets_a_corrupt_newest_checkpoint_aside_with_a_warning_and_continues(tmp_path, capsys):
     """A corrupt newest checkpoint was skipped with no message, and stayed the newest by name: the resumed run's
     own checkpoints were then pruned in its favour."""
@@ -598,6 +603,7 @@ def _limit_file_size(limit: int):
     ("launch.spreeze", ("--env=Pendulum-v1", "--num_samplers=1", "--hidden_sizes=16", "--buffer_size=300",
                         "--learning_starts=200", "--publish_every=20"), 13_000),
 ])
+@pytest.mark.slow
 def test_a_full_disk_stops_the_run_with_one_line_and_leaves_whole_files(tmp_path, module, flags, limit):
     """A full disk gave 50 lines of chained tracebacks and left a `.tmp-PID` checkpoint; TensorBoard's writer
     thread then died and the run hung on its queue."""
@@ -630,6 +636,7 @@ def test_a_full_disk_stops_the_run_with_one_line_and_leaves_whole_files(tmp_path
 # ------------------------------------------------------------------------------------------------ per system
 
 
+@pytest.mark.slow
 def test_gala_async_resumes_from_its_checkpoint(tmp_path):
     """Every checkpoint of GALA's default (async) mode used to end in IndexError on resume: the consensus-bound
     model indexed update norms the restored learners never had."""
@@ -691,6 +698,7 @@ def _group_alive(pgid: int) -> bool:
     ("training", "group"),  # the learner has made 200 updates
     ("training", "learner"),  # the learner alone: its children used to run on for 30-75 s
 ])
+@pytest.mark.slow
 def test_spreeze_sigkill_leaves_dev_shm_as_it_found_it_and_no_process(tmp_path, moment, victim):
     """kill -9 of a Spreeze run left its replay segment and 19 `sem.mp-*` semaphores in /dev/shm (its resource
     tracker, which would have removed them, died with the group), and killing only the learner left its samplers

@@ -145,6 +145,7 @@ def test_rebuilt_stacks_equal_inserted_transitions(
     spare_rows=st.integers(0, 6),
     episode_end_probability=st.sampled_from([0.0, 0.05, 0.3, 1.0]),
 )
+@pytest.mark.slow
 def test_rebuilt_stacks_equal_inserted_transitions_hypothesis(
     seed, num_streams, stack, spare_rows, episode_end_probability
 ):

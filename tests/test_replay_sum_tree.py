@@ -302,6 +302,7 @@ def _float_histories(draw):
 @needs_numba
 @settings(max_examples=150, deadline=None)
 @given(_float_histories())
+@pytest.mark.slow
 def test_numba_backend_is_bit_identical_to_numpy(history):
     k, capacity, writes, fractions = history
     trees = {backend: SumTree(capacity, k, backend=backend) for backend in ("numpy", "numba")}

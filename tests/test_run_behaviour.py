@@ -43,6 +43,7 @@ def test_time_limit_stops_training_and_reports_the_final_time_metric(tmp_path):
     assert summary["final_time_metric"] is not None and summary["final_time_metric"] == summary["final_metric"]
 
 
+@pytest.mark.slow
 def test_stop_at_target_ends_an_on_policy_run_at_the_first_evaluation_reaching_it(tmp_path):
     summary = hts.run(tiny_hts(tmp_path / "run", total_steps=20 * 64, target_return=-1.0, stop_at_target=True))
     assert summary["stopped_at_target"] is True and summary["stopped_by_time_limit"] is False

@@ -4,6 +4,8 @@ The device count is fixed when JAX starts, so the checks run in child processes 
 
 import inspect
 
+import pytest
+
 from systems.spreeze import model_parallel as mp
 from tests.multidevice import run_python
 
@@ -70,6 +72,7 @@ def test_actor_side_functions_never_take_reward_done_action_or_weights():
     assert {"reward", "done", "action"} <= set(mp.CRITIC_BATCH_KEYS)
 
 
+@pytest.mark.slow
 def test_model_parallel_sac_matches_sac_update_on_two_devices():
     out = run_python(
         SETUP
@@ -129,6 +132,7 @@ print("ok")
     assert "vjp {'actor_to_critic': 768, 'critic_to_actor': 512}" in out, out
 
 
+@pytest.mark.slow
 def test_one_device_falls_back_to_sac_update():
     out = run_python(
         SETUP

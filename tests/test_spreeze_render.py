@@ -153,6 +153,7 @@ def _next_event(events, deadline):
     pytest.fail("no event from the render process")
 
 
+@pytest.mark.slow
 def test_render_main_renders_published_weights_in_a_spawned_process(tmp_path):
     from envs.factory import make_spec
     from systems.offpolicy.agent import build_agent

@@ -26,6 +26,7 @@ def _segments(run_dir):
 
 
 @pytest.mark.parametrize("transfer", ["shm", "queue"])
+@pytest.mark.slow
 def test_spreeze_run_writes_outputs_weights_and_frees_shared_memory(tmp_path, transfer):
     run_dir = str(tmp_path / transfer)
     summary = system.run(tiny_spreeze(run_dir, transfer=transfer))
@@ -41,6 +42,7 @@ def test_spreeze_run_writes_outputs_weights_and_frees_shared_memory(tmp_path, tr
     assert _segments(run_dir) == []
 
 
+@pytest.mark.slow
 def test_spreeze_resume_continues_from_the_newest_weight_file(tmp_path):
     run_dir = str(tmp_path / "run")
     first = system.run(tiny_spreeze(run_dir, total_steps=800))
@@ -110,6 +112,7 @@ def test_spreeze_stops_at_target(tmp_path):
         (["--env=Pendulum-v1", "--resume", "--logdir=/nonexistent/spreeze"], "--resume"),
     ],
 )
+@pytest.mark.slow
 def test_launcher_bad_input_is_one_line_and_exit_2(args, message):
     result = subprocess.run([sys.executable, "-m", "launch.spreeze", *args, "--quiet"], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
@@ -118,6 +121,7 @@ def test_launcher_bad_input_is_one_line_and_exit_2(args, message):
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.stderr
 
 
+@pytest.mark.slow
 def test_auto_tuning_chooses_and_stores_the_table(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     summary = system.run(tiny_spreeze(run_dir, num_samplers=0, batch_size=0, tune_seconds=0.3, max_batch_size=512,
@@ -138,6 +142,7 @@ def test_config_file_round_trip(tmp_path):
 
 
 @pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+@pytest.mark.slow
 def test_ctrl_c_stops_every_process_saves_weights_and_frees_shared_memory(tmp_path, signum, status):
     run_dir = str(tmp_path / "run")
     proc = subprocess.Popen(
@@ -181,6 +186,7 @@ def _model_parallel_code(run_dir: str) -> str:
     return _MODEL_PARALLEL.replace("sys.argv[1]", repr(run_dir))
 
 
+@pytest.mark.slow
 def test_model_parallel_run_on_two_devices(tmp_path):
     from multidevice import run_python
 

@@ -414,6 +414,7 @@ def _log_lines(run_dir):
         return [line for line in f if line.startswith("# ") and "launch.sweep: " in line]
 
 
+@pytest.mark.slow
 def test_sweep_end_to_end_rerun_skips_finished_runs(tmp_path):
     # Resuming a checkpointed run is decided by grid.run_state and built by the command tests above; a real resumed
     # run would add a probe and a launcher start-up (~30 s) to a suite near its time budget.
@@ -451,6 +452,7 @@ def test_sweep_end_to_end_rerun_skips_finished_runs(tmp_path):
 
 
 
+@pytest.mark.slow
 def test_sweep_refuses_a_run_directory_that_a_live_process_still_holds(tmp_path):
     """After kill -9 of a sweep its children may still be writing; a rerun must not restart their directories."""
     run_dir = str(tmp_path / "sw" / "num_actors=1.seed=0")

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -18,6 +20,7 @@ def _launch(run_dir, *flags: str, preamble: str = "") -> subprocess.CompletedPro
                           timeout=300)
 
 
+@pytest.mark.slow
 def test_track_logs_config_progress_evaluations_and_summary_offline(tmp_path):
     run_dir = tmp_path / "run"
     flags = ("--env=CartPole-v1", "--num_envs=4", "--total_steps=2048", "--eval_episodes=1", "--eval_every=1024",
@@ -60,6 +63,7 @@ def test_track_without_a_login_is_one_line_before_anything_is_written(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_anakins_agents_each_track_their_own_run(tmp_path):
     """Several agents in one process: each its own W&B run (W&B's default would return the first agent's run to
     the second, which then wrote into a finished run and crashed)."""

@@ -117,6 +117,7 @@ def test_without_an_encoder_the_video_is_a_gif_and_long_episodes_are_cut(tmp_pat
     assert sorted(os.listdir(tmp_path)) == ["b.gif"]  # no temporary file left
 
 
+@pytest.mark.slow
 def test_mujoco_has_real_frames_with_the_mujoco_package(tmp_path):
     spec = make_spec("Hopper-v4")
     film = video.record_episode(spec, _random_act(spec), None, seed=1, path=str(tmp_path / "hopper.mp4"))
@@ -136,6 +137,7 @@ def test_gfootball_falls_back_to_the_drawn_observation_and_says_so(tmp_path):
     assert len(frames) == 8 and frames[0].shape == (72 * drawing.SMM_SCALE + drawing.CAPTION, 96 * drawing.SMM_SCALE, 3)
 
 
+@pytest.mark.slow
 def test_a_training_run_films_each_evaluation_to_files_tensorboard_and_wandb(tmp_path):
     run_dir = tmp_path / "run"
     code = ("import sys, runpy; sys.argv = ['launch.hts', '--env=CartPole-v1', '--num_envs=4', '--preset=family', "
@@ -158,6 +160,7 @@ def test_a_training_run_films_each_evaluation_to_files_tensorboard_and_wandb(tmp
     assert len(media) == 2
 
 
+@pytest.mark.slow
 def test_a_video_the_encoder_cannot_write_stops_the_run_with_one_line_naming_it(tmp_path):
     """An encoder failure printed ffmpeg's command and output over ten lines, and the error line did not
     name the file. The encoder here is a stand-in that fails as ffmpeg does on a full disk: it exits at once."""
