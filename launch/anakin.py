@@ -1,5 +1,6 @@
 """`python -m launch.anakin --env=gymnax/CartPole-v1`: PPO / A2C with env steps, inference and updates in one jitted
-program (Podracer's Anakin), `--num_seeds` independent agents at once, over the local devices.
+program (Podracer's Anakin), `--num_seeds` independent agents at once, over the local devices, and over several hosts
+with `--num_processes=N --process_id=I --coordinator_address=HOST:PORT` (the same command on every host).
 
 Flags (`--help` lists them with their defaults): launch.sync's, on a JAX env (`--env=gymnax/<id>`), plus the number
 of agents, the rounds per call of the program and the devices."""
@@ -15,8 +16,10 @@ FLAGS = flagsets.flag_values("anakin")
 
 
 def make_config() -> system.AnakinConfig:
-    return common.config_from_flags(FLAGS, system.AnakinConfig,
-                                    extra=common.settings_from_flags(FLAGS, system.AnakinConfig, "anakin"))
+    # Validated by `system.run` once a multi-host job has formed: a gymnax task's check starts JAX's backend.
+    return common.config_from_flags(FLAGS, system.AnakinConfig, validate=False,
+                                    extra=dict(common.settings_from_flags(FLAGS, system.AnakinConfig, "anakin"),
+                                               **common.multihost_values(FLAGS)))
 
 
 def main(argv):

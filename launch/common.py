@@ -110,7 +110,7 @@ def run_schedule(launcher_flags: flags.FlagValues, total_steps: int) -> dict:
 
 
 def multihost_values(launcher_flags: flags.FlagValues) -> dict:
-    """The multi-host fields (launch.hts, launch.ba3c and launch.gala)."""
+    """The multi-host fields (launch.hts, launch.ba3c, launch.gala and launch.anakin)."""
     return settings_from_flags(launcher_flags, config_lib.MultiHostConfig, "multi_host")
 
 

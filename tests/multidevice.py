@@ -72,3 +72,19 @@ def run_processes(codes: list[str], num_devices: int, workdir: str, timeout: flo
             out.close()
             err.close()
     return outputs
+
+
+def run_two_process_job(script, workdir, name: str = "multi", num_devices: int = 2) -> list[dict]:
+    """A 2-process `jax.distributed` job on 127.0.0.1, `num_devices` CPU devices each: process p runs
+    `script(extra)`, where `extra` holds its multi-host config fields, with `sys.argv[1:]` = [<workdir>/<name>,
+    <workdir>/<name><p>.npy]; returns the last JSON line each process printed."""
+    import json
+
+    port = free_port()
+    codes = []
+    for pid in range(2):
+        extra = f'coordinator_address="127.0.0.1:{port}", num_processes=2, process_id={pid}'
+        argv = [os.path.join(str(workdir), name), os.path.join(str(workdir), f"{name}{pid}.npy")]
+        codes.append(f"import sys; sys.argv = ['x', *{argv!r}]\n" + script(extra))
+    return [json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
+            for stdout in run_processes(codes, num_devices=num_devices, workdir=str(workdir))]

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from multidevice import free_port, run_processes, run_python
+from multidevice import run_python, run_two_process_job
 
 _RUN = """
 import collections, json, sys
@@ -65,16 +65,7 @@ def test_same_seed_and_devices_give_bit_identical_parameters(tmp_path):
 @pytest.mark.slow
 def test_two_processes_equal_one_process_over_the_same_devices(tmp_path):
     single, single_params = _run_single(tmp_path, "single", 4)
-    port = free_port()
-    codes = []
-    for pid in range(2):
-        extra = f'coordinator_address="127.0.0.1:{port}", num_processes=2, process_id={pid}'
-        argv = [str(tmp_path / "multi"), str(tmp_path / f"multi{pid}.npy")]
-        codes.append(f"import sys; sys.argv = ['x', *{argv!r}]\n" + _script(0, extra=extra))
-    outputs = [
-        json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
-        for stdout in run_processes(codes, num_devices=2, workdir=str(tmp_path))
-    ]
+    outputs = run_two_process_job(lambda extra: _script(0, extra=extra), tmp_path)
     multi = [np.load(tmp_path / f"multi{pid}.npy") for pid in range(2)]
     assert outputs[0]["num_envs"] == outputs[1]["num_envs"] == single["num_envs"] == 16
     assert outputs[0]["updates"] == single["updates"] == 12

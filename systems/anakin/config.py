@@ -1,6 +1,7 @@
 """Anakin's configuration (Podracer, Hessel et al. 2021, arXiv 2104.06272, section 3.1): the on-policy fields plus how
-many independent agents one program trains (`num_seeds`), how many rounds one call of it runs (`chunk_rounds`) and
-the local devices its envs and gradients are split over (`num_devices`)."""
+many independent agents one program trains (`num_seeds`), how many rounds one call of it runs (`chunk_rounds`), the
+local devices its envs and gradients are split over (`num_devices`) and the hosts of a `jax.distributed` job
+(`MultiHostConfig`, the flags of launch.hts)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ SYSTEM = "anakin"
 
 
 @dataclasses.dataclass(frozen=True)
-class AnakinConfig(config_lib.TrainConfig):
+class AnakinConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
     """An Anakin run: `TrainConfig`'s fields (PPO / A2C, envs, rounds, run) on a JAX env (`gymnax/<id>`)."""
 
     num_seeds: int = setting(
@@ -46,6 +47,12 @@ def validate(config: AnakinConfig) -> None:
         if getattr(config, name) < minimum:
             raise config_lib.ConfigError(f"--{name} must be >= {minimum}, got {getattr(config, name)}")
     rates(config)  # a malformed --learning_rates is one line
+    if config.num_processes < 1:
+        raise config_lib.ConfigError(f"--num_processes must be >= 1, got {config.num_processes}")
+    if config.num_processes > 1 and (config.time_limit or config.stop_at_target):
+        raise config_lib.ConfigError(
+            "--time_limit and --stop_at_target would stop the processes of a multi-host job at different rounds "
+            "(their programs must run the same rounds): set --total_steps instead")
     if config.normalize_obs or config.normalize_reward:
         raise config_lib.ConfigError("--normalize_obs and --normalize_reward are not supported by launch.anakin yet")
     if config.step_time != "none":

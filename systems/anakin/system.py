@@ -7,6 +7,12 @@ several, agent k (seed `seed + k`) writes `<logdir>/seed_<seed + k>` and `<logdi
 `--learning_rates` makes `num_seeds` agents per rate (`<logdir>/lr_<rate>_seed_<s>`), the rate a hyperparameter in
 each agent's optimizer state.
 
+Several hosts (`--num_processes > 1`, `jax.distributed`; gloo on CPU): every process runs the same program on its
+local devices, the pmap spans the devices of every process, so the gradients are averaged over all of them and every
+process holds the same parameters; global device g steps envs [g * n, (g + 1) * n). Process 0 owns the run
+directory, evaluates and prints; process p > 0 writes `<logdir>/process-<p>` (`distributed.per_process_config`).
+Each process logs the episodes of its own envs.
+
 A stop signal (Ctrl-C, SIGTERM) is handled when the current call returns (XLA cannot stop a program midway), then
 every agent saves its newest parameters. A resumed run restarts the envs, as every system's does."""
 
@@ -26,7 +32,7 @@ from envs import gymnax_pool
 from envs.factory import make_spec
 from systems.anakin import program as program_lib
 from systems.anakin.config import SYSTEM, AnakinConfig, chunk_rounds, rates, validate
-from systems.common import atomic, learner
+from systems.common import atomic, distributed, learner
 from systems.common import config as config_lib
 from systems.common.evaluation import AgentsEvaluator, policy_act_fn
 from systems.common.learner import LearnerSetup
@@ -39,12 +45,15 @@ __all__ = ["SYSTEM", "AnakinConfig", "run", "validate"]
 
 
 def _devices(config: AnakinConfig) -> list:
+    """This process's devices (`--num_devices` of its local ones); the envs split evenly over every process's."""
     local = jax.local_devices()
     count = config.num_devices or len(local)
     if count > len(local):
         raise config_lib.ConfigError(f"--num_devices={count} but this process has {len(local)} local devices")
-    if config.num_envs % count:
-        raise config_lib.ConfigError(f"--num_envs={config.num_envs} does not split evenly over {count} devices")
+    total = count * jax.process_count()
+    if config.num_envs % total:
+        where = f" ({jax.process_count()} processes x {count})" if jax.process_count() > 1 else ""
+        raise config_lib.ConfigError(f"--num_envs={config.num_envs} does not split evenly over {total} devices{where}")
     return local[:count]
 
 
@@ -99,7 +108,7 @@ def _monitors(configs: list[AnakinConfig], spec, setup: LearnerSetup) -> tuple[l
     return monitors[::-1], evaluation
 
 
-def _stack(trees: list, devices: list):
+def _stack(trees: list, devices: list | None):
     """[devices, agents, ...] arrays of per-agent, per-device pytrees (`trees[d][k]`), placed as the program's pmap
     places its outputs (`place_on_axis`: else its second call compiles it again)."""
     stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]),
@@ -110,8 +119,12 @@ def _stack(trees: list, devices: list):
 
 def run(config: AnakinConfig) -> dict:
     """Trains `num_seeds` agents in one program; returns the (first agent's, or the gathered) summary."""
+    # Joins the job first: validating a gymnax task builds its env, which starts JAX's backend.
+    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,
+                           config.startup_timeout)
     validate(config)
     devices = _devices(config)
+    config = distributed.per_process_config(config)  # process 0 owns the run directory and the evaluations
     spec = make_spec(config.env_id, config.env_kwargs)
     configs = _agent_configs(config)
     setup, _ = learner.build(config, spec, optimizer=_sweep_optimizer(config))
@@ -121,21 +134,32 @@ def run(config: AnakinConfig) -> dict:
         raise config_lib.ConfigError(f"--resume: the agents' newest checkpoints are at different updates "
                                      f"{sorted(start)}; remove the newer ones so that all agents restart together")
     reset_one, step_one = gymnax_pool.env_functions(config.env_id, config.env_kwargs)
-    shard = config.num_envs // len(devices)
+    first_device = jax.process_index() * len(devices)  # this process's first device on the pmap axis
+    shard = config.num_envs // (len(devices) * jax.process_count())
     carries = [[program_lib.initial_carry(m.state, learner.action_key(c.seed),
-                                          jnp.arange(d * shard, (d + 1) * shard), c.seed, reset_one)
-                for c, m in zip(configs, monitors, strict=True)] for d in range(len(devices))]
-    carry = _stack(carries, devices)
+                                          jnp.arange(g * shard, (g + 1) * shard), c.seed, reset_one)
+                for c, m in zip(configs, monitors, strict=True)]
+               for g in range(first_device, first_device + len(devices))]
+    pmap_devices = distributed.pmap_devices(devices)
+    carry = _stack(carries, pmap_devices)
     one_round = program_lib.make_round(step_one, setup.network.apply, setup.update_fn, config.sync_interval,
-                                       axis_name=program_lib.DEVICE_AXIS if len(devices) > 1 else None,
-                                       delayed=config.delayed_update)
-    program = program_lib.make_program(one_round, devices, chunk_rounds(config))
+                                       axis_name=program_lib.DEVICE_AXIS if len(devices) * jax.process_count() > 1
+                                       else None, delayed=config.delayed_update)
+    program = program_lib.make_program(one_round, pmap_devices, chunk_rounds(config))
     interrupted = None
     try:
-        _train(config, program, carry, monitors, start.pop(), evaluation)
+        _train(config, program, carry, monitors, start.pop(), evaluation, first_env=first_device * shard)
     except KeyboardInterrupt as stop:
         interrupted = stop
         monitors[0].outputs.print(f"[{SYSTEM}] interrupted: saving a checkpoint of every agent's newest parameters")
+    except jax.errors.JaxRuntimeError as error:
+        if jax.process_count() == 1:
+            raise
+        # Another process of the job stopped (Ctrl-C, SIGTERM, a failure): the program's collective cannot complete.
+        reason = str(error).strip().splitlines()[0]
+        monitors[0].outputs.print(f"[{SYSTEM}] a collective with the other processes failed ({reason}): another "
+                                  "process stopped; saving a checkpoint of every agent's newest parameters")
+        interrupted = KeyboardInterrupt()
     summaries = [m.finish(interrupted=interrupted is not None) for m in monitors[::-1]][::-1]
     if interrupted is not None:
         stop = monitors[0].saved(interrupted)
@@ -146,9 +170,10 @@ def run(config: AnakinConfig) -> dict:
 
 
 def _train(config: AnakinConfig, program, carry, monitors: list[Monitor], first_round: int,
-           evaluation: AgentsEvaluator | None) -> None:
-    """Calls the program chunk by chunk and hands each agent's newest state, metrics and episodes to its Monitor
-    (and every agent's parameters to the evaluator, which evaluates them together when the Monitors ask)."""
+           evaluation: AgentsEvaluator | None, first_env: int = 0) -> None:
+    """Calls the program chunk by chunk and hands each agent's newest state, metrics and episodes (of this
+    process's envs, global ids from `first_env`) to its Monitor (and every agent's parameters to the evaluator,
+    which evaluates them together when the Monitors ask)."""
     total = config_lib.total_rounds(config)
     per_call = chunk_rounds(config)
     round_index = first_round
@@ -168,21 +193,21 @@ def _train(config: AnakinConfig, program, carry, monitors: list[Monitor], first_
             last = {name: value[0, k, -1] for name, value in metrics.items()}
             behaviour = round_index - 1 - (1 if config.delayed_update and round_index > 1 else 0)
             report = LearnerReport(state, last, behaviour_version=behaviour, learner_version=round_index - 1)
-            stops.append(monitor.on_report(report, _episodes(episodes, k)))
+            stops.append(monitor.on_report(report, _episodes(episodes, k, first_env)))
         if all(stops):
             return
 
 
-def _episodes(episodes: program_lib.Episodes, agent: int) -> list[tuple[int, float, int]]:
+def _episodes(episodes: program_lib.Episodes, agent: int, first_env: int = 0) -> list[tuple[int, float, int]]:
     """(env id, return, length) of agent `agent`'s episodes that ended in the chunk, in step order (env ids are
-    device-major, as the shards)."""
+    device-major, as the shards, from `first_env`)."""
     def step_major(x):  # agent's [devices, rounds, T, n] -> [rounds, T, devices, n]
         return np.moveaxis(np.asarray(x[:, agent]), 0, 2)
 
     ended = step_major(episodes.ended)
     r, t, d, i = np.nonzero(ended)  # row-major: rounds, then steps, then devices, then envs
     n = ended.shape[-1]
-    return list(zip((d * n + i).tolist(), step_major(episodes.returns)[r, t, d, i].astype(float).tolist(),
+    return list(zip((first_env + d * n + i).tolist(), step_major(episodes.returns)[r, t, d, i].astype(float).tolist(),
                     step_major(episodes.lengths)[r, t, d, i].astype(int).tolist(), strict=True))
 
 

@@ -86,7 +86,7 @@ class RunConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MultiHostConfig:
-    """The fields of a run over several hosts with `jax.distributed` (HTS, BA3C, GALA pmap; the launchers'
+    """The fields of a run over several hosts with `jax.distributed` (HTS, BA3C, GALA pmap, Anakin; the launchers'
     "multi_host" flags), mixed into their configs: `class HTSConfig(TrainConfig, MultiHostConfig)`."""
 
     coordinator_address: str = setting(

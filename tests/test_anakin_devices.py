@@ -1,0 +1,70 @@
+"""`launch.anakin` over several devices and hosts: the envs split over every device of every process, the gradients
+averaged over all of them (pmap over `DEVICE_AXIS`). A 2-process `jax.distributed` job (gloo on 127.0.0.1) over 2 + 2
+devices ends where one process over the same 4 devices ends. Each run happens in its own process (the device count is
+fixed when JAX starts)."""
+
+import json
+
+import numpy as np
+import pytest
+from multidevice import run_python, run_two_process_job
+
+_RUN = """
+import json, sys
+import jax
+import numpy as np
+from flax import serialization
+from systems.anakin import system
+from systems.anakin.config import AnakinConfig
+from systems.common.checkpoint import list_checkpoints
+config = AnakinConfig(env_id="gymnax/CartPole-v1", seed=5, num_envs=8, sync_interval=16, total_steps=6 * 128,
+                      num_epochs=2, num_minibatches=2, eval_episodes=0, quiet=True, logdir=sys.argv[1], {extra})
+summary = system.run(config)
+with open(list_checkpoints(summary["run_dir"])[-1], "rb") as f:
+    params = serialization.msgpack_restore(f.read())["state"]["params"]
+np.save(sys.argv[2], np.concatenate([np.asarray(x).ravel() for x in jax.tree_util.tree_leaves(params)]))
+print(json.dumps({{"fingerprint": summary["param_fingerprint"], "updates": summary["updates"],
+                  "env_steps": summary["env_steps"], "episodes": summary["train_episodes"]}}))
+"""
+
+
+def _single(tmp_path, name: str, num_devices: int):
+    argv = [str(tmp_path / name), str(tmp_path / f"{name}.npy")]
+    out = run_python(f"import sys; sys.argv = ['x', *{argv!r}]\n" + _RUN.format(extra=f"num_devices={num_devices}"),
+                     num_devices=num_devices)
+    return json.loads(out.strip().splitlines()[-1]), np.load(tmp_path / f"{name}.npy")
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_process_over_the_same_devices(tmp_path):
+    four, four_params = _single(tmp_path, "four", 4)
+    outputs = run_two_process_job(lambda extra: _RUN.format(extra=extra), tmp_path)
+    multi = [np.load(tmp_path / f"multi{pid}.npy") for pid in range(2)]
+    assert four["updates"] == outputs[0]["updates"] == outputs[1]["updates"] == 6
+    assert four["env_steps"] == outputs[0]["env_steps"] == 6 * 128
+    # Every process holds the same parameters (the mean over all devices gives every replica the same bits) ...
+    assert outputs[0]["fingerprint"] == outputs[1]["fingerprint"]
+    np.testing.assert_array_equal(multi[0], multi[1])
+    # ... those of one process over the same 4 devices (the same envs, keys and per-device minibatches) up to the
+    # all-reduce's summation order.
+    np.testing.assert_allclose(multi[0], four_params, rtol=1e-4, atol=1e-5)
+    # Each process logs its own envs' episodes: together they are the single process's.
+    assert outputs[0]["episodes"] + outputs[1]["episodes"] == four["episodes"]
+
+
+def test_envs_that_do_not_split_over_the_devices_are_one_line(tmp_path):
+    out = run_python(
+        "import sys\nfrom systems.anakin import system\nfrom systems.anakin.config import AnakinConfig\n"
+        "from systems.common.config import ConfigError\n"
+        f"config = AnakinConfig(env_id='gymnax/CartPole-v1', num_envs=6, logdir={str(tmp_path)!r}, quiet=True)\n"
+        "try:\n    system.run(config)\nexcept ConfigError as error:\n    print(error)\n", num_devices=4)
+    assert out.strip().splitlines()[-1] == "--num_envs=6 does not split evenly over 4 devices"
+
+
+def test_a_multi_host_job_refuses_a_time_limit():
+    from systems.anakin.config import AnakinConfig, validate
+    from systems.common.config import ConfigError
+
+    with pytest.raises(ConfigError, match="would stop the processes of a multi-host job at different rounds"):
+        validate(AnakinConfig(env_id="gymnax/CartPole-v1", num_processes=2, coordinator_address="127.0.0.1:1",
+                              time_limit=60))
