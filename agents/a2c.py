@@ -73,6 +73,7 @@ def a2c_update(
     axis_name: str | None = None,
     return_grads: bool = False,
     ordered_mean: bool = False,
+    entropy_coef: jax.Array | None = None,
 ) -> tuple[TrainState, dict]:
     """One delayed-gradient A2C update (Eq. 6).
 
@@ -91,6 +92,8 @@ def a2c_update(
         gradient-similarity log, seed 004 Fig. 2b).
       ordered_mean: average over ``axis_name`` in a fixed replica order (``mean_over_axis(ordered=True)``):
         bit-identical however the replicas are split over processes.
+      entropy_coef: a traced coefficient in place of ``config.entropy_coef`` (one vmapped program training
+        several coefficients: Anakin's sweep); None: the config's.
 
     Returns:
       ``(new_state, metrics)``; ``new_state.params = theta_j + optimizer(grad at theta_{j-1})``,
@@ -100,6 +103,8 @@ def a2c_update(
       ``update_norm``, the global norm of the optimizer update actually added to the parameters
       (after clipping and the learning rate).
     """
+    if entropy_coef is not None:
+        config = dataclasses.replace(config, entropy_coef=entropy_coef)
     batch, advantage_mean = prepare_batch(
         behaviour_params,
         rollout,

@@ -142,6 +142,7 @@ def ppo_update(
     config: PPOConfig,
     axis_name: str | None = None,
     ordered_mean: bool = False,
+    entropy_coef: jax.Array | None = None,
 ) -> tuple[TrainState, dict]:
     """``num_epochs x num_minibatches`` clipped-surrogate steps starting from ``state.params``.
 
@@ -160,6 +161,8 @@ def ppo_update(
         per replica minibatch, so this is a data-parallel PPO, not a bit-exact copy of one device's.
       ordered_mean: average over ``axis_name`` in a fixed replica order (``mean_over_axis(ordered=True)``):
         bit-identical however the replicas are split over processes.
+      entropy_coef: a traced coefficient in place of ``config.entropy_coef`` (one vmapped program training
+        several coefficients: Anakin's sweep); None: the config's.
 
     Returns:
       ``(new_state, metrics)`` with the next key and ``update_step + 1``. Metrics are means over all
@@ -169,6 +172,8 @@ def ppo_update(
     Raises:
       ValueError: if ``T * B`` is not divisible by ``num_minibatches``.
     """
+    if entropy_coef is not None:
+        config = dataclasses.replace(config, entropy_coef=entropy_coef)
     num_steps, num_envs = rollout.rewards.shape
     minibatch_size = _minibatch_size(num_steps, num_envs, config.num_minibatches)
     batch, advantage_mean = prepare_batch(

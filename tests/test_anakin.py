@@ -121,6 +121,32 @@ def test_a_learning_rate_sweep_trains_each_rate_as_its_own_run_would(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_an_entropy_sweep_trains_each_coefficient_as_its_own_run_would(tmp_path, algo):
+    """--entropy_coefs: one agent per coefficient in the one program (the coefficient traced in each agent's carry),
+    training as a run with that --entropy_coef (equal metrics up to rounding; each coefficient reaches its loss:
+    the total loss subtracts coefficient x entropy); with --learning_rates, every pair."""
+    coefs = (0.0, 0.5)
+    sweep = anakin.run(tiny(tmp_path / "sweep", algo=algo, total_steps=3 * 64, entropy_coefs="0,0.5"))
+    assert sweep["entropy_coefs"] == list(coefs) and sweep["num_agents"] == 2
+    losses = []
+    for coef in coefs:
+        run = tmp_path / "sweep" / f"ent_{coef:g}_seed_1"
+        assert json.loads((run / "config.json").read_text())["entropy_coef"] == coef
+        ours = json.loads((run / "summary.json").read_text())
+        alone = anakin.run(tiny(tmp_path / f"alone{coef}", algo=algo, total_steps=3 * 64, entropy_coef=coef))
+        for name, value in alone["last_metrics"].items():
+            np.testing.assert_allclose(ours["last_metrics"][name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+        losses.append(ours["last_metrics"]["total_loss"])
+    assert losses[0] - losses[1] > 0.1  # 0.5 x entropy (about ln 2 = 0.69 on CartPole's two actions)
+    both = anakin.run(tiny(tmp_path / "both", algo=algo, total_steps=64, entropy_coefs="0,0.5",
+                           learning_rates="0.01,0.05"))
+    assert both["num_agents"] == 4 and (tmp_path / "both" / "lr_0.05_ent_0.5_seed_1" / "summary.json").exists()
+    with pytest.raises(ConfigError, match="--entropy_coefs must be distinct non-negative numbers"):
+        anakin.validate(tiny("unused", entropy_coefs="0.1,-1"))
+
+
+@pytest.mark.slow
 def test_sigterm_saves_every_agent_and_names_the_root_to_resume(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(

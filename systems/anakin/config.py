@@ -29,6 +29,10 @@ class AnakinConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
         "", "Comma-separated learning rates swept in the one program, --num_seeds agents each (vmapped; each agent's "
         "optimizer state carries its rate, --anneal_lr scales them all); agent dirs <logdir>/lr_<rate>_seed_<s>. "
         "Replaces --learning_rate.", "anakin")
+    entropy_coefs: str = setting(
+        "", "Comma-separated entropy coefficients swept in the one program, --num_seeds agents each (vmapped; with "
+        "--learning_rates, every pair); agent dirs <logdir>/[lr_<rate>_]ent_<coef>_seed_<s>. Replaces "
+        "--entropy_coef.", "anakin")
     delayed_update: bool = setting(
         False, "HTS-RL's one-step-delayed update (seed 000, Eq. 6): round k acts with the parameters before the "
         "last update, so Anakin trains HTS's algorithm (default: the synchronous baseline's). A resumed run's first "
@@ -46,7 +50,8 @@ def validate(config: AnakinConfig) -> None:
         minimum = 1 if name == "num_seeds" else 0
         if getattr(config, name) < minimum:
             raise config_lib.ConfigError(f"--{name} must be >= {minimum}, got {getattr(config, name)}")
-    rates(config)  # a malformed --learning_rates is one line
+    rates(config)  # a malformed --learning_rates or --entropy_coefs is one line
+    entropy_coefs(config)
     if config.num_processes < 1:
         raise config_lib.ConfigError(f"--num_processes must be >= 1, got {config.num_processes}")
     if config.num_processes > 1 and (config.time_limit or config.stop_at_target):
@@ -61,15 +66,25 @@ def validate(config: AnakinConfig) -> None:
 
 def rates(config: AnakinConfig) -> list[float]:
     """The swept learning rates (`--learning_rates`), [] without a sweep; ConfigError for a malformed list."""
-    if not config.learning_rates:
+    return _swept("learning_rates", config.learning_rates, positive=True)
+
+
+def entropy_coefs(config: AnakinConfig) -> list[float]:
+    """The swept entropy coefficients (`--entropy_coefs`), [] without a sweep; ConfigError for a malformed list."""
+    return _swept("entropy_coefs", config.entropy_coefs, positive=False)
+
+
+def _swept(flag: str, text: str, positive: bool) -> list[float]:
+    if not text:
         return []
     try:
-        values = [float(text) for text in config.learning_rates.split(",")]
+        values = [float(part) for part in text.split(",")]
     except ValueError:
         values = []
-    if not values or not all(0.0 < value < float("inf") for value in values) or len(set(values)) != len(values):
-        raise config_lib.ConfigError(f"--learning_rates must be distinct positive numbers separated by commas, got "
-                                     f"'{config.learning_rates}'")
+    low_ok = (lambda v: v > 0.0) if positive else (lambda v: v >= 0.0)
+    if not values or not all(low_ok(v) and v < float("inf") for v in values) or len(set(values)) != len(values):
+        kind = "positive" if positive else "non-negative"
+        raise config_lib.ConfigError(f"--{flag} must be distinct {kind} numbers separated by commas, got '{text}'")
     return values
 
 

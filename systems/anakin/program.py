@@ -41,6 +41,7 @@ class Carry(NamedTuple):
     episode_length: jax.Array  # [n] int32
     round: jax.Array  # int32 rounds done: the index of the next round
     behaviour_params: Any  # the parameters the next round acts with (delayed: those before the last update)
+    entropy_coef: Any = None  # float32 [] of a swept coefficient (`--entropy_coefs`); None: the config's
 
 
 class Episodes(NamedTuple):
@@ -51,15 +52,18 @@ class Episodes(NamedTuple):
     lengths: jax.Array
 
 
-def initial_carry(train: TrainState, action_key: jax.Array, env_ids: jax.Array, seed: int, reset_one) -> Carry:
-    """The agent's carry with every env of `env_ids` reset: env e's key chain starts at PRNGKey(seed + e)."""
+def initial_carry(train: TrainState, action_key: jax.Array, env_ids: jax.Array, seed: int, reset_one,
+                  entropy_coef: float | None = None) -> Carry:
+    """The agent's carry with every env of `env_ids` reset: env e's key chain starts at PRNGKey(seed + e); a swept
+    `entropy_coef` rides in it to the update."""
     keys = jax.vmap(jax.random.PRNGKey)(seed + env_ids.astype(jnp.uint32))
     keys, obs, states = jax.vmap(reset_one)(keys)
     n = env_ids.shape[0]
     return Carry(train=train, action_key=action_key, env_ids=env_ids, env_keys=keys, env_states=states,
                  done=jnp.zeros(n, bool), elapsed=jnp.zeros(n, jnp.int32), obs=obs,
                  episode_return=jnp.zeros(n, jnp.float32), episode_length=jnp.zeros(n, jnp.int32),
-                 round=train.update_step.astype(jnp.int32), behaviour_params=train.params)
+                 round=train.update_step.astype(jnp.int32), behaviour_params=train.params,
+                 entropy_coef=None if entropy_coef is None else jnp.asarray(entropy_coef, jnp.float32))
 
 
 def make_round(step_one, apply_fn, update_fn, sync_interval: int, axis_name: str | None, delayed: bool = False):
@@ -92,7 +96,8 @@ def make_round(step_one, apply_fn, update_fn, sync_interval: int, axis_name: str
         rollout = Rollout(obs=jnp.concatenate([obs, carry.obs[None]]), actions=actions, rewards=rewards,
                           terminations=terminations, truncations=truncations, valid=valid,
                           behaviour_log_probs=log_probs, behaviour_values=values)
-        train, metrics = update(carry.train, carry.behaviour_params, rollout)
+        swept = {} if carry.entropy_coef is None else {"entropy_coef": carry.entropy_coef}
+        train, metrics = update(carry.train, carry.behaviour_params, rollout, **swept)
         behaviour = carry.train.params if delayed else train.params  # theta_k acts in round k + 1 (Eq. 6)
         return carry._replace(train=train, round=carry.round + 1, behaviour_params=behaviour), (metrics, episodes)
 

@@ -5,7 +5,8 @@ does what every run of ours does, per agent, through its own `Monitor`: progress
 papers' protocol, atomic checkpoints, `--resume`, the summary. With one seed the run directory is `--logdir`; with
 several, agent k (seed `seed + k`) writes `<logdir>/seed_<seed + k>` and `<logdir>/summary.json` gathers them;
 `--learning_rates` makes `num_seeds` agents per rate (`<logdir>/lr_<rate>_seed_<s>`), the rate a hyperparameter in
-each agent's optimizer state.
+each agent's optimizer state; `--entropy_coefs` likewise per coefficient (`ent_<coef>`), the coefficient a value in
+each agent's carry that its update reads (a checkpoint does not hold it: `--resume` takes it from the flags again).
 
 Several hosts (`--num_processes > 1`, `jax.distributed`; gloo on CPU): every process runs the same program on its
 local devices, the pmap spans the devices of every process, so the gradients are averaged over all of them and every
@@ -31,7 +32,7 @@ from agents.optim import make_optimizer
 from envs import gymnax_pool
 from envs.factory import make_spec
 from systems.anakin import program as program_lib
-from systems.anakin.config import SYSTEM, AnakinConfig, chunk_rounds, rates, validate
+from systems.anakin.config import SYSTEM, AnakinConfig, chunk_rounds, entropy_coefs, rates, validate
 from systems.common import atomic, distributed, learner
 from systems.common import config as config_lib
 from systems.common.evaluation import AgentsEvaluator, policy_act_fn
@@ -58,16 +59,21 @@ def _devices(config: AnakinConfig) -> list:
 
 
 def _agent_configs(config: AnakinConfig) -> list[AnakinConfig]:
-    """Each agent's config: seed `seed + k` (and its swept learning rate), its own run directory when there are
-    several."""
-    swept = rates(config)
-    if config.num_seeds == 1 and not swept:
+    """Each agent's config: seed `seed + k` (and its swept learning rate and entropy coefficient), its own run
+    directory when there are several."""
+    swept_rates, swept_coefs = rates(config), entropy_coefs(config)
+    if config.num_seeds == 1 and not swept_rates and not swept_coefs:
         return [config]
     root = os.path.normpath(config.logdir) if config.logdir else default_run_dir(SYSTEM, config)
-    agents = [(rate, config.seed + k) for rate in swept or [config.learning_rate] for k in range(config.num_seeds)]
-    return [dataclasses.replace(config, seed=seed, learning_rate=rate, quiet=config.quiet or i > 0,
-                                logdir=os.path.join(root, f"lr_{rate:g}_seed_{seed}" if swept else f"seed_{seed}"))
-            for i, (rate, seed) in enumerate(agents)]
+    agents = [(rate, coef, config.seed + k) for rate in swept_rates or [config.learning_rate]
+              for coef in swept_coefs or [config.entropy_coef] for k in range(config.num_seeds)]
+
+    def name(rate: float, coef: float, seed: int) -> str:
+        return (f"lr_{rate:g}_" if swept_rates else "") + (f"ent_{coef:g}_" if swept_coefs else "") + f"seed_{seed}"
+
+    return [dataclasses.replace(config, seed=seed, learning_rate=rate, entropy_coef=coef, quiet=config.quiet or i > 0,
+                                logdir=os.path.join(root, name(rate, coef, seed)))
+            for i, (rate, coef, seed) in enumerate(agents)]
 
 
 def _sweep_optimizer(config: AnakinConfig) -> optax.GradientTransformation | None:
@@ -136,8 +142,10 @@ def run(config: AnakinConfig) -> dict:
     reset_one, step_one = gymnax_pool.env_functions(config.env_id, config.env_kwargs)
     first_device = jax.process_index() * len(devices)  # this process's first device on the pmap axis
     shard = config.num_envs // (len(devices) * jax.process_count())
+    swept_coef = bool(entropy_coefs(config))
     carries = [[program_lib.initial_carry(m.state, learner.action_key(c.seed),
-                                          jnp.arange(g * shard, (g + 1) * shard), c.seed, reset_one)
+                                          jnp.arange(g * shard, (g + 1) * shard), c.seed, reset_one,
+                                          entropy_coef=c.entropy_coef if swept_coef else None)
                 for c, m in zip(configs, monitors, strict=True)]
                for g in range(first_device, first_device + len(devices))]
     pmap_devices = distributed.pmap_devices(devices)
@@ -220,6 +228,7 @@ def _gather(config: AnakinConfig, configs: list[AnakinConfig], summaries: list[d
         "system": SYSTEM, "env_id": config.env_id, "algo": config.algo, "num_seeds": config.num_seeds,
         "num_agents": len(configs),
         "seeds": [c.seed for c in configs], "learning_rates": [c.learning_rate for c in configs],
+        "entropy_coefs": [c.entropy_coef for c in configs],
         "final_metrics": finals,
         "final_metric_mean": float(np.mean(known)) if known else None,
         "final_metric_min": float(np.min(known)) if known else None,
