@@ -15,6 +15,8 @@ both heads.
   cut communication.
 * ``MinAtarCNN``: the network of MinAtar's baselines (Young & Tian 2019, "MinAtar", Sec. 4: one 3x3 convolution of
   16 filters, stride 1, then 128 units) for small channels-last images such as gymnax's 10x10xC MinAtar games.
+* ``PixelCNN``: the Nature CNN's layers on any other uint8 image of sides 36 or more, channels first (``CxHxW``,
+  ``pixel_cnn_chw``) or last (``HxWxC``, ``pixel_cnn_hwc``), in XLA's own convolution: a user's Gymnasium env.
 * ``MLPTorso`` / MLP actor-critic: CleanRL ``ppo.py`` / ``ppo_continuous_action.py`` (separate actor
   and critic MLPs, tanh, state-independent learned log-std for continuous actions). Options for the MLP
   only: widths, ReLU instead of tanh, the initial log-std, and PyTorch's default initializer instead of the
@@ -46,9 +48,11 @@ _VALUE_HEAD_GAIN = 1.0
 
 NATURE_CNN_OBS_SHAPE = (4, 84, 84)
 GFOOTBALL_SMM_OBS_SHAPE = (72, 96, 4)
-TORSOS = ("nature_cnn", "gfootball_cnn", "mlp", "ba3c", "minatar_cnn")
+TORSOS = ("nature_cnn", "gfootball_cnn", "mlp", "ba3c", "minatar_cnn", "pixel_cnn_chw", "pixel_cnn_hwc")
 # Image sides MinAtar's CNN takes (10 in MinAtar): its one unstrided convolution grows the dense layer with the area.
 MINATAR_SIDES = (3, 32)
+# The Nature CNN's three VALID convolutions (8/4, 4/2, 3/1) need sides of 36 or more; channels at most this many.
+PIXEL_MIN_SIDE, PIXEL_MAX_CHANNELS = 36, 16
 # Seed paper 001 Table 2 uses 256 hidden units as its initial setup (and settles on 128).
 BA3C_DEFAULT_HIDDEN = 256
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
@@ -205,12 +209,25 @@ class GFootballCNN(nn.Module):
         return _nature_trunk(obs, self.conv_plan or default_conv_plan("gfootball"), channels_first=False)
 
 
+class PixelCNN(nn.Module):
+    """The Nature CNN's layers (conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512, ReLU; CleanRL's initializer) on a uint8
+    image of any sides >= 36 (``[B, C, H, W]`` if ``channels_first``, else ``[B, H, W, C]``) scaled to [0, 1], in
+    XLA's own convolution (the tuned CPU plans assume Atari's 84x84). Output: float32 ``[B, 512]``."""
+
+    channels_first: bool
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+        return _nature_trunk(obs, uniform_conv_plan("direct"), channels_first=self.channels_first)
+
+
 class MinAtarCNN(nn.Module):
     """MinAtar's torso (module docstring): conv 16 3x3 stride 1 VALID, ReLU, dense 128, ReLU; CleanRL's initializer.
     The convolution is `Conv` in the plan's forms (`nn.Conv`'s parameters, as before), on a CPU im2col by slices:
     XLA CPU's convolution is slow under `vmap` over agents (Anakin), where it becomes a grouped convolution.
 
-    Input: ``[B, H, W, C]`` channels last (gymnax MinAtar: float 0/1 planes, 10x10). Output: float32 ``[B, 128]``.
+    Input: ``[B, H, W, C]`` channels last (gymnax MinAtar: float 0/1 planes, 10x10; uint8 pixels are scaled to
+    [0, 1]). Output: float32 ``[B, 128]``.
     """
 
     conv_plan: ConvPlan | None = None
@@ -219,7 +236,8 @@ class MinAtarCNN(nn.Module):
     def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
         chex.assert_rank(obs, 4)
         ((forward, backward),) = trunk_forms(self.conv_plan or default_conv_plan("minatar"), obs.shape[0])
-        x = nn.relu(Conv(16, 3, 1)(obs.astype(jnp.float32), forward, backward))
+        x = obs.astype(jnp.float32) / (255.0 if obs.dtype == jnp.uint8 else 1.0)
+        x = nn.relu(Conv(16, 3, 1)(x, forward, backward))
         return nn.relu(_dense(128, _TORSO_GAIN)(x.reshape(x.shape[0], -1)))
 
 
@@ -290,7 +308,7 @@ class ActorCritic(nn.Module):
     """Policy and value heads on a torso.
 
     Attributes:
-        torso: one of ``TORSOS``: ``"nature_cnn"``, ``"gfootball_cnn"``, ``"mlp"``, ``"ba3c"``.
+        torso: one of ``TORSOS``.
         action_dim: number of discrete actions, or dimension of the continuous action.
         continuous: Gaussian policy if True, categorical otherwise.
         hidden_sizes: MLP hidden sizes (only used by the ``"mlp"`` torso).
@@ -331,6 +349,8 @@ class ActorCritic(nn.Module):
             actor_features = critic_features = BA3CTorso(self.hidden, self.conv_plan, name="torso")(obs)
         elif self.torso == "minatar_cnn":
             actor_features = critic_features = MinAtarCNN(name="torso")(obs)
+        elif self.torso in ("pixel_cnn_chw", "pixel_cnn_hwc"):
+            actor_features = critic_features = PixelCNN(self.torso == "pixel_cnn_chw", name="torso")(obs)
         else:
             raise ValueError(f"Unknown torso {self.torso!r}; expected one of {TORSOS}.")
 
@@ -347,7 +367,22 @@ class ActorCritic(nn.Module):
         return (head, jnp.broadcast_to(log_std, head.shape)), value
 
 
+def image_torso(obs_shape: tuple) -> str | None:
+    """The torso `make_network` picks for an image of `obs_shape` that is not Atari's or GFootball's: MinAtar's CNN
+    for a small ``HxWxC`` one, the pixel CNN for a larger ``CxHxW`` or ``HxWxC`` one; None if neither fits."""
+    for torso in ("minatar_cnn", "pixel_cnn_chw", "pixel_cnn_hwc"):
+        if _torso_fits(torso, tuple(obs_shape)):
+            return torso
+    return None
+
+
 def _torso_fits(torso: str, obs_shape: tuple) -> bool:
+    if torso in ("pixel_cnn_chw", "pixel_cnn_hwc"):
+        if len(obs_shape) != 3:
+            return False
+        channels, sides = ((obs_shape[0], obs_shape[1:]) if torso == "pixel_cnn_chw"
+                           else (obs_shape[2], obs_shape[:2]))
+        return channels <= PIXEL_MAX_CHANNELS and min(sides) >= PIXEL_MIN_SIDE
     if torso in ("nature_cnn", "ba3c"):
         return obs_shape == NATURE_CNN_OBS_SHAPE
     if torso == "gfootball_cnn":
@@ -363,6 +398,8 @@ _TORSO_NEEDS = {
     "gfootball_cnn": f"the GFootball SMM shape {GFOOTBALL_SMM_OBS_SHAPE}",
     "mlp": "a rank-1 vector observation",
     "minatar_cnn": f"a small channels-last image, sides {MINATAR_SIDES[0]} to {MINATAR_SIDES[1]}",
+    "pixel_cnn_chw": f"a channels-first image of sides >= {PIXEL_MIN_SIDE}, at most {PIXEL_MAX_CHANNELS} channels",
+    "pixel_cnn_hwc": f"a channels-last image of sides >= {PIXEL_MIN_SIDE}, at most {PIXEL_MAX_CHANNELS} channels",
 }
 
 
@@ -396,13 +433,14 @@ def make_network(
             torso = "gfootball_cnn"
         elif len(obs_shape) == 1:
             torso = "mlp"
-        elif _torso_fits("minatar_cnn", obs_shape):
-            torso = "minatar_cnn"
+        elif image_torso(obs_shape) is not None:
+            torso = image_torso(obs_shape)
         else:
             raise ValueError(
                 f"No network for observation shape {obs_shape}: expected {NATURE_CNN_OBS_SHAPE} "
                 f"(Atari, channels first), {GFOOTBALL_SMM_OBS_SHAPE} (GFootball SMM, channels last), "
-                "a small channels-last image (MinAtar's CNN) or a rank-1 vector observation."
+                f"a small channels-last image (MinAtar's CNN), an image of sides >= {PIXEL_MIN_SIDE} with at most "
+                f"{PIXEL_MAX_CHANNELS} channels first or last (the pixel CNN) or a rank-1 vector observation."
             )
     elif torso not in TORSOS:
         raise ValueError(f"Unknown torso {torso!r}; expected one of {TORSOS}.")

@@ -256,8 +256,9 @@ def make_pool(
 
 
 def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:
-    """The spaces of a `gymnasium/<id>` task: a vector `Box` observation and a `Discrete` or 1-D `Box` action; any
-    other space is refused with one line naming it."""
+    """The spaces of a `gymnasium/<id>` task: a vector `Box` observation or a uint8 image `Box` (``HxWxC``, or
+    ``CxHxW`` of sides 36 or more: `agents.networks.image_torso`), and a `Discrete` or 1-D `Box` action; any other
+    space is refused with one line naming it."""
     import gymnasium
 
     try:
@@ -269,8 +270,11 @@ def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:
         max_steps = env.spec.max_episode_steps if env.spec is not None else None
     finally:
         env.close()
-    if not isinstance(obs_space, gym_spaces.Box) or len(obs_space.shape) != 1:
-        raise ValueError(f"{env_id}: unsupported observation space {obs_space} (gymnasium/ takes a 1-D Box for now)")
+    if not isinstance(obs_space, gym_spaces.Box) or len(obs_space.shape) not in (1, 3):
+        raise ValueError(f"{env_id}: unsupported observation space {obs_space} (gymnasium/ takes a 1-D Box or a "
+                         "uint8 image Box HxWxC / CxHxW)")
+    if len(obs_space.shape) == 3:
+        _check_image(env_id, obs_space)
     if isinstance(act_space, gym_spaces.Discrete):
         action_dim, low, high, continuous = int(act_space.n), None, None, False
     elif isinstance(act_space, gym_spaces.Box) and len(act_space.shape) == 1:
@@ -282,6 +286,17 @@ def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:
     return EnvSpec(env_id=env_id, family="gymnasium", obs_shape=tuple(int(d) for d in obs_space.shape),
                    obs_dtype=dtype, action_dim=action_dim, continuous=continuous, action_low=low, action_high=high,
                    max_episode_steps=int(max_steps) if max_steps else _INT32_MAX, env_kwargs=env_kwargs)
+
+
+def _check_image(env_id: str, obs_space) -> None:
+    """A uint8 image; a small one (a side under 36) channels last, as MinAtar's CNN reads it."""
+    shape = tuple(int(d) for d in obs_space.shape)
+    if np.dtype(obs_space.dtype) != np.uint8:
+        raise ValueError(f"{env_id}: image observations must be uint8 pixels, got {obs_space} (scale or cast them in "
+                         "a gymnasium.ObservationWrapper)")
+    if max(shape) < 36 and shape[0] < min(shape[1], shape[2]):
+        raise ValueError(f"{env_id}: the small image {shape} looks channels first; small images must be channels "
+                         "last (HxWxC), as MinAtar's CNN reads them")
 
 
 def _gymnax_spec(env_id: str, env_kwargs: str) -> EnvSpec:

@@ -1,7 +1,9 @@
 """A small Gymnasium env of the test suite's own, for `--env=gymnasium/tests.gym_envs:Walk-v0` (the `module:Name`
 form imports this module, which registers it): a walker on a line starts at a random point of [-1, 1] and moves by
 +-step_size (a keyword argument, 0.1) per step; reaching +1 ends the episode with reward 1 (each step costs 0.01),
-reaching -1 ends it with 0, and the time limit is 50 steps. Also a space no launcher takes (`DictObs-v0`)."""
+reaching -1 ends it with 0, and the time limit is 50 steps. Also a space no launcher takes (`DictObs-v0`), and
+`Lamp-v0`, a uint8 image env of any `shape` (a keyword argument, HxWxC or CxHxW): each step shows a lit or a dark
+image, and the action that names it (1 lit, 0 dark) earns 1; 20 steps an episode, so a random policy scores 10."""
 
 from __future__ import annotations
 
@@ -42,5 +44,27 @@ class DictObs(Walk):
     observation_space = spaces.Dict({"position": spaces.Box(-1.0, 1.0, (1,), np.float32)})
 
 
+class Lamp(gymnasium.Env):
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, render_mode=None, shape=(10, 10, 1)):
+        self.observation_space = spaces.Box(0, 255, tuple(shape), np.uint8)
+        self.render_mode, self.lit = render_mode, False
+
+    def _obs(self):
+        return np.full(self.observation_space.shape, 255 if self.lit else 0, np.uint8)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.lit = bool(self.np_random.integers(2))
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = float(int(action) == int(self.lit))
+        self.lit = bool(self.np_random.integers(2))
+        return self._obs(), reward, False, False, {}
+
+
 gymnasium.register("Walk-v0", entry_point=Walk, max_episode_steps=50)
+gymnasium.register("Lamp-v0", entry_point=Lamp, max_episode_steps=20)
 gymnasium.register("DictObs-v0", entry_point=DictObs, max_episode_steps=50)

@@ -54,10 +54,25 @@ def test_mlp_has_separate_actor_and_critic():
     assert {"actor_torso", "critic_torso"} <= set(params)
 
 
-@pytest.mark.parametrize("bad_shape", [(84, 84, 4), (3, 4), (), (4, 84, 85)])
+@pytest.mark.parametrize("bad_shape", [(3, 4), (), (40, 40, 32), (3, 40, 20), (1, 40, 40, 3)])
 def test_make_network_rejects_unknown_shapes(bad_shape):
     with pytest.raises(ValueError, match="No network for observation shape"):
         agents.make_network(bad_shape, 4, False)
+
+
+@pytest.mark.parametrize("shape, torso", [((84, 84, 4), "pixel_cnn_hwc"), ((4, 84, 85), "pixel_cnn_chw"),
+                                          ((4, 84, 84), "nature_cnn"), ((10, 10, 4), "minatar_cnn")])
+def test_other_images_get_the_pixel_cnn_and_it_reads_both_layouts_alike(shape, torso):
+    net = agents.make_network(shape, 3, False)
+    assert net.torso == torso
+    obs = jax.random.randint(jax.random.key(1), (2, *shape), 0, 256).astype(jnp.uint8)
+    params = net.init(jax.random.key(0), obs)
+    logits, value = net.apply(params, obs)
+    assert logits.shape == (2, 3) and value.shape == (2,)
+    if torso == "pixel_cnn_hwc":  # the same parameters read the same frames channels first: the same outputs
+        chw = agents.make_network((4, 84, 84), 3, False, torso="pixel_cnn_chw")
+        again = chw.apply(params, jnp.transpose(obs, (0, 3, 1, 2)))
+        np.testing.assert_allclose(again[0], logits, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -207,9 +207,16 @@ def _check_env(env_id: str, env_kwargs: str) -> None:
             raise ConfigError(f"--env_kwargs applies to --env=gymnasium/<id> and gymnax/<id> tasks, not to {env_id}")
         return
     try:
-        factory.make_spec(env_id, env_kwargs)
+        spec = factory.make_spec(env_id, env_kwargs)
     except ValueError as error:
         raise ConfigError(first_line(error)) from None
+    if len(spec.obs_shape) == 3:
+        from agents import networks
+
+        try:
+            networks.make_network(spec.obs_shape, spec.action_dim, spec.continuous)  # a network that reads it
+        except ValueError as error:
+            raise ConfigError(f"{env_id}: {first_line(error)}") from None
 
 
 def validate_run_fields(config) -> None:
