@@ -88,3 +88,16 @@ def run_two_process_job(script, workdir, name: str = "multi", num_devices: int =
         codes.append(f"import sys; sys.argv = ['x', *{argv!r}]\n" + script(extra))
     return [json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
             for stdout in run_processes(codes, num_devices=num_devices, workdir=str(workdir))]
+
+
+def start_launcher_job(module: str, args: list[str], run_dir, port: int, *extra: str, num_devices: int = 2) -> list:
+    """Starts a 2-process job of `python -m <module> <args> --logdir=<run_dir> <extra>` on 127.0.0.1:`port`,
+    `num_devices` CPU devices each; returns the `Popen`s (output in `<run_dir>.p<i>[-resume].log`)."""
+    procs = []
+    for pid in range(2):
+        log = open(f"{run_dir}.p{pid}{'-resume' if extra else ''}.log", "w")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", module, *args, "--num_processes=2", f"--process_id={pid}",
+             f"--coordinator_address=127.0.0.1:{port}", f"--logdir={run_dir}", *extra],
+            cwd=ROOT, env=device_env(num_devices), stdout=log, stderr=subprocess.STDOUT))
+    return procs

@@ -68,3 +68,4 @@ def test_a_multi_host_job_refuses_a_time_limit():
     with pytest.raises(ConfigError, match="would stop the processes of a multi-host job at different rounds"):
         validate(AnakinConfig(env_id="gymnax/CartPole-v1", num_processes=2, coordinator_address="127.0.0.1:1",
                               time_limit=60))
+

@@ -6,6 +6,7 @@ silently compile the whole update a second time (tens of seconds for Atari PPO o
 import collections
 import contextlib
 import threading
+import time
 
 import jax
 import numpy as np
@@ -95,3 +96,30 @@ def test_thread_group_stop_waits_for_a_worker_busy_past_the_timeout():
     group.stop(timeout=0.05, waiting=told.append)
     assert told == [["learner"]]
     assert not group.running()
+
+
+def test_a_stop_inside_a_held_block_is_raised_when_it_ends():
+    """Anakin's program call and its rounds' hand-over: the work finishes, then the launcher's stop is raised."""
+    import os
+    import signal
+
+    from systems.common.concurrency import stops_held
+
+    class Stop(KeyboardInterrupt):
+        pass
+
+    def launcher_handler(signum, frame):
+        raise Stop
+
+    previous = signal.signal(signal.SIGTERM, launcher_handler)
+    done = []
+    try:
+        with pytest.raises(Stop):
+            with stops_held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)  # the handler runs here, in the main thread, and is held
+                done.append("rounds handed over")
+        assert done == ["rounds handed over"]
+        assert signal.getsignal(signal.SIGTERM) is launcher_handler  # restored
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -182,21 +182,11 @@ def test_launcher_refuses_bad_device_flags(tmp_path, capsys, flags, message):
 
 
 def _start_job(run_dir, port: int, *extra: str) -> list:
-    import subprocess
-    import sys
+    from multidevice import start_launcher_job
 
-    from multidevice import ROOT, device_env
-
-    procs = []
-    for pid in range(2):
-        log = open(f"{run_dir}.p{pid}{'-resume' if extra else ''}.log", "w")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "launch.hts", "--env=CartPole-v1", "--num_envs=8", "--sync_interval=128",
-             "--total_steps=4000000",
-             "--num_processes=2", f"--process_id={pid}", f"--coordinator_address=127.0.0.1:{port}",
-             f"--logdir={run_dir}", "--eval_episodes=0", "--quiet", *extra],
-            cwd=ROOT, env=device_env(2), stdout=log, stderr=subprocess.STDOUT))
-    return procs
+    return start_launcher_job("launch.hts", ["--env=CartPole-v1", "--num_envs=8", "--sync_interval=128",
+                                             "--total_steps=4000000", "--eval_episodes=0", "--quiet"],
+                              run_dir, port, *extra)
 
 
 def _newest_checkpoint(directory) -> str:

@@ -39,6 +39,11 @@ class AnakinConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
         "round acts with the checkpoint's parameters.", "anakin")
 
 
+# A resumed job may move to other hosts (another coordinator's address); the devices' count must stay (the envs'
+# split and the gradients' mean over them).
+MAY_CHANGE_ON_RESUME = frozenset({"coordinator_address"})
+
+
 def validate(config: AnakinConfig) -> None:
     """The on-policy checks (`config.validate`) and Anakin's own; ConfigError with one clear line for the first."""
     config_lib.validate(config)

@@ -14,8 +14,9 @@ process holds the same parameters; global device g steps envs [g * n, (g + 1) * 
 directory, evaluates and prints; process p > 0 writes `<logdir>/process-<p>` (`distributed.per_process_config`).
 Each process logs the episodes of its own envs.
 
-A stop signal (Ctrl-C, SIGTERM) is handled when the current call returns (XLA cannot stop a program midway), then
-every agent saves its newest parameters. A resumed run restarts the envs, as every system's does."""
+A stop signal (Ctrl-C, SIGTERM) is handled once the current call's rounds are handed to the Monitors (XLA cannot
+stop a program midway; `stops_held`), then every agent saves its newest parameters. A resumed run restarts the
+envs, as every system's does."""
 
 from __future__ import annotations
 
@@ -32,9 +33,18 @@ from agents.optim import make_optimizer
 from envs import gymnax_pool
 from envs.factory import make_spec
 from systems.anakin import program as program_lib
-from systems.anakin.config import SYSTEM, AnakinConfig, chunk_rounds, entropy_coefs, rates, validate
+from systems.anakin.config import (
+    MAY_CHANGE_ON_RESUME,
+    SYSTEM,
+    AnakinConfig,
+    chunk_rounds,
+    entropy_coefs,
+    rates,
+    validate,
+)
 from systems.common import atomic, distributed, learner
 from systems.common import config as config_lib
+from systems.common.concurrency import stops_held
 from systems.common.evaluation import AgentsEvaluator, policy_act_fn
 from systems.common.learner import LearnerSetup
 from systems.common.monitor import LearnerReport, Monitor, Progress, default_run_dir
@@ -109,6 +119,7 @@ def _monitors(configs: list[AnakinConfig], spec, setup: LearnerSetup) -> tuple[l
         evaluation = AgentsEvaluator(spec, act, episodes=configs[0].eval_episodes,
                                      seeds=[learner.eval_seed(c.seed) for c in configs])
     monitors = [Monitor(SYSTEM, c, _with_rate(setup.initial_state(c.seed), c), progress=progress,
+                        may_change_on_resume=MAY_CHANGE_ON_RESUME,
                         evaluator=evaluation.agent(k) if evaluation else None)
                 for k, c in reversed(list(enumerate(configs)))]
     return monitors[::-1], evaluation
@@ -139,6 +150,7 @@ def run(config: AnakinConfig) -> dict:
     if len(start) > 1:
         raise config_lib.ConfigError(f"--resume: the agents' newest checkpoints are at different updates "
                                      f"{sorted(start)}; remove the newer ones so that all agents restart together")
+    distributed.check_same_start(min(start))  # a job's processes, too (a stopped job's may be a round apart)
     reset_one, step_one = gymnax_pool.env_functions(config.env_id, config.env_kwargs)
     first_device = jax.process_index() * len(devices)  # this process's first device on the pmap axis
     shard = config.num_envs // (len(devices) * jax.process_count())
@@ -171,8 +183,10 @@ def run(config: AnakinConfig) -> dict:
     summaries = [m.finish(interrupted=interrupted is not None) for m in monitors[::-1]][::-1]
     if interrupted is not None:
         stop = monitors[0].saved(interrupted)
-        if len(configs) > 1:  # --resume continues every agent from the root directory
+        if len(configs) > 1:  # --resume continues every agent from the root directory (a job's: its --logdir)
             stop.run_dir = os.path.dirname(configs[0].logdir)
+            if config.process_id > 0:
+                stop.run_dir = os.path.dirname(stop.run_dir)
         raise stop
     return summaries[0] if len(summaries) == 1 else _gather(config, configs, summaries)
 
@@ -187,23 +201,32 @@ def _train(config: AnakinConfig, program, carry, monitors: list[Monitor], first_
     round_index = first_round
     while round_index < total:
         rounds = min(per_call, total - round_index)
-        with stage("update" if round_index > first_round else "compile"):  # the first call compiles
-            carry, (metrics, episodes) = program(carry, np.int32(rounds))
-            metrics, episodes, trains = jax.device_get((metrics, episodes, carry.train))
-        metrics = {name: value[:, :, :rounds] for name, value in metrics.items()}
-        episodes = jax.tree.map(lambda x, rounds=rounds: x[:, :, :rounds], episodes)
-        round_index += rounds
-        if evaluation is not None:
-            evaluation.offer(monitors[0].policy_params(jax.tree.map(lambda x: x[0], trains)))
-        stops = []
-        for k, monitor in enumerate(monitors):
-            state = jax.tree.map(lambda x, k=k: x[0, k], trains)  # device 0's replica of agent k
-            last = {name: value[0, k, -1] for name, value in metrics.items()}
-            behaviour = round_index - 1 - (1 if config.delayed_update and round_index > 1 else 0)
-            report = LearnerReport(state, last, behaviour_version=behaviour, learner_version=round_index - 1)
-            stops.append(monitor.on_report(report, _episodes(episodes, k, first_env)))
+        with stops_held():  # a stop keeps the rounds this call finishes (the job's processes then agree)
+            with stage("update" if round_index > first_round else "compile"):  # the first call compiles
+                carry, (metrics, episodes) = program(carry, np.int32(rounds))
+                metrics, episodes, trains = jax.device_get((metrics, episodes, carry.train))
+            round_index += rounds
+            stops = _report(config, monitors, evaluation, metrics, episodes, trains, rounds, round_index, first_env)
         if all(stops):
             return
+
+
+def _report(config: AnakinConfig, monitors: list[Monitor], evaluation: AgentsEvaluator | None, metrics, episodes,
+            trains, rounds: int, round_index: int, first_env: int) -> list[bool]:
+    """Hands a chunk's newest states, last metrics and episodes to each agent's Monitor (and every agent's
+    parameters to the evaluator); returns each Monitor's wish to stop."""
+    metrics = {name: value[:, :, :rounds] for name, value in metrics.items()}
+    episodes = jax.tree.map(lambda x: x[:, :, :rounds], episodes)
+    if evaluation is not None:
+        evaluation.offer(monitors[0].policy_params(jax.tree.map(lambda x: x[0], trains)))
+    stops = []
+    for k, monitor in enumerate(monitors):
+        state = jax.tree.map(lambda x, k=k: x[0, k], trains)  # device 0's replica of agent k
+        last = {name: value[0, k, -1] for name, value in metrics.items()}
+        behaviour = round_index - 1 - (1 if config.delayed_update and round_index > 1 else 0)
+        report = LearnerReport(state, last, behaviour_version=behaviour, learner_version=round_index - 1)
+        stops.append(monitor.on_report(report, _episodes(episodes, k, first_env)))
+    return stops
 
 
 def _episodes(episodes: program_lib.Episodes, agent: int, first_env: int = 0) -> list[tuple[int, float, int]]:

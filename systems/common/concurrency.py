@@ -1,9 +1,12 @@
-"""Small named helpers through which threads talk: a thread group that surfaces errors, and a versioned
-parameter store (seed 000, section 4.1: the actors always use the newest published policy, the learner the
-behaviour policy of the batch it learns from; STYLE.md: no loose globals between threads)."""
+"""Small named helpers through which threads talk: a thread group that surfaces errors, a versioned parameter store
+(seed 000, section 4.1: the actors always use the newest published policy, the learner the behaviour policy of the
+batch it learns from; STYLE.md: no loose globals between threads), and a block that holds a stop signal until its
+work is done (`stops_held`)."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -109,3 +112,38 @@ class ParameterStore:
                     raise StopRequested
                 self._cond.wait(poll)
             return self._versions[version]
+
+
+@contextlib.contextmanager
+def stops_held():
+    """Within the block, a Ctrl-C or SIGTERM is held: the stop the installed handler raises (the launcher's
+    KeyboardInterrupt or its `Terminated`) is raised when the block ends, not in its middle. Anakin wraps a program
+    call and the hand-over of its rounds in it, so a stop keeps the rounds the call finished (a process of a
+    multi-host job then saves the round the others reached). In the main thread only (signals are delivered there);
+    elsewhere a plain block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[BaseException] = []
+    originals = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+    def hold(signum, frame):
+        handler = originals[signum]
+        try:
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+        except KeyboardInterrupt as stop:
+            held.append(stop)
+
+    for signum in originals:
+        signal.signal(signum, hold)
+    try:
+        yield
+    finally:
+        for signum, handler in originals.items():
+            if signal.getsignal(signum) is hold:  # a handler that ran may have armed its successor: keep that one
+                signal.signal(signum, handler)
+    if held:
+        raise held[0]

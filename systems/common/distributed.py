@@ -15,6 +15,7 @@ import threading
 import time
 
 import jax
+import numpy as np
 
 from systems.common.config import ConfigError, first_line
 
@@ -99,6 +100,21 @@ def pmap_devices(devices: list) -> list | None:
     """`devices` for jax.pmap: the chosen local devices in a single process; None (every device of every process,
     so collectives span hosts) in a multi-process job, where an explicit local list keeps collectives local."""
     return None if jax.process_count() > 1 else devices
+
+
+def check_same_start(start_round: int) -> None:
+    """Multi-process: every process must start from the same round (their programs join the same collectives);
+    ConfigError otherwise, e.g. `--resume` of process directories whose newest checkpoints differ."""
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils
+
+    rounds = multihost_utils.process_allgather(np.int32(start_round))
+    if len(set(rounds.tolist())) > 1:
+        raise ConfigError(
+            f"the processes start from different rounds {rounds.tolist()} (their newest checkpoints differ): resume "
+            "every process directory from the same round"
+        )
 
 
 def per_process_config(config):

@@ -36,7 +36,6 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
-import numpy as np
 
 from agents import DEVICE_AXIS, TrainState
 from envs.executor import Executor
@@ -128,7 +127,7 @@ def run(config: HTSConfig) -> dict:
     learn = functools.partial(_learner_loop, handover, learner, wait_for_compile, reports, start_round, profile)
     workers = [*((f"actor-{i}", functools.partial(_actor_loop, executor, collector, policy, group.stopping, i,
                                                   profile)) for i in range(config.num_actors)), ("learner", learn)]
-    _check_same_start(start_round)
+    distributed.check_same_start(start_round)
     interrupted = _train(workers, group, executor, reports, monitor, ctx.total_rounds - start_round)
     summary = monitor.finish(interrupted=interrupted is not None)
     if interrupted is not None:
@@ -159,21 +158,6 @@ def hts_profile() -> Profile:
                     "learner": ("wait_for_data", "compile", "update", "publish"),
                     "main": ("wait_for_learner", "evaluation", "checkpoint")}, "actors", bounds,
                    saturated={"learner": ("update", _SATURATED_LEARNER)})
-
-
-def _check_same_start(start_round: int) -> None:
-    """Multi-process: every process must start from the same round (their learners join the same collectives);
-    ConfigError otherwise, e.g. `--resume` of process directories whose newest checkpoints differ."""
-    if jax.process_count() == 1:
-        return
-    from jax.experimental import multihost_utils
-
-    rounds = multihost_utils.process_allgather(np.int32(start_round))
-    if len(set(rounds.tolist())) > 1:
-        raise config_lib.ConfigError(
-            f"the processes start from different rounds {rounds.tolist()} (their newest checkpoints differ): resume "
-            "every process directory from the same round"
-        )
 
 
 class _Published(NamedTuple):
@@ -378,7 +362,7 @@ def _train(workers: list[tuple[str, Callable[[], None]]], group: ThreadGroup, ex
 def _log_finished_updates(reports: queue.Queue, monitor: Monitor) -> None:
     """Multi-process stop: logs the updates the learner finished but the monitor had not taken yet, so every process
     checkpoints the same newest update (an update's collective completes on all processes or on none) and the job
-    resumes from one round (`_check_same_start` refuses to resume otherwise)."""
+    resumes from one round (`distributed.check_same_start` refuses to resume otherwise)."""
     while True:
         try:
             report = reports.get_nowait()
