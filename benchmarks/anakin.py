@@ -54,7 +54,7 @@ TASKS = {
     "Breakout-MinAtar": dict(ppo=dict(_CLASSIC_PPO, num_envs=64, num_minibatches=8, learning_rate=5e-4),
                              steps=1_000_000, peer_agent=dict(activation="swish", hidden_layer_sizes=(64, 64)),
                              dir="benchmarks/results/anakin_minatar", out="benchmarks/results/anakin_minatar_cpu.md",
-                             rows=("anakin-8", "rejax-8", "anakin_constant_lr-8"),
+                             rows=("anakin-1", "anakin-8", "rejax-1", "rejax-8", "hts-1", "anakin_constant_lr-8"),
                              note="The networks differ: the peer's actor and critic 64x64 MLPs on the flattened "
                                   "planes take about 60k multiply-adds an observation, MinAtar's CNN (ours) about "
                                   "168k (convolution 37k, dense 131k): about the ratio of the training times."),
