@@ -114,8 +114,8 @@ def check_env(config: PALConfig, spec: EnvSpec) -> None:
         raise config_lib.ConfigError(f"--algo={config.algo} needs vector observations, {spec.env_id} has images")
     if len(spec.obs_shape) == 3 and spec.family != "atari":
         raise config_lib.ConfigError(f"launch.pal's image network is the Nature CNN for Atari frames; {spec.env_id} "
-                                     f"has {'x'.join(map(str, spec.obs_shape))} images (launch.hts or launch.sync "
-                                     "train them with MinAtar's CNN)")
+                                     f"has {'x'.join(map(str, spec.obs_shape))} images (launch.hts, launch.sync and "
+                                     "launch.anakin train other image shapes)")
 
 
 @dataclasses.dataclass(frozen=True)
