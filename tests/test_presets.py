@@ -83,6 +83,12 @@ def test_loop_plan_never_unrolls_an_mlp_or_too_many_conv_steps():
     assert unrolled_per_epoch <= MAX_UNROLLED_CONV_STEPS
 
 
+def test_loop_plan_keeps_minatars_loops_rolled_on_a_cpu_too():
+    """MinAtar's CNN runs im2col slices on a CPU, not XLA's convolution: rolled loops build faster and run as fast."""
+    assert ppo_loop_plan((10, 10, 4), 4, 8, backend="cpu") == dict(unroll_epochs=False, unroll_minibatches=False)
+    assert ppo_loop_plan((1, 40, 40), 4, 4, backend="cpu") == dict(unroll_epochs=True, unroll_minibatches=True)
+
+
 def test_loop_plan_keeps_loops_rolled_off_the_cpu():
     """Unrolling is XLA CPU's remedy; a GPU gets the rolled loops (results/gpu_first_run.md)."""
     for backend in ("gpu", "cuda", "tpu"):

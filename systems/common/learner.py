@@ -199,15 +199,27 @@ def ppo_loop_plan(obs_shape: tuple, num_epochs: int, num_minibatches: int, backe
     steps: 5.2 s per update against 44 s rolled; builds in 14 s); MLPs rolled (CleanRL MuJoCo's 10 x 32 steps
     build in 2 s and run as fast as unrolled ones). Convolutional updates with more than
     `MAX_UNROLLED_CONV_STEPS` optimizer steps would grow without bound unrolled: they keep the epochs rolled
-    (slower per step, bounded to build) and unroll at most that many minibatches. Unrolling is XLA CPU's remedy:
-    other backends (`backend`, default JAX's) keep every loop rolled (an H200 built the Atari update in 4.5 s rolled
-    against 35.6 s unrolled, and ran it in 11.6 against 12.6 ms: `benchmarks/results/gpu_first_run.md`).
+    (slower per step, bounded to build) and unroll at most that many minibatches. Unrolling is XLA CPU's remedy for
+    its own convolutions: other backends (`backend`, default JAX's) keep every loop rolled (an H200 built the Atari
+    update in 4.5 s rolled against 35.6 s unrolled, and ran it in 11.6 against 12.6 ms:
+    `benchmarks/results/gpu_first_run.md`), and so does MinAtar's CNN, whose CPU convolution is im2col slices (Anakin,
+    4 agents on 2 cores: compile 7.3 s rolled against 15.3 s, 12 rounds 22.0 against 23.7 s).
     """
-    if len(obs_shape) == 1 or (backend or jax.default_backend()) != "cpu":
+    if (backend or jax.default_backend()) != "cpu" or not _runs_xla_cpu_convolutions(obs_shape):
         return dict(unroll_epochs=False, unroll_minibatches=False)
     if num_epochs * num_minibatches <= MAX_UNROLLED_CONV_STEPS:
         return dict(unroll_epochs=True, unroll_minibatches=True)
     return dict(unroll_epochs=False, unroll_minibatches=num_minibatches <= MAX_UNROLLED_CONV_STEPS)
+
+
+def _runs_xla_cpu_convolutions(obs_shape: tuple) -> bool:
+    """The default network of `obs_shape` runs XLA's convolutions on a CPU (every CNN but MinAtar's)."""
+    if len(obs_shape) == 1:
+        return False
+    try:
+        return make_network(obs_shape, 1, False).torso != "minatar_cnn"
+    except ValueError:  # no network reads it: the run is refused before any update is built
+        return False
 
 
 def optimizer_steps_per_update(config: config_lib.TrainConfig) -> int:
