@@ -238,7 +238,10 @@ NOTES = {
         "and 27, beside other work, loads 3.6-7.5): the peer 204 and 207, uniform 161 and 120, PER 83 and 37. PER "
         "peaks early and does not hold it: its best evaluations are 248, 227 and 146 (at 40k, 80k and 40k steps), "
         "its last ones 157, -147 and 112, which is where its final metric is lowest; Schaul et al.'s smaller step "
-        "size for PER (1/4) is the first thing to try. Seeds 3-4: queued."
+        "size for PER (1/4) is the first thing to try. Seeds 3 and 4 (2026-11-27, at nice 19 beside other work, "
+        "loads 3.9-5.2): the peer 129 and 216, uniform 170 and 195, PER 109 and 85; PER reached 200 in neither "
+        "(best 165 and 181), uniform at 80k and 55k, the peer at 80k and 50k. Over five seeds uniform replay stands "
+        "with the peer and PER below both, at about a third of the peer's CPU time."
     ),
     "Pendulum-v1 sac": (
         "5 seeds per side. Seeds 0-2 ran alone on the 2 cores (loads 1.5-2.3); seed 3 of SB3's SAC and TD3 and of "
