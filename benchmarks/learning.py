@@ -107,6 +107,10 @@ SIDE_SPECS = {
     "sb3_dqn": Side("SB3 DQN, rl-zoo3 tuned (peer)", zoo_algo="dqn"),
     "pal_per": Side("PAL DQN, prioritized replay (ours)", "pal", ("--algo=dqn", "--replay=per")),
     "pal_uniform": Side("PAL DQN, uniform replay (ours)", "pal", ("--algo=dqn", "--replay=uniform")),
+    # Schaul et al.'s step size for prioritized replay, a quarter of uniform replay's: LunarLander-v2's 6.3e-4 / 4
+    # (an extra side, run with --sides: the candidate PER preset).
+    "pal_per_lr4": Side("PAL DQN, prioritized replay, learning rate 1.575e-4 (ours)", "pal",
+                        ("--algo=dqn", "--replay=per", "--learning_rate=1.575e-4")),
     "sb3_sac": Side("SB3 SAC, rl-zoo3 tuned (peer)", zoo_algo="sac"),
     "sb3_td3": Side("SB3 TD3, rl-zoo3 tuned (peer)", zoo_algo="td3"),
     "pal_sac": Side("PAL SAC (ours)", "pal", ("--algo=sac",)),
