@@ -338,7 +338,8 @@ TASKS = {
     # LunarLander preset's exploration schedule and target period were tuned for 100k steps; at 500k the peer's
     # DQN reached 227 at 75k steps and collapsed to -568).
     "CartPole-v1 dqn": Task("CartPole-v1", 100_000, FIVE_SEEDS, DQN_SIDES, family="dqn"),
-    "LunarLander-v2 dqn": Task("LunarLander-v2", 100_000, FIVE_SEEDS, DQN_SIDES, family="dqn"),
+    "LunarLander-v2 dqn": Task("LunarLander-v2", 100_000, FIVE_SEEDS, DQN_SIDES, extra_sides=("pal_per_lr4",),
+                               family="dqn"),
     # Continuous control: PAL's SAC / TD3 and Spreeze beside SB3's.
     "Pendulum-v1 sac": Task("Pendulum-v1", 20_000, FIVE_SEEDS, ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3",
                                                                   "spreeze"), family="sac"),
