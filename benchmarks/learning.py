@@ -245,10 +245,10 @@ NOTES = {
         "size for PER (1/4) is the first thing to try. Seeds 3 and 4 (2026-11-27, at nice 19 beside other work, "
         "loads 3.9-5.2): the peer 129 and 216, uniform 170 and 195, PER 109 and 85; PER reached 200 in neither "
         "(best 165 and 181), uniform at 80k and 55k, the peer at 80k and 50k. Over five seeds uniform replay stands "
-        "with the peer and PER below both, at about a third of the peer's CPU time. Tried by hand (not rows): PER "
-        "with Schaul et al.'s quarter step size (--learning_rate=1.575e-4), seeds 0 and 1 run side by side: final "
-        "186.2 and 230.4 (the preset's 6.3e-4: 118.8 and 82.6), 200 first reached at 45k and 40k steps; next: that "
-        "setting as a side over 5 seeds, then PAL's PER preset."
+        "with the peer and PER below both, at about a third of the peer's CPU time. The cause: the step size. PER "
+        "with Schaul et al.'s quarter step size (pal_per_lr4, --learning_rate=1.575e-4; 2026-11-27, loads 1.6-1.9) "
+        "ends at 164.3 [100.5, 211.2] over the same 5 seeds and reaches 200 in 5/5 (seeds 0-3 end at 161-221, seed "
+        "4 at 42 after a best of 229): level with uniform replay and the peer. Next: make it PAL's PER preset."
     ),
     "Pendulum-v1 sac": (
         "5 seeds per side. Seeds 0-2 ran alone on the 2 cores (loads 1.5-2.3); seed 3 of SB3's SAC and TD3 and of "
