@@ -107,7 +107,8 @@ SIDE_SPECS = {
     "sb3_dqn": Side("SB3 DQN, rl-zoo3 tuned (peer)", zoo_algo="dqn"),
     "pal_per": Side("PAL DQN, prioritized replay (ours)", "pal", ("--algo=dqn", "--replay=per")),
     "pal_uniform": Side("PAL DQN, uniform replay (ours)", "pal", ("--algo=dqn", "--replay=uniform")),
-    # Schaul et al.'s step size for prioritized replay, a quarter of uniform replay's: LunarLander-v2's 6.3e-4 / 4
+    # Schaul et al.'s step size for prioritized replay, a quarter of uniform replay's: the classic / box2d preset's
+    # 6.3e-4 / 4
     # (an extra side, run with --sides: the candidate PER preset).
     "pal_per_lr4": Side("PAL DQN, prioritized replay, learning rate 1.575e-4 (ours)", "pal",
                         ("--algo=dqn", "--replay=per", "--learning_rate=1.575e-4")),
@@ -337,7 +338,8 @@ TASKS = {
     # DQN: PAL (seed 003) with and without prioritized replay beside SB3's DQN, at rl-zoo3's budgets (its
     # LunarLander preset's exploration schedule and target period were tuned for 100k steps; at 500k the peer's
     # DQN reached 227 at 75k steps and collapsed to -568).
-    "CartPole-v1 dqn": Task("CartPole-v1", 100_000, FIVE_SEEDS, DQN_SIDES, family="dqn"),
+    "CartPole-v1 dqn": Task("CartPole-v1", 100_000, FIVE_SEEDS, DQN_SIDES, extra_sides=("pal_per_lr4",),
+                            family="dqn"),
     "LunarLander-v2 dqn": Task("LunarLander-v2", 100_000, FIVE_SEEDS, DQN_SIDES, extra_sides=("pal_per_lr4",),
                                family="dqn"),
     # Continuous control: PAL's SAC / TD3 and Spreeze beside SB3's.
