@@ -105,13 +105,13 @@ SIDE_SPECS = {
                              ("--optimizer=adam", "--learning_rate=0.001", f"--local_batch={b}"))
        for b in BA3C_BATCHES},
     "sb3_dqn": Side("SB3 DQN, rl-zoo3 tuned (peer)", zoo_algo="dqn"),
+    # PAL's preset for prioritized replay since 2026-11-27: Schaul et al.'s step size, a quarter of uniform replay's
+    # (classic / box2d: 6.3e-4 / 4 = 1.575e-4); its rows ran with that rate as a flag, before it became the preset.
     "pal_per": Side("PAL DQN, prioritized replay (ours)", "pal", ("--algo=dqn", "--replay=per")),
     "pal_uniform": Side("PAL DQN, uniform replay (ours)", "pal", ("--algo=dqn", "--replay=uniform")),
-    # Schaul et al.'s step size for prioritized replay, a quarter of uniform replay's: the classic / box2d preset's
-    # 6.3e-4 / 4
-    # (an extra side, run with --sides: the candidate PER preset).
-    "pal_per_lr4": Side("PAL DQN, prioritized replay, learning rate 1.575e-4 (ours)", "pal",
-                        ("--algo=dqn", "--replay=per", "--learning_rate=1.575e-4")),
+    # The PER preset before 2026-11-27: uniform replay's rate (an extra side, run with --sides).
+    "pal_per_lr1": Side("PAL DQN, prioritized replay at uniform replay's learning rate 6.3e-4 (ours)", "pal",
+                        ("--algo=dqn", "--replay=per", "--learning_rate=6.3e-4")),
     "sb3_sac": Side("SB3 SAC, rl-zoo3 tuned (peer)", zoo_algo="sac"),
     "sb3_td3": Side("SB3 TD3, rl-zoo3 tuned (peer)", zoo_algo="td3"),
     "pal_sac": Side("PAL SAC (ours)", "pal", ("--algo=sac",)),
@@ -224,14 +224,16 @@ NOTES = {
     ),
     "CartPole-v1 dqn": (
         "DQN does not stay solved on CartPole on either side: every side's greedy evaluations swing between about "
-        "20 and 500 to the end, and the share of second-half evaluations at or above 475 is 0.28 for the peer, 0.30 "
-        "for PAL with prioritized replay and 0.18 with uniform replay (means over seeds). Prioritized replay solved "
-        "5 of 5 seeds (median first at 30k steps) and ends highest (300 [256, 335]); uniform replay solved 3 of 5 "
-        "(60k) and ends lowest (212 [119, 292], seed 0 never above 220): here PER is at least as sample-efficient "
-        "as uniform replay, as seed 003 expects. PAL runs its family preset (rl-zoo3's LunarLander DQN: 1 update "
-        "per env step, batch 128, target copy every 250 updates); the peer runs rl-zoo3's CartPole-tuned one "
-        "(128 updates of batch 64 every 256 env steps, target copy every 10 env steps, learning rate 2.3e-3). "
-        "Loads of 1.8-4.6: the cores were shared with the test suite; CPU time is the fair cost."
+        "20 and 500 to the end. PAL runs its family preset (rl-zoo3's LunarLander DQN: 1 update per env step, batch "
+        "128, target copy every 250 updates); the peer runs rl-zoo3's CartPole-tuned one (128 updates of batch 64 "
+        "every 256 env steps, target copy every 10 env steps, learning rate 2.3e-3). At uniform replay's rate "
+        "(6.3e-4, the PER preset until 2026-11-27; loads 1.8-4.6 beside the test suite) prioritized replay solved 5 "
+        "of 5 seeds (median first at 30k steps) and ended at 300 [256, 335], uniform replay solved 3 of 5 (60k) and "
+        "ended lowest (212 [119, 292], seed 0 never above 220). At Schaul et al.'s quarter rate (1.575e-4, the PER "
+        "preset since; 2026-11-27 at nice 19 beside other work, loads 2.3-4.2) PER solves 5 of 5 (median first at "
+        "45k steps, later than at its old rate) and ends at 446 over the same 5 seeds (372, 494, 500, 427, 439), "
+        "above its old rate and the peer: PER is more sample-efficient than uniform replay here, as seed 003 "
+        "expects. CPU time is the fair cost."
     ),
     "LunarLander-v2 dqn": (
         "100k env steps, rl-zoo3's own budget for its LunarLander DQN preset, which PAL's box2d preset copies "
@@ -246,10 +248,11 @@ NOTES = {
         "size for PER (1/4) is the first thing to try. Seeds 3 and 4 (2026-11-27, at nice 19 beside other work, "
         "loads 3.9-5.2): the peer 129 and 216, uniform 170 and 195, PER 109 and 85; PER reached 200 in neither "
         "(best 165 and 181), uniform at 80k and 55k, the peer at 80k and 50k. Over five seeds uniform replay stands "
-        "with the peer and PER below both, at about a third of the peer's CPU time. The cause: the step size. PER "
-        "with Schaul et al.'s quarter step size (pal_per_lr4, --learning_rate=1.575e-4; 2026-11-27, loads 1.6-1.9) "
+        "with the peer and PER below both, at about a third of the peer's CPU time (these PER rows: pal_per_lr1, "
+        "uniform replay's rate 6.3e-4, the PER preset until 2026-11-27). The cause: the step size. PER with Schaul "
+        "et al.'s quarter step size (--learning_rate=1.575e-4; 2026-11-27, loads 1.6-1.9), PAL's PER preset since, "
         "ends at 164.3 [100.5, 211.2] over the same 5 seeds and reaches 200 in 5/5 (seeds 0-3 end at 161-221, seed "
-        "4 at 42 after a best of 229): level with uniform replay and the peer. Next: make it PAL's PER preset."
+        "4 at 42 after a best of 229): level with uniform replay and the peer."
     ),
     "Pendulum-v1 sac": (
         "5 seeds per side. Seeds 0-2 ran alone on the 2 cores (loads 1.5-2.3); seed 3 of SB3's SAC and TD3 and of "
@@ -338,9 +341,9 @@ TASKS = {
     # DQN: PAL (seed 003) with and without prioritized replay beside SB3's DQN, at rl-zoo3's budgets (its
     # LunarLander preset's exploration schedule and target period were tuned for 100k steps; at 500k the peer's
     # DQN reached 227 at 75k steps and collapsed to -568).
-    "CartPole-v1 dqn": Task("CartPole-v1", 100_000, FIVE_SEEDS, DQN_SIDES, extra_sides=("pal_per_lr4",),
+    "CartPole-v1 dqn": Task("CartPole-v1", 100_000, FIVE_SEEDS, DQN_SIDES, extra_sides=("pal_per_lr1",),
                             family="dqn"),
-    "LunarLander-v2 dqn": Task("LunarLander-v2", 100_000, FIVE_SEEDS, DQN_SIDES, extra_sides=("pal_per_lr4",),
+    "LunarLander-v2 dqn": Task("LunarLander-v2", 100_000, FIVE_SEEDS, DQN_SIDES, extra_sides=("pal_per_lr1",),
                                family="dqn"),
     # Continuous control: PAL's SAC / TD3 and Spreeze beside SB3's.
     "Pendulum-v1 sac": Task("Pendulum-v1", 20_000, FIVE_SEEDS, ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3",

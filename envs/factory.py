@@ -24,7 +24,7 @@ import numpy as np
 from envpool.registration import registry as _registry
 from gymnasium import spaces as gym_spaces
 
-from envs import gymnasium_pool, gymnax_pool
+from envs import brax_env, gymnasium_pool, jax_pool
 
 # EnvPool's module path for each task id -> our family name. Anything else is not supported.
 _FAMILY_BY_MODULE = {
@@ -34,7 +34,7 @@ _FAMILY_BY_MODULE = {
     "envpool.mujoco.gym": "mujoco",
     "envpool.box2d": "box2d",
 }
-FAMILIES = (*_FAMILY_BY_MODULE.values(), "gymnasium", "gymnax")
+FAMILIES = (*_FAMILY_BY_MODULE.values(), "gymnasium", "gymnax", "brax")
 
 # Atari preprocessing shared by training and evaluation pools (EnvPool's own implementation).
 _ATARI_COMMON = dict(
@@ -68,16 +68,16 @@ class EnvSpec:
     # every family except GFootball, whose episodes run one step longer than the configured
     # max_episode_steps (400 -> truncated at elapsed_step 401, like gfootball's game_duration).
     max_episode_steps: int
-    env_kwargs: str = ""  # gymnasium/<id> and gymnax/<id> only: the env's keyword arguments as JSON
+    env_kwargs: str = ""  # gymnasium/, gymnax/ and brax/ tasks only: the env's keyword arguments as JSON
 
 
 def family_of(env_id: str) -> str:
-    """Family of an EnvPool task id ("gymnasium" for `gymnasium/<id>`, "gymnax" for `gymnax/<id>`); ValueError for
-    unknown ids or unsupported families."""
+    """Family of an EnvPool task id ("gymnasium" for `gymnasium/<id>`, "gymnax" for `gymnax/<id>`, "brax" for
+    `brax/<name>`); ValueError for unknown ids or unsupported families."""
     if gymnasium_pool.is_gymnasium(env_id):
         return "gymnasium"
-    if gymnax_pool.is_gymnax(env_id):
-        return "gymnax"
+    if jax_pool.is_jax_env(env_id):
+        return "brax" if brax_env.is_brax(env_id) else "gymnax"
     entry = _registry.specs.get(env_id)
     if entry is None:
         raise ValueError(_unknown_env_message(env_id))
@@ -126,7 +126,7 @@ def resolve_env_id(game: str | None, env: str | None) -> str:
             f"e.g. CartPole-v1); got game={game!r}, env={env!r}"
         )
     if env:
-        if gymnasium_pool.is_gymnasium(env) or gymnax_pool.is_gymnax(env):
+        if gymnasium_pool.is_gymnasium(env) or jax_pool.is_jax_env(env):
             return env  # made, with its --env_kwargs, when the config is checked
         if env not in _registry.specs:
             raise ValueError(_unknown_env_message(env))
@@ -157,10 +157,10 @@ def make_spec(env_id: str, env_kwargs: str = "") -> EnvSpec:
     """
     if gymnasium_pool.is_gymnasium(env_id):
         return _gymnasium_spec(env_id, env_kwargs)
-    if gymnax_pool.is_gymnax(env_id):
-        return _gymnax_spec(env_id, env_kwargs)
+    if jax_pool.is_jax_env(env_id):
+        return _jax_env_spec(env_id, env_kwargs)
     if env_kwargs:
-        raise ValueError(f"--env_kwargs applies to --env=gymnasium/<id> and gymnax/<id> tasks, not to {env_id}")
+        raise ValueError(f"--env_kwargs applies to --env=gymnasium/, gymnax/ and brax/ tasks, not to {env_id}")
     family = family_of(env_id)
     spec = envpool.make_spec(env_id, num_envs=1, **_pool_kwargs(family, evaluation=False))
     obs_space = spec.observation_space
@@ -238,11 +238,11 @@ def make_pool(
         return gymnasium_pool.GymnasiumPool(
             spec.env_id, spec.env_kwargs, num_envs=total, batch_size=batch_size, seed=seed, obs_shape=spec.obs_shape,
             obs_dtype=spec.obs_dtype, num_workers=num_threads, render=render)
-    if spec.family == "gymnax":
+    if spec.family in ("gymnax", "brax"):
         if render:
-            raise ValueError(f"{spec.env_id}: gymnax envs render no frames here; videos draw the observation")
-        return gymnax_pool.GymnaxPool(spec.env_id, spec.env_kwargs, num_envs=total, batch_size=batch_size, seed=seed,
-                                      continuous=spec.continuous)
+            raise ValueError(f"{spec.env_id}: {spec.family} envs render no frames here; videos draw the observation")
+        return jax_pool.JaxEnvPool(spec.env_id, spec.env_kwargs, num_envs=total, batch_size=batch_size, seed=seed,
+                                   continuous=spec.continuous)
     return envpool.make(
         spec.env_id,
         env_type="gymnasium",
@@ -288,25 +288,30 @@ def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:
                    max_episode_steps=int(max_steps) if max_steps else _INT32_MAX, env_kwargs=env_kwargs)
 
 
+# The smallest side the Nature CNN's layers read (`agents.networks.PIXEL_MIN_SIDE`, the same value, tested): a
+# smaller image goes to MinAtar's CNN, channels last.
+PIXEL_MIN_SIDE = 36
+
+
 def _check_image(env_id: str, obs_space) -> None:
-    """A uint8 image; a small one (a side under 36) channels last, as MinAtar's CNN reads it."""
+    """A uint8 image; a small one (a side under PIXEL_MIN_SIDE) channels last, as MinAtar's CNN reads it."""
     shape = tuple(int(d) for d in obs_space.shape)
     if np.dtype(obs_space.dtype) != np.uint8:
         raise ValueError(f"{env_id}: image observations must be uint8 pixels, got {obs_space} (scale or cast them in "
                          "a gymnasium.ObservationWrapper)")
-    if max(shape) < 36 and shape[0] < min(shape[1], shape[2]):
+    if max(shape) < PIXEL_MIN_SIDE and shape[0] < min(shape[1], shape[2]):
         raise ValueError(f"{env_id}: the small image {shape} looks channels first; small images must be channels "
                          "last (HxWxC), as MinAtar's CNN reads them")
 
 
-def _gymnax_spec(env_id: str, env_kwargs: str) -> EnvSpec:
-    """The spaces of a `gymnax/<id>` task: a vector or `HxWxC` image `Box` observation (float32 to the networks) and a
-    `Discrete` or 1-D `Box` action; any other space is refused with one line naming it."""
-    obs_space, act_space, max_steps = gymnax_pool.spaces(env_id, env_kwargs)
+def _jax_env_spec(env_id: str, env_kwargs: str) -> EnvSpec:
+    """The spaces of a `gymnax/<id>` or `brax/<name>` task: a vector or `HxWxC` image `Box` observation (float32 to
+    the networks) and a `Discrete` or 1-D `Box` action; any other space is refused with one line naming it."""
+    obs_space, act_space, max_steps = jax_pool.spaces(env_id, env_kwargs)
     kind = type(act_space).__name__
     if type(obs_space).__name__ != "Box" or len(obs_space.shape) not in (1, 3):
         raise ValueError(f"{env_id}: unsupported observation space {type(obs_space).__name__} "
-                         f"{getattr(obs_space, 'shape', '')} (gymnax/ takes a vector or an HxWxC image Box)")
+                         f"{getattr(obs_space, 'shape', '')} (JAX envs take a vector or an HxWxC image Box)")
     if kind == "Discrete":
         action_dim, low, high, continuous = int(act_space.n), None, None, False
     elif kind == "Box" and len(act_space.shape) <= 1:
@@ -314,7 +319,7 @@ def _gymnax_spec(env_id: str, env_kwargs: str) -> EnvSpec:
         low = np.broadcast_to(np.asarray(act_space.low, np.float32), (action_dim,)).copy()
         high = np.broadcast_to(np.asarray(act_space.high, np.float32), (action_dim,)).copy()
     else:
-        raise ValueError(f"{env_id}: unsupported action space {kind} (gymnax/ takes Discrete or a 1-D Box)")
-    return EnvSpec(env_id=env_id, family="gymnax", obs_shape=tuple(int(d) for d in obs_space.shape),
+        raise ValueError(f"{env_id}: unsupported action space {kind} (JAX envs take Discrete or a 1-D Box)")
+    return EnvSpec(env_id=env_id, family=family_of(env_id), obs_shape=tuple(int(d) for d in obs_space.shape),
                    obs_dtype=np.dtype(np.float32), action_dim=action_dim, continuous=continuous, action_low=low,
                    action_high=high, max_episode_steps=max_steps, env_kwargs=env_kwargs)

@@ -1,5 +1,5 @@
 """EnvPool's synchronous `reset()` and `step()` in terms of its asynchronous `async_reset` / `send` / `recv`, for the
-pools of ours that keep its interface (`envs.gymnasium_pool`, `envs.gymnax_pool`)."""
+pools of ours that keep its interface (`envs.gymnasium_pool`, `envs.jax_pool`)."""
 
 from __future__ import annotations
 

@@ -76,9 +76,10 @@ def frame_source(spec: EnvSpec) -> FrameSource:
             return FrameSource(True, fps, f"real frames: the MuJoCo scene (480x480), EnvPool with MUJOCO_GL={backend}")
         return FrameSource(False, fps, f"no MuJoCo renderer ({problem}): frames drawn from the observation "
                                        '(pip install -e ".[video]" for real frames; MUJOCO_GL=egl, osmesa or glfw)')
-    if spec.family == "gymnax":
-        return FrameSource(False, fps, "gymnax draws its frames with matplotlib, not here: frames drawn from the "
-                                       "observation")
+    if spec.family in ("gymnax", "brax"):
+        renderer = "matplotlib" if spec.family == "gymnax" else "its own renderer"
+        return FrameSource(False, fps, f"{spec.family} draws its frames with {renderer}, not here: frames drawn from "
+                                       "the observation")
     return FrameSource(False, fps, f"EnvPool renders no {spec.family} frames: frames drawn from the observation")
 
 

@@ -26,6 +26,7 @@ PRESETS = {
                    buffer_size=1_000_000, learning_starts=5_000, tau=0.005, hidden_sizes=(256, 256), gamma=0.99,
                    eval_every=10_000),
 }
+PRESETS["brax"] = PRESETS["mujoco"]  # Brax's tasks are MuJoCo's, as JAX envs
 
 
 def make_config() -> system.SpreezeConfig:

@@ -40,6 +40,18 @@ def run_launcher(main, **values) -> None:
         flag_values.unparse_flags()
 
 
+def launcher_config(launcher_module, *argv):
+    """The config a launcher's command line (`argv`: its flags) gives, without running it."""
+    flag_values = launcher_module.FLAGS
+    name = launcher_module.__name__.rpartition(".")[2]
+    flag_values.unparse_flags()
+    try:
+        cli.launcher_parser(name, flag_values, launcher_module.__doc__)([launcher_module.__name__, *argv])
+        return launcher_module.make_config()
+    finally:
+        flag_values.unparse_flags()
+
+
 def read_summary(run_dir) -> dict:
     """The run's summary.json (FileNotFoundError when the run wrote none)."""
     with open(os.path.join(run_dir, "summary.json")) as f:

@@ -30,7 +30,6 @@ def tiny(logdir, **overrides) -> AnakinConfig:
 
 def test_a_task_that_is_not_a_jax_env_and_unsupported_flags_are_one_line():
     for overrides, message in ((dict(env_id="CartPole-v1"), "needs a JAX env \\(--env=gymnax/<id>"),
-                               (dict(normalize_obs=True), "--normalize_obs and --normalize_reward are not supported"),
                                (dict(num_seeds=0), "--num_seeds must be >= 1")):
         with pytest.raises(ConfigError, match=message):
             anakin.validate(tiny("unused", **overrides))
@@ -58,6 +57,26 @@ def test_a_round_is_the_synchronous_baselines_round(tmp_path):
     assert ours["train_episodes"] == theirs["train_episodes"]
     for name in ("advantage_mean", "value_loss", "entropy"):
         assert ours["last_metrics"][name] == theirs["last_metrics"][name], name
+    for name, value in theirs["last_metrics"].items():
+        np.testing.assert_allclose(ours["last_metrics"][name], value, rtol=1e-4, atol=1e-7, err_msg=name)
+
+
+@pytest.mark.slow
+def test_normalized_rounds_are_the_synchronous_baselines_rounds(tmp_path):
+    """--normalize_obs / --normalize_reward (`agents.normalization`, statistics in the parameters) on a continuous
+    task: two rounds are launch.sync's two rounds (equal episodes, the same statistics and update up to the last
+    bits)."""
+    from systems.sync import system as sync
+    from systems.sync.config import SyncConfig
+
+    config = tiny(tmp_path / "anakin", env_id="gymnax/Pendulum-v1", total_steps=2 * 64, normalize_obs=True,
+                  normalize_reward=True)
+    ours = anakin.run(config)
+    fields = {f.name for f in dataclasses.fields(SyncConfig)}
+    theirs = sync.run(SyncConfig(**{k: v for k, v in dataclasses.asdict(config).items() if k in fields
+                                    and k != "logdir"}, logdir=str(tmp_path / "sync")))
+    assert ours["train_episodes"] == theirs["train_episodes"]
+    assert ours["last_metrics"]["obs_norm_count"] == theirs["last_metrics"]["obs_norm_count"] == 2 * 64
     for name, value in theirs["last_metrics"].items():
         np.testing.assert_allclose(ours["last_metrics"][name], value, rtol=1e-4, atol=1e-7, err_msg=name)
 

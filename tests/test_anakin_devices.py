@@ -52,13 +52,18 @@ def test_two_processes_equal_one_process_over_the_same_devices(tmp_path):
     assert outputs[0]["episodes"] + outputs[1]["episodes"] == four["episodes"]
 
 
-def test_envs_that_do_not_split_over_the_devices_are_one_line(tmp_path):
+def test_envs_that_do_not_split_and_normalization_over_devices_are_one_line(tmp_path):
     out = run_python(
         "import sys\nfrom systems.anakin import system\nfrom systems.anakin.config import AnakinConfig\n"
         "from systems.common.config import ConfigError\n"
-        f"config = AnakinConfig(env_id='gymnax/CartPole-v1', num_envs=6, logdir={str(tmp_path)!r}, quiet=True)\n"
-        "try:\n    system.run(config)\nexcept ConfigError as error:\n    print(error)\n", num_devices=4)
-    assert out.strip().splitlines()[-1] == "--num_envs=6 does not split evenly over 4 devices"
+        f"for changes in (dict(num_envs=6), dict(num_envs=8, normalize_obs=True)):\n"
+        f"    config = AnakinConfig(env_id='gymnax/CartPole-v1', logdir={str(tmp_path)!r}, quiet=True, **changes)\n"
+        "    try:\n        system.run(config)\n    except ConfigError as error:\n        print(error)\n",
+        num_devices=4)
+    assert out.strip().splitlines()[-2:] == [
+        "--num_envs=6 does not split evenly over 4 devices",
+        "--normalize_obs and --normalize_reward need one device (each device would keep its own running statistics "
+        "of its envs): set --num_devices=1"]
 
 
 def test_a_multi_host_job_refuses_a_time_limit():

@@ -34,7 +34,7 @@ def test_a_space_no_launcher_takes_and_an_unknown_id_are_one_line():
     assert "\n" not in str(error.value)
     with pytest.raises(ConfigError, match="gymnasium.make failed"):
         hts.validate(tiny_hts("unused", env_id="gymnasium/NoSuchEnv-v9"))
-    with pytest.raises(ConfigError, match="--env_kwargs applies to --env=gymnasium/<id> and gymnax/<id> tasks, not "
+    with pytest.raises(ConfigError, match="--env_kwargs applies to --env=gymnasium/, gymnax/ and brax/ tasks, not "
                                           "to CartPole-v1"):
         hts.validate(tiny_hts("unused", env_kwargs='{"a": 1}'))
 
@@ -53,7 +53,7 @@ def test_env_kwargs_reach_gymnasium_make_and_bad_ones_are_one_line():
                             ('{"no_such_argument": 1}', "gymnasium.make failed")):
         with pytest.raises(ValueError, match=message):
             make_spec(WALK, kwargs)
-    with pytest.raises(ValueError, match="applies to --env=gymnasium/<id> and gymnax/<id> tasks, not to CartPole-v1"):
+    with pytest.raises(ValueError, match="applies to --env=gymnasium/, gymnax/ and brax/ tasks, not to CartPole-v1"):
         make_spec("CartPole-v1", '{"a": 1}')
 
 
@@ -148,6 +148,13 @@ def test_uint8_images_reach_a_cnn_channels_first_or_last(shape, torso):
     assert spec.obs_shape == shape and spec.obs_dtype == np.uint8
     assert networks.make_network(spec.obs_shape, spec.action_dim, spec.continuous).torso == torso
     hts.validate(tiny_hts("unused", env_id=LAMP, env_kwargs=f'{{"shape": {list(shape)}}}'))
+
+
+def test_the_env_check_and_the_networks_agree_on_the_smallest_pixel_cnn_side():
+    from agents import networks
+    from envs import factory
+
+    assert factory.PIXEL_MIN_SIDE == networks.PIXEL_MIN_SIDE
 
 
 @pytest.mark.parametrize("shape, message", [

@@ -1,4 +1,4 @@
-"""`--env=gymnax/<id>`: JAX envs behind EnvPool's interface (`envs.gymnax_pool`), with its semantics (reset steps,
+"""`--env=gymnax/<id>`: JAX envs behind EnvPool's interface (`envs.jax_pool`), with its semantics (reset steps,
 truncation kept apart from termination, env i seeded from seed + i), a trajectory that depends on the env's own
 actions only, bit-identical HTS runs across actor threads and batch sizes, MinAtar's images to MinAtar's CNN, and
 one line for a bad id or keyword."""

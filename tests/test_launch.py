@@ -19,7 +19,7 @@ from systems.common.config import TrainConfig, hyperparameter, hyperparameters
 from systems.common.learner import build
 from systems.registry import LAUNCHERS
 from tests.faults import wait_for_checkpoints
-from tests.helpers import assert_profile, read_summary, run_launcher
+from tests.helpers import assert_profile, launcher_config, read_summary, run_launcher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -256,18 +256,6 @@ def test_a_stray_positional_argument_is_refused_before_any_run(capsys, launcher_
                    "--help)"], err
 
 
-def _config_of(launcher_module, *argv):
-    """The config a launcher's command line gives, without running it."""
-    flag_values = launcher_module.FLAGS
-    name = launcher_module.__name__.rpartition(".")[2]
-    flag_values.unparse_flags()
-    try:
-        cli.launcher_parser(name, flag_values, launcher_module.__doc__)([launcher_module.__name__, *argv])
-        return launcher_module.make_config()
-    finally:
-        flag_values.unparse_flags()
-
-
 def test_a_task_with_a_tuned_preset_uses_it_and_config_says_which():
     """CartPole-v1's PPO takes rl-zoo3's tuned values; a flag still wins; `--preset=family` and tasks without one of
     their own take the family's (CleanRL's); GALA takes a task's A2C preset but keeps its own layout and no
@@ -276,22 +264,22 @@ def test_a_task_with_a_tuned_preset_uses_it_and_config_says_which():
     import launch.hts
     from systems.common.config import PRESETS, TASK_PRESETS
 
-    tuned = _config_of(launch.hts, "--env=CartPole-v1")
+    tuned = launcher_config(launch.hts, "--env=CartPole-v1")
     zoo = TASK_PRESETS[("CartPole-v1", "ppo")][1]
     assert (tuned.num_envs, tuned.sync_interval, tuned.num_epochs, tuned.gamma) == (
         zoo["num_envs"], zoo["sync_interval"], zoo["num_epochs"], zoo["gamma"])
     assert tuned.preset.startswith("task CartPole-v1 ppo (rl-zoo3")
-    assert _config_of(launch.hts, "--env=CartPole-v1", "--num_envs=4").num_envs == 4
-    family = _config_of(launch.hts, "--env=CartPole-v1", "--preset=family")
+    assert launcher_config(launch.hts, "--env=CartPole-v1", "--num_envs=4").num_envs == 4
+    family = launcher_config(launch.hts, "--env=CartPole-v1", "--preset=family")
     assert (family.num_envs, family.sync_interval) == (PRESETS[("classic", "ppo")]["num_envs"],
                                                        PRESETS[("classic", "ppo")]["sync_interval"])
     assert family.preset == "family classic ppo"
-    assert _config_of(launch.hts, "--env=MountainCar-v0").preset == "family classic ppo"
-    assert _config_of(launch.gala, "--env=MountainCar-v0").preset == "family classic a2c"
-    gala = _config_of(launch.gala, "--env=Acrobot-v1")  # rl-zoo3's A2C, less what several learners cannot keep
+    assert launcher_config(launch.hts, "--env=MountainCar-v0").preset == "family classic ppo"
+    assert launcher_config(launch.gala, "--env=MountainCar-v0").preset == "family classic a2c"
+    gala = launcher_config(launch.gala, "--env=Acrobot-v1")  # rl-zoo3's A2C, less what several learners cannot keep
     assert gala.preset.startswith("task Acrobot-v1 a2c") and gala.entropy_coef == 0.0
     assert not gala.normalize_obs and gala.envs_per_learner == 16
-    cheetah = _config_of(launch.hts, "--env=HalfCheetah-v4")
+    cheetah = launcher_config(launch.hts, "--env=HalfCheetah-v4")
     assert cheetah.hidden_sizes == (256, 256) and cheetah.activation == "relu" and cheetah.normalize_obs
 
 

@@ -16,7 +16,7 @@ from launch import pal as launch_pal
 from systems.common.concurrency import StopRequested
 from systems.pal import system
 from systems.pal.allocate import choose_allocation, format_profile
-from tests.helpers import assert_profile, read_config, read_summary, run_launcher, tiny_pal
+from tests.helpers import assert_profile, launcher_config, read_config, read_summary, run_launcher, tiny_pal
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -296,3 +296,14 @@ def test_on_policy_launcher_refuses_off_policy_algo():
 def test_dataclass_defaults_are_valid():
     config = dataclasses.replace(system.PALConfig(env_id="CartPole-v1"), num_envs=4)
     system.validate(config)
+
+
+def test_prioritized_replay_takes_a_quarter_of_the_presets_step_size():
+    """Schaul et al.'s step size for PER (a quarter of uniform replay's) is the DQN preset's; a flag is taken as
+    given, and the continuous algorithms keep their rate."""
+    rate = launch_pal.PRESETS["box2d"]["discrete"]["learning_rate"]
+    assert launcher_config(launch_pal, "--env=LunarLander-v2").learning_rate == pytest.approx(rate / 4)
+    assert launcher_config(launch_pal, "--env=LunarLander-v2", "--replay=uniform").learning_rate == rate
+    assert launcher_config(launch_pal, "--env=LunarLander-v2", "--learning_rate=0.001").learning_rate == 1e-3
+    sac = launcher_config(launch_pal, "--env=Pendulum-v1", "--algo=sac")
+    assert sac.replay == "per" and sac.learning_rate == launch_pal.PRESETS["classic"]["continuous"]["learning_rate"]

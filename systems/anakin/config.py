@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from envs import jax_pool
 from systems.common import config as config_lib
 from systems.common.config import setting
 
@@ -47,10 +48,10 @@ MAY_CHANGE_ON_RESUME = frozenset({"coordinator_address"})
 def validate(config: AnakinConfig) -> None:
     """The on-policy checks (`config.validate`) and Anakin's own; ConfigError with one clear line for the first."""
     config_lib.validate(config)
-    if not config.env_id.startswith("gymnax/"):
+    if not jax_pool.is_jax_env(config.env_id):
         raise config_lib.ConfigError(
             f"launch.anakin steps its envs inside the jitted program: it needs a JAX env (--env=gymnax/<id>, e.g. "
-            f"gymnax/CartPole-v1), not {config.env_id}")
+            f"gymnax/CartPole-v1, or brax/<name>), not {config.env_id}")
     for name in ("num_seeds", "chunk_rounds", "num_devices"):
         minimum = 1 if name == "num_seeds" else 0
         if getattr(config, name) < minimum:
@@ -63,8 +64,6 @@ def validate(config: AnakinConfig) -> None:
         raise config_lib.ConfigError(
             "--time_limit and --stop_at_target would stop the processes of a multi-host job at different rounds "
             "(their programs must run the same rounds): set --total_steps instead")
-    if config.normalize_obs or config.normalize_reward:
-        raise config_lib.ConfigError("--normalize_obs and --normalize_reward are not supported by launch.anakin yet")
     if config.step_time != "none":
         raise config_lib.ConfigError("--step_time simulates slow EnvPool envs; launch.anakin's envs are JAX programs")
 

@@ -3,9 +3,9 @@ round, scanned over `chunk_rounds` rounds, vmapped over independent agents (seed
 
 A round is the synchronous baseline's (`systems.sync`): `sync_interval` steps of every env acting with the current
 parameters, then one PPO / A2C update (`agents`) on that `Rollout`; only the host round trip between them is gone.
-The envs are gymnax's with EnvPool's semantics (`envs.gymnax_pool.env_functions`: reset steps, termination and
-truncation apart), so the rollout has the layout the other systems build, `valid` marking reset steps. Randomness is
-the other systems' too: env e starts from PRNGKey(seed + e) and its action at global step s draws from
+The envs are JAX envs (gymnax's, Brax's) with EnvPool's semantics (`envs.jax_pool.env_functions`: reset steps,
+termination and truncation apart), so the rollout has the layout the other systems build, `valid` marking reset steps.
+Randomness is the other systems' too: env e starts from PRNGKey(seed + e) and its action at global step s draws from
 fold_in(fold_in(action_key, e), s), so an agent's data do not depend on the chunk length or on how the envs are split
 over devices. Episodes are counted as `envs.episodes.EpisodeTracker` counts them: real steps only.
 

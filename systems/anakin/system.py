@@ -30,7 +30,7 @@ import numpy as np
 import optax
 
 from agents.optim import make_optimizer
-from envs import gymnax_pool
+from envs import jax_pool
 from envs.factory import make_spec
 from systems.anakin import program as program_lib
 from systems.anakin.config import (
@@ -141,6 +141,10 @@ def run(config: AnakinConfig) -> dict:
                            config.startup_timeout)
     validate(config)
     devices = _devices(config)
+    if (config.normalize_obs or config.normalize_reward) and len(devices) * jax.process_count() > 1:
+        raise config_lib.ConfigError(
+            "--normalize_obs and --normalize_reward need one device (each device would keep its own running statistics "
+            "of its envs): set --num_devices=1")
     config = distributed.per_process_config(config)  # process 0 owns the run directory and the evaluations
     spec = make_spec(config.env_id, config.env_kwargs)
     configs = _agent_configs(config)
@@ -151,7 +155,7 @@ def run(config: AnakinConfig) -> dict:
         raise config_lib.ConfigError(f"--resume: the agents' newest checkpoints are at different updates "
                                      f"{sorted(start)}; remove the newer ones so that all agents restart together")
     distributed.check_same_start(min(start))  # a job's processes, too (a stopped job's may be a round apart)
-    reset_one, step_one = gymnax_pool.env_functions(config.env_id, config.env_kwargs)
+    reset_one, step_one = jax_pool.env_functions(config.env_id, config.env_kwargs)
     first_device = jax.process_index() * len(devices)  # this process's first device on the pmap axis
     shard = config.num_envs // (len(devices) * jax.process_count())
     swept_coef = bool(entropy_coefs(config))

@@ -198,13 +198,13 @@ MAX_EVAL_EPISODES = 10_000  # an evaluation steps one env per episode, all of th
 
 
 def _check_env(env_id: str, env_kwargs: str) -> None:
-    """A `gymnasium/<id>` or `gymnax/<id>` task is made once here, with its `--env_kwargs`, so a bad keyword or space
-    is one line before the run starts; `--env_kwargs` of an EnvPool task is refused."""
-    from envs import factory, gymnasium_pool, gymnax_pool
+    """A `gymnasium/`, `gymnax/` or `brax/` task is made once here, with its `--env_kwargs`, so a bad keyword or
+    space is one line before the run starts; `--env_kwargs` of an EnvPool task is refused."""
+    from envs import factory, gymnasium_pool, jax_pool
 
-    if not (gymnasium_pool.is_gymnasium(env_id) or gymnax_pool.is_gymnax(env_id)):
+    if not (gymnasium_pool.is_gymnasium(env_id) or jax_pool.is_jax_env(env_id)):
         if env_kwargs:
-            raise ConfigError(f"--env_kwargs applies to --env=gymnasium/<id> and gymnax/<id> tasks, not to {env_id}")
+            raise ConfigError(f"--env_kwargs applies to --env=gymnasium/, gymnax/ and brax/ tasks, not to {env_id}")
         return
     try:
         spec = factory.make_spec(env_id, env_kwargs)
@@ -343,6 +343,14 @@ PRESETS[("minatar", "ppo")] = dict(
     gae_lambda=0.95, clip_eps=0.2, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5, num_epochs=4,
     num_minibatches=8, total_steps=10_000_000,
 )
+# Brax's tasks (JAX envs): purejaxrl's ppo_continuous_action.py for Brax (2048 envs x 10 steps, NormalizeVecObservation
+# and NormalizeVecReward, clipped value loss), a GPU's scale: on a CPU pass a smaller --num_envs. A2C: MuJoCo's.
+PRESETS[("brax", "ppo")] = dict(
+    num_envs=2048, sync_interval=10, learning_rate=3e-4, anneal_lr=False, optimizer="adam", opt_eps=1e-5, gamma=0.99,
+    gae_lambda=0.95, clip_eps=0.2, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5, num_epochs=4,
+    num_minibatches=32, total_steps=50_000_000, clip_value_loss=True, normalize_obs=True, normalize_reward=True,
+)
+PRESETS[("brax", "a2c")] = PRESETS[("mujoco", "a2c")]
 PRESETS[("box2d", "ppo")] = PRESETS[("classic", "ppo")]
 PRESETS[("box2d", "a2c")] = PRESETS[("classic", "a2c")]
 

@@ -283,7 +283,7 @@ ATARI_SCALE = 3  # 84 x 84 -> 252 x 252
 SMM_SCALE = 4  # 72 x 96 -> 288 x 384
 CAPTION = 16  # pixel rows of the text line under an image frame
 # GIF frame time per env step (real time where there is one): Atari 4 frames at 60 Hz, GFootball 10 steps/s.
-FAMILY_FRAME_MS = {"atari": 67, "gfootball": 100, "gymnax": 100}
+FAMILY_FRAME_MS = {"atari": 67, "gfootball": 100, "gymnax": 100, "brax": 50}
 # Super-mini-map planes (gfootball observation_preprocessing: 0 left team, 1 right team, 2 ball, 3 active player),
 # drawn in this order so the active player and the ball stay visible over the teams.
 PITCH = (40, 110, 50)

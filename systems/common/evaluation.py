@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from agents import distributions
-from envs import gymnax_pool
+from envs import jax_pool
 from envs.episodes import EpisodeTracker
 from envs.factory import EnvSpec, make_pool
 from systems.common import video
@@ -44,14 +44,14 @@ def policy_act_fn(apply_fn: Callable, *, deterministic: bool) -> Callable:
 
 @functools.cache
 def _jitted_episodes(env_id: str, env_kwargs: str, act: Callable, low: tuple | None, high: tuple | None):
-    """`run(params, env_keys, act_key) -> (env_keys, act_key, returns)`: the pooled protocol of `Evaluator.run` on
-    gymnax envs as one jitted loop (no host round trip a step: on a GPU those made Anakin's evaluation 87% of its
-    time). Same env functions, env and action keys and episode rule as the pool: each env's first episode, which
+    """`run(params, env_keys, act_key) -> (env_keys, act_key, returns)`: the pooled protocol of `Evaluator.run` on JAX
+    envs (gymnax, Brax) as one jitted loop (no host round trip a step: on a GPU those made Anakin's evaluation 87% of
+    its time). Same env functions, env and action keys and episode rule as the pool: each env's first episode, which
     ends at termination, truncation or a non-finite reward (return NaN). Returns sum in float32, which is exact for
     integer rewards (float64 in the pooled loop). One program per task and action function, shared by evaluators."""
     import jax.numpy as jnp
 
-    reset_one, step_one = gymnax_pool.env_functions(env_id, env_kwargs)
+    reset_one, step_one = jax_pool.env_functions(env_id, env_kwargs)
 
     def run(params, env_keys, act_key):
         env_keys, obs, states = jax.vmap(reset_one)(env_keys)
@@ -78,8 +78,8 @@ def _jitted_episodes(env_id: str, env_kwargs: str, act: Callable, low: tuple | N
     return jax.jit(run)
 
 
-def _gymnax_evaluation(spec: EnvSpec, act: Callable):
-    """`_jitted_episodes` of a gymnax task's spec (its action bounds when continuous)."""
+def _jax_env_evaluation(spec: EnvSpec, act: Callable):
+    """`_jitted_episodes` of a JAX env task's spec (its action bounds when continuous)."""
     low, high = ((tuple(map(float, spec.action_low)), tuple(map(float, spec.action_high))) if spec.continuous
                  else (None, None))
     return _jitted_episodes(spec.env_id, spec.env_kwargs, act, low, high)
@@ -110,9 +110,9 @@ class Evaluator:
         self._deterministic = deterministic
         self._act = act_fn if act_fn is not None else policy_act_fn(apply_fn, deterministic=deterministic)
         self._jitted = None
-        if jitted and gymnax_pool.is_gymnax(spec.env_id):
-            self._jitted = _gymnax_evaluation(spec, self._act)
-            self._env_keys = gymnax_pool.env_keys(seed, episodes)  # the pool's
+        if jitted and jax_pool.is_jax_env(spec.env_id):
+            self._jitted = _jax_env_evaluation(spec, self._act)
+            self._env_keys = jax_pool.env_keys(seed, episodes)  # the pool's
         else:
             self._pool = make_pool(spec, num_envs=episodes, batch_size=episodes, seed=seed, evaluation=True)
 
@@ -155,10 +155,10 @@ class AgentsEvaluator:
     over the agents' newest parameters ([agents, ...] leaves); `agent(k)` is agent k's evaluator for its Monitor."""
 
     def __init__(self, spec: EnvSpec, act_fn: Callable, *, episodes: int, seeds: list[int]):
-        if not gymnax_pool.is_gymnax(spec.env_id):
-            raise ValueError(f"AgentsEvaluator needs a gymnax task, not {spec.env_id}")
-        self._run = jax.jit(jax.vmap(_gymnax_evaluation(spec, act_fn)))
-        self._env_keys = jax.vmap(lambda seed: gymnax_pool.env_keys(seed, episodes))(np.asarray(seeds, np.uint32))
+        if not jax_pool.is_jax_env(spec.env_id):
+            raise ValueError(f"AgentsEvaluator needs a JAX env task (gymnax/, brax/), not {spec.env_id}")
+        self._run = jax.jit(jax.vmap(_jax_env_evaluation(spec, act_fn)))
+        self._env_keys = jax.vmap(lambda seed: jax_pool.env_keys(seed, episodes))(np.asarray(seeds, np.uint32))
         self._act_keys = jax.vmap(jax.random.PRNGKey)(np.asarray(seeds, np.uint32))
         self._agents = [_OneOfAgents(self, k, spec, act_fn, episodes, seed) for k, seed in enumerate(seeds)]
         self._stacked = self._returns = None

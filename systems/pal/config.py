@@ -13,7 +13,7 @@ from systems.offpolicy.config import ALGOS, CONTINUOUS_ALGOS, DISCRETE_ALGOS, Of
 
 REPLAYS = ("per", "uniform")
 ALLOCATIONS = ("manual", "auto")
-SUPPORTED_FAMILIES = ("classic", "box2d", "mujoco", "atari", "gymnasium", "gymnax")
+SUPPORTED_FAMILIES = ("classic", "box2d", "mujoco", "atari", "gymnasium", "gymnax", "brax")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,16 +1,14 @@
-"""Any gymnax env behind EnvPool's interface (`--env=gymnax/<id>`): the envs are JAX functions, so a step of any set
-of them is one jitted, vmapped call on JAX's default device, with no worker process and no copy but the results'.
-
-`<id>` is a name `gymnax.make` knows ("CartPole-v1", "Breakout-MinAtar", ...). `--env_kwargs` (JSON) sets fields of
-the env's `EnvParams` (e.g. `{"max_steps_in_episode": 200}`) and passes any other key to the env's constructor. The
-pool keeps EnvPool 1.2.5's semantics (`envs.episodes`), as `envs.gymnasium_pool` does:
+"""JAX envs behind EnvPool's interface: gymnax's (`--env=gymnax/<id>`, `envs.gymnax_env`) and Brax's
+(`--env=brax/<name>`, `envs.brax_env`). The envs are JAX functions, so a step of any set of them is one jitted,
+vmapped call on JAX's default device, with no worker process and no copy but the results'; `launch.anakin` compiles
+the same functions (`env_functions`) into its rounds. The pool keeps EnvPool 1.2.5's semantics (`envs.episodes`),
+as `envs.gymnasium_pool` does:
 
 * env i's generator starts from `PRNGKey(seed + i)`; each of its resets and steps splits that env's own key, so its
   trajectory depends on its actions only, not on which other envs step beside it or when (HTS's bit-identity);
 * an env that terminated or truncated resets on its next step: the action is ignored, the reward is 0 and
   `info["elapsed_step"]` is 0 (a *reset step*); every real step adds one to it;
-* termination is the env's own (`step_env`); truncation is ours, at the env's `max_steps_in_episode`, so the two stay
-  apart (gymnax's `step` would auto-reset and merge them);
+* termination is the env's own; truncation is ours, at the task's episode length, so the two stay apart;
 * `recv()` returns the next `batch_size` finished steps in the order they were sent; `step` and `reset` return the
   envs in id order.
 
@@ -20,55 +18,29 @@ A `send` runs the step at once (under a lock: actor threads may send together) a
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import threading
 
 import numpy as np
 
-from envs.gymnasium_pool import parse_kwargs
+from envs import brax_env, gymnax_env
 from envs.pool_api import SyncMethods
 
-PREFIX = "gymnax/"
+
+def is_jax_env(env_id: str) -> bool:
+    """A task whose envs are JAX functions: `gymnax/<id>` or `brax/<name>`."""
+    return gymnax_env.is_gymnax(env_id) or brax_env.is_brax(env_id)
 
 
-def is_gymnax(env_id: str) -> bool:
-    return env_id.startswith(PREFIX)
-
-
-def gymnax_id(env_id: str) -> str:
-    """"gymnax/Breakout-MinAtar" -> "Breakout-MinAtar"."""
-    return env_id[len(PREFIX):]
-
-
-def make_env(env_id: str, env_kwargs: str = ""):
-    """(env, params) of a `gymnax/<id>` task: `--env_kwargs` keys naming `EnvParams` fields set them, the others go
-    to the env's constructor. ValueError with one line for an unknown id, a missing gymnax or a bad keyword."""
-    try:
-        import gymnax
-    except ImportError:
-        raise ValueError(f"{env_id} needs gymnax: pip install -e \".[gymnax]\"") from None
-    kwargs = parse_kwargs(env_kwargs)
-    name = gymnax_id(env_id)
-    if name not in gymnax.registered_envs:
-        raise ValueError(f"unknown gymnax environment '{name}'; gymnax knows {', '.join(gymnax.registered_envs)}")
-    try:
-        probe, params = gymnax.make(name)
-        fields = {field.name for field in dataclasses.fields(params)}
-        constructor = {key: value for key, value in kwargs.items() if key not in fields}
-        env, params = gymnax.make(name, **constructor) if constructor else (probe, params)
-        return env, params.replace(**{key: value for key, value in kwargs.items() if key in fields})
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{env_id}: gymnax.make failed: {str(error).strip().splitlines()[0]}") from None
+def _module(env_id: str):
+    return brax_env if brax_env.is_brax(env_id) else gymnax_env
 
 
 def spaces(env_id: str, env_kwargs: str = ""):
-    """(observation space, action space, max_episode_steps) as gymnax describes them."""
-    env, params = make_env(env_id, env_kwargs)
-    return env.observation_space(params), env.action_space(params), int(params.max_steps_in_episode)
+    """(observation space, action space, max_episode_steps) of a JAX env task."""
+    return _module(env_id).spaces(env_id, env_kwargs)
 
 
-@functools.cache
 def env_functions(env_id: str, env_kwargs: str = ""):
     """`(reset_one, step_one)`: one env's pure reset and step with EnvPool's semantics (module docstring), for
     `jax.vmap` by the pool here and by the Anakin system's jitted rounds.
@@ -76,32 +48,7 @@ def env_functions(env_id: str, env_kwargs: str = ""):
     `reset_one(key) -> (key, obs, state)`; `step_one(key, state, done, elapsed, action) -> (key, state, done,
     elapsed, (obs, reward, terminated, truncated, elapsed))`, where `done` on the way in makes the step a reset
     step. Observations are float32."""
-    import jax
-    import jax.numpy as jnp
-
-    env, params = make_env(env_id, env_kwargs)
-    limit = int(params.max_steps_in_episode)
-    params = params.replace(max_steps_in_episode=np.iinfo(np.int32).max)  # truncation is ours (module doc)
-
-    def reset_one(key):
-        key, reset_key = jax.random.split(key)
-        obs, state = env.reset_env(reset_key, params)
-        return key, obs.astype(jnp.float32), state
-
-    def step_one(key, state, done, elapsed, action):
-        key, reset_key, step_key = jax.random.split(key, 3)
-        reset_obs, reset_state = env.reset_env(reset_key, params)
-        obs, next_state, reward, terminated, _ = env.step_env(step_key, state, action, params)
-        pick = functools.partial(jax.tree.map, lambda a, b: jnp.where(done, a, b))
-        state = pick(reset_state, next_state)
-        obs = jnp.where(done, reset_obs.astype(jnp.float32), obs.astype(jnp.float32))
-        elapsed = jnp.where(done, 0, elapsed + 1)
-        terminated = ~done & terminated.astype(bool)
-        truncated = ~done & ~terminated & (elapsed >= limit)
-        reward = jnp.where(done, 0.0, reward.astype(jnp.float32))
-        return key, state, terminated | truncated, elapsed, (obs, reward, terminated, truncated, elapsed)
-
-    return reset_one, step_one
+    return _module(env_id).env_functions(env_id, env_kwargs)
 
 
 def env_keys(seed, total: int):
@@ -146,9 +93,10 @@ def _programs(env_id: str, env_kwargs: str):
     return reset, step, initial
 
 
-class GymnaxPool(SyncMethods):
-    """`num_envs` gymnax envs with EnvPool's `async_reset` / `send` / `recv` / `reset` / `step` / `close` (module
-    docstring). `render()` is not offered: gymnax draws with matplotlib, so videos draw the observation."""
+class JaxEnvPool(SyncMethods):
+    """`num_envs` JAX envs with EnvPool's `async_reset` / `send` / `recv` / `reset` / `step` / `close` (module
+    docstring). `render()` is not offered (gymnax draws with matplotlib, Brax with its own renderer), so videos draw the
+    observation."""
 
     def __init__(self, env_id: str, env_kwargs: str = "", *, num_envs: int, batch_size: int, seed: int,
                  continuous: bool):

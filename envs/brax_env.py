@@ -1,0 +1,114 @@
+"""Brax's environments as JAX envs (`--env=brax/<name>`, e.g. `brax/inverted_pendulum`, `brax/hopper`): one env's
+pure reset and step with EnvPool's semantics, the same contract as `envs.jax_pool.env_functions`, so the pool
+there steps them under every launcher and `launch.anakin` compiles them into its rounds.
+
+`<name>` is one of `brax.envs`' registered environments. `--env_kwargs` (JSON) goes to `brax.envs.get_environment`
+(e.g. `{"backend": "spring"}`; each env's own default backend otherwise), except `episode_length` (default 1000,
+Brax's training wrappers' default), which is ours: Brax's own envs never truncate, so the pool truncates at it
+and keeps termination (the env's `done`, e.g. Hopper falling) apart from truncation. Observations are float32
+vectors; actions are Brax's, in [-1, 1]. Brax's steps are deterministic: an env's key only seeds its resets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import warnings
+
+import numpy as np
+
+from envs.gymnasium_pool import parse_kwargs
+
+PREFIX = "brax/"
+EPISODE_LENGTH = 1000  # brax.envs.training.EpisodeWrapper's default, as Brax's PPO trains
+
+
+def is_brax(env_id: str) -> bool:
+    return env_id.startswith(PREFIX)
+
+
+def brax_name(env_id: str) -> str:
+    """"brax/hopper" -> "hopper"."""
+    return env_id[len(PREFIX):]
+
+
+@contextlib.contextmanager
+def _quietly():
+    """Brax's import and env creation without its dependencies' noise: Brax warns that its pipelines are no longer
+    maintained, mujoco.mjx prints that its optional GPU backend (warp) failed to import, and MuJoCo's model compiler
+    writes deprecation warnings (halfcheetah's) to MUJOCO_LOG.TXT in the working directory, a file a run must not
+    leave behind: its warnings go to Python's `warnings` instead while the models are built."""
+    import mujoco
+
+    previous = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(lambda message: warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=2))
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        mujoco.set_mju_user_warning(previous)
+
+
+def make_env(env_id: str, env_kwargs: str = ""):
+    """(env, episode_length) of a `brax/<name>` task; ValueError with one line for a missing Brax, an unknown name
+    or a bad keyword."""
+    try:
+        with _quietly():
+            from brax import envs
+    except ImportError:
+        raise ValueError(f"{env_id} needs Brax: pip install -e \".[brax]\"") from None
+    kwargs = parse_kwargs(env_kwargs)
+    episode_length = kwargs.pop("episode_length", EPISODE_LENGTH)
+    if not isinstance(episode_length, int) or isinstance(episode_length, bool) or episode_length <= 0:
+        raise ValueError(f"{env_id}: episode_length must be a positive integer, got {episode_length!r}")
+    name = brax_name(env_id)
+    known = sorted(envs._envs)  # brax.envs keeps its registry here (get_environment raises a bare KeyError)
+    if name not in known:
+        raise ValueError(f"unknown Brax environment '{name}'; Brax knows {', '.join(known)}")
+    try:
+        with _quietly():
+            return envs.get_environment(name, **kwargs), episode_length
+    except (TypeError, ValueError, KeyError) as error:
+        raise ValueError(f"{env_id}: brax.envs.get_environment failed: {str(error).strip().splitlines()[0]}") from None
+
+
+def spaces(env_id: str, env_kwargs: str = ""):
+    """(observation space, action space, max_episode_steps) as gymnasium Boxes: float32 vectors, actions in [-1, 1]."""
+    from gymnasium import spaces as gym_spaces
+
+    env, episode_length = make_env(env_id, env_kwargs)
+    obs = gym_spaces.Box(-np.inf, np.inf, (int(env.observation_size),), np.float32)
+    action = gym_spaces.Box(-1.0, 1.0, (int(env.action_size),), np.float32)
+    return obs, action, episode_length
+
+
+@functools.cache
+def env_functions(env_id: str, env_kwargs: str = ""):
+    """`(reset_one, step_one)` with `envs.jax_pool.env_functions`' contract: `reset_one(key) -> (key, obs,
+    state)`; `step_one(key, state, done, elapsed, action) -> (key, state, done, elapsed, (obs, reward, terminated,
+    truncated, elapsed))`, where `done` on the way in makes the step a reset step (action ignored, reward 0)."""
+    import jax
+    import jax.numpy as jnp
+
+    env, limit = make_env(env_id, env_kwargs)
+
+    def reset_one(key):
+        key, reset_key = jax.random.split(key)
+        state = env.reset(reset_key)
+        return key, state.obs.astype(jnp.float32), state
+
+    def step_one(key, state, done, elapsed, action):
+        key, reset_key = jax.random.split(key)
+        reset_state = env.reset(reset_key)
+        next_state = env.step(state, jnp.clip(action, -1.0, 1.0))
+        state = jax.tree.map(lambda a, b: jnp.where(done, a, b), reset_state, next_state)
+        elapsed = jnp.where(done, 0, elapsed + 1)
+        terminated = ~done & (jnp.asarray(next_state.done) > 0)  # some envs return Python numbers
+        truncated = ~done & ~terminated & (elapsed >= limit)
+        reward = jnp.where(done, 0.0, jnp.asarray(next_state.reward, jnp.float32))
+        return key, state, terminated | truncated, elapsed, (state.obs.astype(jnp.float32), reward, terminated,
+                                                            truncated, elapsed)
+
+    return reset_one, step_one
