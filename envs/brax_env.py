@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
 import warnings
 
 import numpy as np
@@ -39,6 +40,10 @@ def _quietly():
     maintained, mujoco.mjx prints that its optional GPU backend (warp) failed to import, and MuJoCo's model compiler
     writes deprecation warnings (halfcheetah's) to MUJOCO_LOG.TXT in the working directory, a file a run must not
     leave behind: its warnings go to Python's `warnings` instead while the models are built."""
+    # mujoco picks its OpenGL backend when first imported, here (Brax imports it): the headless EGL that
+    # `envs.rendering` sets for videos of MuJoCo tasks, or GLFW, without a display, would end the process at the
+    # first frame.
+    os.environ.setdefault("MUJOCO_GL", "egl")
     import mujoco
 
     previous = mujoco.get_mju_user_warning()

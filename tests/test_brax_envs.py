@@ -2,6 +2,8 @@
 their spaces, truncation at `episode_length` kept apart from termination, reset steps, env i seeded from seed + i,
 one line for a bad name or keyword, and Anakin's jitted rounds on a Brax task."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,10 @@ from systems.common.config import ConfigError
 from systems.hts import system as hts
 from tests.helpers import tiny_hts
 
-pytest.importorskip("brax")  # an optional dependency (`.[brax]`), installed by `.[test]`
+# An optional dependency (`.[brax]`), installed by `.[test]`; looked up, not imported: `envs.brax_env` imports it once
+# MuJoCo's OpenGL backend is chosen (importing it here first broke a later test's MuJoCo frames in this process).
+if importlib.util.find_spec("brax") is None:
+    pytest.skip("Brax is not installed", allow_module_level=True)
 
 PENDULUM = "brax/inverted_pendulum"
 

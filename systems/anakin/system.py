@@ -199,12 +199,14 @@ def _train(config: AnakinConfig, program, carry, monitors: list[Monitor], first_
            evaluation: AgentsEvaluator | None, first_env: int = 0) -> None:
     """Calls the program chunk by chunk and hands each agent's newest state, metrics and episodes (of this
     process's envs, global ids from `first_env`) to its Monitor (and every agent's parameters to the evaluator,
-    which evaluates them together when the Monitors ask)."""
+    which evaluates them together when the Monitors ask). The first call runs one round (the round count is traced:
+    no second compile), so the profile's "compile" stage is the compile, not a chunk's work, and the first progress
+    line comes early."""
     total = config_lib.total_rounds(config)
     per_call = chunk_rounds(config)
     round_index = first_round
     while round_index < total:
-        rounds = min(per_call, total - round_index)
+        rounds = 1 if round_index == first_round else min(per_call, total - round_index)
         with stops_held():  # a stop keeps the rounds this call finishes (the job's processes then agree)
             with stage("update" if round_index > first_round else "compile"):  # the first call compiles
                 carry, (metrics, episodes) = program(carry, np.int32(rounds))
