@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import gc
 import glob
 import json
 import math
@@ -29,6 +30,7 @@ from flax import serialization
 from envs.factory import make_spec
 from systems.common import config as config_lib
 from systems.common import run as run_lib
+from systems.common import rundir
 from systems.common.checkpoint import list_checkpoints, load_latest_checkpoint
 from systems.common.evaluation import Evaluator
 from systems.common.finite import NonFiniteError, first_nonfinite, params_are_finite
@@ -481,6 +483,20 @@ def test_resume_with_no_readable_checkpoint_names_each_and_renames_none(tmp_path
                                                     r"ckpt_000000000320.msgpack: .*\); remove the directory"):
         sync.run(dataclasses.replace(config, resume=True, total_steps=8 * 64))
     assert list_checkpoints(config.logdir) == paths
+    assert rundir.holder_pid(config.logdir) is None  # the refused run left its directory free at once
+
+
+def test_a_run_that_fails_in_this_process_frees_its_directory_and_files(tmp_path, monkeypatch):
+    """An error (not a stop) never reaches `Monitor.finish`: once the failed run is gone, its lock and files are
+    released, so a notebook or a sweep in one process can run in the same directory again."""
+    _poison_updates_from(monkeypatch, first_bad_update=2)
+    config = tiny_hts(tmp_path / "run", eval_episodes=0)
+    with pytest.raises(NonFiniteError):
+        sync.run(config)
+    gc.collect()
+    assert rundir.holder_pid(config.logdir) is None
+    open_files = os.listdir(f"/proc/{os.getpid()}/fd")
+    assert not any(os.path.realpath(f"/proc/{os.getpid()}/fd/{fd}").startswith(str(tmp_path)) for fd in open_files)
 
 
 def _poison(path: str) -> None:

@@ -6,11 +6,13 @@ invariant), its evaluator, and its `checkpoint.Checkpointing` (the state codec).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import os
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -113,6 +115,14 @@ def lock_step_profile() -> profile_lib.Profile:
                                LOCK_STEP_BOUNDS)
 
 
+def _close_failed_run(outputs: RunOutputs, run_directory: rundir.RunDirectory) -> None:
+    """Closes a failed run's outputs and frees its directory. Its error has been raised already; a second one here
+    (a full disk refusing the last flush) would only repeat it, after the run, as a traceback."""
+    with contextlib.suppress(OSError):
+        outputs.close()
+    run_directory.release()
+
+
 class Monitor:
     """The run harness every system composes: run directory, resume, progress rows and the live line, periodic
     evaluation and checkpoints, the time limit, and the final `summary.json`."""
@@ -147,11 +157,18 @@ class Monitor:
         # normpath: `--logdir=a/../b` is b, and must not create an empty a on the way.
         self.run_dir = os.path.normpath(config.logdir) if config.logdir else default_run_dir(system, config)
         self._claim(may_change_on_resume, plan)
-        self._resume(state)
-        self.profile = profile or lock_step_profile()
-        self.outputs = RunOutputs(self.run_dir, config, plan=plan, append=config.resume, quiet=config.quiet,
-                                  progress_fields=PROGRESS_BASE + tuple(progress.metric_columns)
-                                  + self.profile.columns(), resumed_from=self.resumed_from)
+        try:
+            self._resume(state)
+            self.profile = profile or lock_step_profile()
+            self.outputs = RunOutputs(self.run_dir, config, plan=plan, append=config.resume, quiet=config.quiet,
+                                      progress_fields=PROGRESS_BASE + tuple(progress.metric_columns)
+                                      + self.profile.columns(), resumed_from=self.resumed_from)
+        except BaseException:
+            self.run_directory.release()  # a run that cannot start leaves its directory free
+            raise
+        # `finish` closes the outputs and frees the directory; a run that fails in this process (an error, where a
+        # stop still finishes) never gets there, so they are closed when its Monitor is collected.
+        self._close_if_failed = weakref.finalize(self, _close_failed_run, self.outputs, self.run_directory)
         self._plan_steps()
         self.evaluator = evaluator if config.eval_episodes > 0 else None
         self._next_eval = self._next_multiple(config.eval_every)
@@ -412,6 +429,7 @@ class Monitor:
         )
         for line in profile_lib.describe(breakdown):
             self.outputs.print(line)
+        self._close_if_failed.detach()
         self.outputs.close()
         self.run_directory.release()
         return summary

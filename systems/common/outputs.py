@@ -102,6 +102,7 @@ class RunOutputs:
         config.json holds the config's fields and, under `PLAN_KEY`, the `plan` the system derived from them."""
         self.run_dir = run_dir
         self._resumed_from = resumed_from
+        self._closed = False
         os.makedirs(run_dir, exist_ok=True)
         # First: without the wandb extra this stops with one line before any file is written.
         self._tracker = Tracker(run_dir, config) if getattr(config, "track", False) else None
@@ -206,6 +207,10 @@ class RunOutputs:
         return path
 
     def close(self) -> None:
+        """Closes the files, TensorBoard and the tracker (again: nothing)."""
+        if self._closed:
+            return
+        self._closed = True
         for handle, _ in (self._progress, self._evals):
             handle.close()
         self._tb.close()
