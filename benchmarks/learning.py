@@ -267,6 +267,14 @@ NOTES = {
         "(-474) says little; it reached -200 at 15k steps in every seed. The peer's wall time is interpolated from "
         "its training episodes' clock (module doc)."
     ),
+    "HalfCheetah-v4 sac": (
+        "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
+        "the start of another benchmark for the third): 300k env steps in 3.3-3.5 min (1,417-1,528 SPS); the "
+        "final metric (mean of the last ten evaluations) 1,345-1,506, with the evaluations still climbing steeply "
+        "at the end (seed 0: 754 at 180k, 1,474 at 226k, 2,993 at 300k). The peer's rows are missing: SB3's SAC "
+        "ran 20k env steps in 32 minutes at nice 19 beside the test suite and was stopped; alone it needs about "
+        "an hour a seed on the 2 cores."
+    ),
     "LunarLander-v2 a2c": (
         "The figures in this note are seeds 0-2 (2026-11-26); seeds 3 and 4 (2026-11-27, both from e733393) are "
         "in the table (seed 4 ran at autogroup nice 19 beside the test suite: CPU time is its fair cost). "
