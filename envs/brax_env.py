@@ -1,6 +1,6 @@
 """Brax's environments as JAX envs (`--env=brax/<name>`, e.g. `brax/inverted_pendulum`, `brax/hopper`): one env's
-pure reset and step with EnvPool's semantics, the same contract as `envs.jax_pool.env_functions`, so the pool
-there steps them under every launcher and `launch.anakin` compiles them into its rounds.
+pure reset and step, to which `envs.jax_pool.env_functions` adds EnvPool's semantics, so the pool there steps
+them under every launcher and `launch.anakin` compiles them into its rounds.
 
 `<name>` is one of `brax.envs`' registered environments. `--env_kwargs` (JSON) goes to `brax.envs.get_environment`
 (e.g. `{"backend": "spring"}`; each env's own default backend otherwise), except `episode_length` (default 1000,
@@ -12,7 +12,6 @@ vectors; actions are Brax's, in [-1, 1]. Brax's steps are deterministic: an env'
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import os
 import warnings
@@ -89,31 +88,21 @@ def spaces(env_id: str, env_kwargs: str = ""):
     return obs, action, episode_length
 
 
-@functools.cache
-def env_functions(env_id: str, env_kwargs: str = ""):
-    """`(reset_one, step_one)` with `envs.jax_pool.env_functions`' contract: `reset_one(key) -> (key, obs,
-    state)`; `step_one(key, state, done, elapsed, action) -> (key, state, done, elapsed, (obs, reward, terminated,
-    truncated, elapsed))`, where `done` on the way in makes the step a reset step (action ignored, reward 0)."""
-    import jax
+def raw_functions(env_id: str, env_kwargs: str = ""):
+    """`(reset(key) -> (obs, state), step(key, state, action) -> (obs, state, reward, terminated), limit)`: Brax's
+    reset and step (deterministic: the step's key is unused; actions clipped to [-1, 1]) and `episode_length`, where
+    `envs.jax_pool.env_functions`, which adds EnvPool's semantics, truncates."""
     import jax.numpy as jnp
 
     env, limit = make_env(env_id, env_kwargs)
 
-    def reset_one(key):
-        key, reset_key = jax.random.split(key)
-        state = env.reset(reset_key)
-        return key, state.obs.astype(jnp.float32), state
+    def reset(key):
+        state = env.reset(key)
+        return state.obs, state
 
-    def step_one(key, state, done, elapsed, action):
-        key, reset_key = jax.random.split(key)
-        reset_state = env.reset(reset_key)
-        next_state = env.step(state, jnp.clip(action, -1.0, 1.0))
-        state = jax.tree.map(lambda a, b: jnp.where(done, a, b), reset_state, next_state)
-        elapsed = jnp.where(done, 0, elapsed + 1)
-        terminated = ~done & (jnp.asarray(next_state.done) > 0)  # some envs return Python numbers
-        truncated = ~done & ~terminated & (elapsed >= limit)
-        reward = jnp.where(done, 0.0, jnp.asarray(next_state.reward, jnp.float32))
-        return key, state, terminated | truncated, elapsed, (state.obs.astype(jnp.float32), reward, terminated,
-                                                            truncated, elapsed)
+    def step(key, state, action):
+        del key
+        state = env.step(state, jnp.clip(action, -1.0, 1.0))
+        return state.obs, state, state.reward, state.done
 
-    return reset_one, step_one
+    return reset, step, limit

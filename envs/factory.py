@@ -24,7 +24,7 @@ import numpy as np
 from envpool.registration import registry as _registry
 from gymnasium import spaces as gym_spaces
 
-from envs import brax_env, gymnasium_pool, jax_pool
+from envs import brax_env, gymnasium_pool, gymnax_env, jax_pool
 
 # EnvPool's module path for each task id -> our family name. Anything else is not supported.
 _FAMILY_BY_MODULE = {
@@ -76,8 +76,10 @@ def family_of(env_id: str) -> str:
     `brax/<name>`); ValueError for unknown ids or unsupported families."""
     if gymnasium_pool.is_gymnasium(env_id):
         return "gymnasium"
-    if jax_pool.is_jax_env(env_id):
-        return "brax" if brax_env.is_brax(env_id) else "gymnax"
+    if gymnax_env.is_gymnax(env_id):
+        return "gymnax"
+    if brax_env.is_brax(env_id):
+        return "brax"
     entry = _registry.specs.get(env_id)
     if entry is None:
         raise ValueError(_unknown_env_message(env_id))

@@ -10,7 +10,6 @@ apart (gymnax's `step` would auto-reset and merge them).
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 
@@ -55,32 +54,19 @@ def spaces(env_id: str, env_kwargs: str = ""):
     return env.observation_space(params), env.action_space(params), int(params.max_steps_in_episode)
 
 
-@functools.cache
-def env_functions(env_id: str, env_kwargs: str = ""):
-    """`(reset_one, step_one)` of `envs.jax_pool.env_functions`' contract (truncation at `max_steps_in_episode`)."""
-    import jax
-    import jax.numpy as jnp
-
+def raw_functions(env_id: str, env_kwargs: str = ""):
+    """`(reset(key) -> (obs, state), step(key, state, action) -> (obs, state, reward, terminated), limit)`: gymnax's
+    own reset and step (no auto-reset, no truncation: `envs.jax_pool.env_functions` adds EnvPool's semantics) and the
+    episode length it truncates at (`max_steps_in_episode`)."""
     env, params = make_env(env_id, env_kwargs)
     limit = int(params.max_steps_in_episode)
     params = params.replace(max_steps_in_episode=np.iinfo(np.int32).max)  # truncation is ours (envs.jax_pool)
 
-    def reset_one(key):
-        key, reset_key = jax.random.split(key)
-        obs, state = env.reset_env(reset_key, params)
-        return key, obs.astype(jnp.float32), state
+    def reset(key):
+        return env.reset_env(key, params)
 
-    def step_one(key, state, done, elapsed, action):
-        key, reset_key, step_key = jax.random.split(key, 3)
-        reset_obs, reset_state = env.reset_env(reset_key, params)
-        obs, next_state, reward, terminated, _ = env.step_env(step_key, state, action, params)
-        pick = functools.partial(jax.tree.map, lambda a, b: jnp.where(done, a, b))
-        state = pick(reset_state, next_state)
-        obs = jnp.where(done, reset_obs.astype(jnp.float32), obs.astype(jnp.float32))
-        elapsed = jnp.where(done, 0, elapsed + 1)
-        terminated = ~done & terminated.astype(bool)
-        truncated = ~done & ~terminated & (elapsed >= limit)
-        reward = jnp.where(done, 0.0, reward.astype(jnp.float32))
-        return key, state, terminated | truncated, elapsed, (obs, reward, terminated, truncated, elapsed)
+    def step(key, state, action):
+        obs, state, reward, terminated, _ = env.step_env(key, state, action, params)
+        return obs, state, reward, terminated
 
-    return reset_one, step_one
+    return reset, step, limit

@@ -41,14 +41,38 @@ def spaces(env_id: str, env_kwargs: str = ""):
     return _module(env_id).spaces(env_id, env_kwargs)
 
 
+@functools.cache
 def env_functions(env_id: str, env_kwargs: str = ""):
     """`(reset_one, step_one)`: one env's pure reset and step with EnvPool's semantics (module docstring), for
-    `jax.vmap` by the pool here and by the Anakin system's jitted rounds.
+    `jax.vmap` by the pool here and by the Anakin system's jitted rounds, around the env's own (`raw_functions` of
+    `envs.gymnax_env` or `envs.brax_env`).
 
     `reset_one(key) -> (key, obs, state)`; `step_one(key, state, done, elapsed, action) -> (key, state, done,
     elapsed, (obs, reward, terminated, truncated, elapsed))`, where `done` on the way in makes the step a reset
-    step. Observations are float32."""
-    return _module(env_id).env_functions(env_id, env_kwargs)
+    step. Observations and rewards are float32."""
+    import jax
+    import jax.numpy as jnp
+
+    reset, step, limit = _module(env_id).raw_functions(env_id, env_kwargs)
+
+    def reset_one(key):
+        key, reset_key = jax.random.split(key)
+        obs, state = reset(reset_key)
+        return key, obs.astype(jnp.float32), state
+
+    def step_one(key, state, done, elapsed, action):
+        key, reset_key, step_key = jax.random.split(key, 3)
+        reset_obs, reset_state = reset(reset_key)
+        obs, next_state, reward, terminated = step(step_key, state, action)
+        state = jax.tree.map(lambda a, b: jnp.where(done, a, b), reset_state, next_state)
+        obs = jnp.where(done, reset_obs.astype(jnp.float32), obs.astype(jnp.float32))
+        elapsed = jnp.where(done, 0, elapsed + 1)
+        terminated = ~done & jnp.asarray(terminated).astype(bool)  # Brax's may be a Python number or a float
+        truncated = ~done & ~terminated & (elapsed >= limit)
+        reward = jnp.where(done, 0.0, jnp.asarray(reward, jnp.float32))
+        return key, state, terminated | truncated, elapsed, (obs, reward, terminated, truncated, elapsed)
+
+    return reset_one, step_one
 
 
 def env_keys(seed, total: int):
