@@ -1,12 +1,13 @@
 """Anakin (`launch.anakin`) beside rejax's PPO (the peer: purejaxrl-style PPO in one jitted program, from the package
-registry) and beside our HTS and synchronous baseline on the same gymnax task (issues 30 and 31).
+registry) and beside our HTS and synchronous baseline on the same JAX task (issues 30 and 31).
 
     python -m venv .venv-rejax && .venv-rejax/bin/pip install rejax==0.1.3 gymnax==0.0.9 jax==0.10.2 flax==0.12.8
+    .venv-rejax/bin/pip install brax==0.14.2 mujoco==4.0.0 mujoco-mjx==3.17.0   # only for --task=brax/hopper
     PYTHONPATH=. python -m benchmarks.anakin --peer_python=.venv-rejax/bin/python [--rows=...]
 
 Each row is one process: `side` trains `seeds` agents of PPO on gymnax's CartPole-v1 for 500k env steps each, with
 CleanRL's CartPole settings (4 envs x 128 steps, 4 epochs of 4 minibatches, Adam 2.5e-4, clip 0.2, entropy 0.01,
-gradient norm 0.5, tanh MLP 64x64); or, with `--task=Breakout-MinAtar`, 1M env steps each with the settings in TASKS.
+gradient norm 0.5, tanh MLP 64x64); or, with `--task=Breakout-MinAtar` or `--task=brax/hopper`, the settings in TASKS.
 Departures of the peer, whose options these are: a constant learning rate (ours
 anneals it), its own initializers, and gymnax 0.0.9 (rejax 0.1.3 calls the pre-1.0 step API; CartPole's dynamics are
 the same). Measured: the process's wall time (start-up, compile and training), the compile, the training after it,
@@ -33,7 +34,8 @@ from benchmarks.common import git_commit
 from systems.common import hardware
 
 _PEER = flags.DEFINE_string("peer_python", ".venv-rejax/bin/python", "Python of the venv with rejax installed.")
-_TASK = flags.DEFINE_enum("task", "CartPole-v1", ["CartPole-v1", "Breakout-MinAtar"], "The gymnax task (TASKS).")
+_TASK = flags.DEFINE_enum("task", "CartPole-v1", ["CartPole-v1", "Breakout-MinAtar", "brax/hopper"],
+                          "The JAX task (TASKS).")
 _ROWS = flags.DEFINE_list("rows", [], "Rows to run (default: all), e.g. anakin-8,rejax-8.")
 _STEPS = flags.DEFINE_integer("steps_per_agent", None, "Env steps per agent (default: the task's).")
 
@@ -58,6 +60,20 @@ TASKS = {
                              note="The networks differ: the peer's actor and critic 64x64 MLPs on the flattened "
                                   "planes take about 60k multiply-adds an observation, MinAtar's CNN (ours) about "
                                   "168k (convolution 37k, dense 131k): about the ratio of the training times."),
+    # purejaxrl's Brax PPO on both sides (our brax preset: 2048 envs x 10 steps, 4 epochs of 32 minibatches, Adam
+    # 3e-4 constant, clipped value loss, observations and rewards normalized, tanh MLP 256x256). The peer's own
+    # departures: separate actor and critic optimizers (each clipped to norm 0.5), Brax's episode wrapper (1000
+    # steps) through rejax's brax2gymnax adapter; Brax's default backend (generalized) on both sides.
+    "brax/hopper": dict(ppo=dict(num_envs=2048, sync_interval=10, num_epochs=4, num_minibatches=32,
+                                 learning_rate=3e-4, clip_eps=0.2, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5,
+                                 gamma=0.99, gae_lambda=0.95),
+                        our_flags=("--noanneal_lr", "--clip_value_loss", "--normalize_obs", "--normalize_reward",
+                                   "--hidden_sizes=256,256"),
+                        steps=2_000_000, env="brax/hopper", title="Brax hopper",
+                        peer_agent=dict(activation="tanh", hidden_layer_sizes=(256, 256)),
+                        peer_options=dict(normalize_observations=True, normalize_rewards=True),
+                        dir="benchmarks/results/anakin_brax", out="benchmarks/results/anakin_brax_cpu.md",
+                        rows=("anakin-1", "rejax-1", "anakin-3", "rejax-3")),
 }
 
 
@@ -67,6 +83,15 @@ def _task() -> dict:
 
 def _steps() -> int:
     return _STEPS.value or _task()["steps"]
+
+
+def _title() -> str:
+    return _task().get("title", f"gymnax {_TASK.value}")
+
+
+def _env() -> str:
+    """Our env id of the task (the peer's is the task's name)."""
+    return _task().get("env", f"gymnax/{_TASK.value}")
 
 PEER_SCRIPT = """
 import json, sys, time
@@ -79,7 +104,7 @@ algo = PPO.create(
     num_minibatches=ppo["num_minibatches"], learning_rate=ppo["learning_rate"], max_grad_norm=ppo["max_grad_norm"],
     gamma=ppo["gamma"], gae_lambda=ppo["gae_lambda"], clip_eps=ppo["clip_eps"], ent_coef=ppo["entropy_coef"],
     vf_coef=ppo["value_coef"], total_timesteps=steps, eval_freq=steps, skip_initial_evaluation=True,
-    agent_kwargs=json.loads(sys.argv[5]))
+    agent_kwargs=json.loads(sys.argv[5]), **json.loads(sys.argv[6]))
 keys = jax.random.split(jax.random.PRNGKey(0), seeds)
 start = time.perf_counter()
 compiled = jax.jit(jax.vmap(algo.train)).lower(keys).compile()
@@ -105,7 +130,7 @@ def run_peer(seeds: int) -> dict:
         f.write(PEER_SCRIPT)
     try:
         done = subprocess.run([_PEER.value, f.name, str(seeds), str(_steps()), json.dumps(_task()["ppo"]), _TASK.value,
-                               json.dumps(_task()["peer_agent"])],
+                               json.dumps(_task()["peer_agent"]), json.dumps(_task().get("peer_options", {}))],
                               capture_output=True, text=True, check=True)
     finally:
         os.unlink(f.name)
@@ -116,9 +141,9 @@ def run_ours(side: str, seeds: int) -> dict:
     """One launcher run in its own process; compile and training seconds from the first agent's stage profile."""
     launcher = side.split("_")[0]
     with tempfile.TemporaryDirectory() as logdir:
-        flags_ = [f"--env=gymnax/{_TASK.value}", f"--total_steps={_steps()}", f"--eval_episodes={EVAL_EPISODES}",
+        flags_ = [f"--env={_env()}", f"--total_steps={_steps()}", f"--eval_episodes={EVAL_EPISODES}",
                   f"--eval_every={_steps()}", "--preset=family", f"--logdir={logdir}/run", "--quiet",
-                  *(f"--{k}={v}" for k, v in _task()["ppo"].items())]
+                  *(f"--{k}={v}" for k, v in _task()["ppo"].items()), *_task().get("our_flags", ())]
         if launcher == "anakin":
             flags_.append(f"--num_seeds={seeds}")
         if side.endswith("_constant_lr"):
@@ -152,7 +177,7 @@ def _fmt(value, digits=0) -> str:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        f"# Anakin beside rejax's PPO, HTS and the synchronous baseline: gymnax {_TASK.value}, "
+        f"# Anakin beside rejax's PPO, HTS and the synchronous baseline: {_title()}, "
         f"{rows[0]['steps_per_agent'] if rows else _steps():,} env steps per agent",
         "",
         f"- Machine: {hardware.describe(hardware.card())}.",
@@ -177,7 +202,7 @@ def table(rows: list[dict]) -> str:
                      f"{r['load_after']:.1f} | {r['date']}, {r['commit']} |")
     by_row = {r["row"]: r for r in rows}
     lines.append("")
-    for seeds in (1, 8, 64):
+    for seeds in sorted({r["seeds"] for r in rows}):
         ours, peer = by_row.get(f"anakin-{seeds}"), by_row.get(f"rejax-{seeds}")
         if ours and peer and ours.get("train_s") and peer.get("train_s"):
             ratio = ours["train_s"] / peer["train_s"]
@@ -187,7 +212,9 @@ def table(rows: list[dict]) -> str:
     if "anakin-1" in by_row and "hts-1" in by_row:
         lines.append(f"- One agent end to end: Anakin's process takes "
                      f"{by_row['anakin-1']['process_wall_s'] / by_row['hts-1']['process_wall_s']:.2f}x HTS's.")
-    lines.append("- anakin_constant_lr: ours with the peer's constant learning rate instead of CleanRL's annealed one.")
+    if "anakin_constant_lr" in {r["side"] for r in rows}:
+        lines.append("- anakin_constant_lr: ours with the peer's constant learning rate instead of CleanRL's annealed "
+                     "one.")
     if _task().get("note"):
         lines.append(f"- {_task()['note']}")
     return "\n".join(lines) + "\n"

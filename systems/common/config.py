@@ -344,11 +344,13 @@ PRESETS[("minatar", "ppo")] = dict(
     num_minibatches=8, total_steps=10_000_000,
 )
 # Brax's tasks (JAX envs): purejaxrl's ppo_continuous_action.py for Brax (2048 envs x 10 steps, NormalizeVecObservation
-# and NormalizeVecReward, clipped value loss), a GPU's scale: on a CPU pass a smaller --num_envs. A2C: MuJoCo's.
+# and NormalizeVecReward, clipped value loss, tanh MLP 256x256), a GPU's scale: on a CPU pass a smaller --num_envs.
+# A2C: MuJoCo's.
 PRESETS[("brax", "ppo")] = dict(
     num_envs=2048, sync_interval=10, learning_rate=3e-4, anneal_lr=False, optimizer="adam", opt_eps=1e-5, gamma=0.99,
     gae_lambda=0.95, clip_eps=0.2, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5, num_epochs=4,
     num_minibatches=32, total_steps=50_000_000, clip_value_loss=True, normalize_obs=True, normalize_reward=True,
+    hidden_sizes=(256, 256),
 )
 PRESETS[("brax", "a2c")] = PRESETS[("mujoco", "a2c")]
 PRESETS[("box2d", "ppo")] = PRESETS[("classic", "ppo")]
