@@ -2,6 +2,7 @@
 the synchronous baseline's (the same rollout, the same update up to rounding), its results do not depend on the
 chunk length, every agent has its own outputs, a run resumes, and a stop saves every agent."""
 
+import csv
 import dataclasses
 import json
 import os
@@ -35,11 +36,27 @@ def test_a_task_that_is_not_a_jax_env_and_unsupported_flags_are_one_line():
             anakin.validate(tiny("unused", **overrides))
 
 
+def _csv_steps(run_dir, name: str) -> list[int]:
+    return [int(row["env_steps"]) for row in csv.DictReader((run_dir / name).read_text().splitlines())]
+
+
 @pytest.mark.slow
-def test_results_do_not_depend_on_the_chunk_length(tmp_path):
-    prints = {anakin.run(tiny(tmp_path / f"chunk{rounds}", chunk_rounds=rounds))["param_fingerprint"]
-              for rounds in (1, 4)}  # 4: a chunk of 4 rounds, then one of 2
-    assert len(prints) == 1
+def test_results_do_not_depend_on_the_calls_and_evaluations_keep_their_grid(tmp_path, monkeypatch):
+    """The same parameters whatever rounds a call runs: --chunk_rounds=4 (calls of 1, 3 and 2 rounds, ending on
+    multiples of 4) and the timed calls of a run without it (one round while unmeasured, then as many as fit in
+    CALL_SECONDS up to the next multiple of the chunk length: 2 rounds here; all single rounds with CALL_SECONDS 0).
+    Evaluations stay on the --eval_every grid."""
+    grid = dict(eval_every=128, eval_episodes=1, checkpoint_every=256)  # chunk length: 128 env steps, 2 rounds
+    runs = {name: anakin.run(tiny(tmp_path / name, **changes))
+            for name, changes in (("chunk4", dict(chunk_rounds=4)), ("timed", grid))}
+    monkeypatch.setattr(anakin, "CALL_SECONDS", 0.0)
+    runs["short"] = anakin.run(tiny(tmp_path / "short", **grid))
+    assert len({summary["param_fingerprint"] for summary in runs.values()}) == 1
+    assert _csv_steps(tmp_path / "chunk4", "progress.csv") == [64, 256, 384]
+    assert _csv_steps(tmp_path / "timed", "progress.csv") == [64, 128, 256, 384]
+    assert _csv_steps(tmp_path / "short", "progress.csv") == [64 * k for k in range(1, 7)]
+    for name in ("timed", "short"):
+        assert _csv_steps(tmp_path / name, "evaluations.csv") == [128, 256, 384], name
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -195,22 +196,37 @@ def run(config: AnakinConfig) -> dict:
     return summaries[0] if len(summaries) == 1 else _gather(config, configs, summaries)
 
 
+# Without --chunk_rounds, one call of a single-process run lasts about this long at most: a stop signal, the progress
+# line and --time_limit are handled between calls, and a chunk of 64 Brax rounds takes minutes on a CPU.
+CALL_SECONDS = 5.0
+
+
 def _train(config: AnakinConfig, program, carry, monitors: list[Monitor], first_round: int,
            evaluation: AgentsEvaluator | None, first_env: int = 0) -> None:
     """Calls the program chunk by chunk and hands each agent's newest state, metrics and episodes (of this
     process's envs, global ids from `first_env`) to its Monitor (and every agent's parameters to the evaluator,
-    which evaluates them together when the Monitors ask). The first call runs one round (the round count is traced:
-    no second compile), so the profile's "compile" stage is the compile, not a chunk's work, and the first progress
-    line comes early."""
+    which evaluates them together when the Monitors ask). The round count is traced (no second compile), so the
+    calls' lengths are free: the first runs one round (the profile's "compile" stage is the compile, not a chunk's
+    work, and the first progress line comes early); every call ends on or before a multiple of the chunk length
+    (the evaluation and checkpoint grid); and without --chunk_rounds a single process times its rounds and keeps a
+    call under CALL_SECONDS (a job's processes must run the same rounds a call, so they keep the grid's)."""
     total = config_lib.total_rounds(config)
     per_call = chunk_rounds(config)
-    round_index = first_round
+    timed = not config.chunk_rounds and jax.process_count() == 1
+    round_index, round_seconds = first_round, None
     while round_index < total:
-        rounds = 1 if round_index == first_round else min(per_call, total - round_index)
+        rounds = min((round_index // per_call + 1) * per_call, total) - round_index
+        if round_index == first_round or (timed and round_seconds is None):
+            rounds = 1
+        elif timed:
+            rounds = min(rounds, max(1, int(CALL_SECONDS / round_seconds)))
         with stops_held():  # a stop keeps the rounds this call finishes (the job's processes then agree)
+            started = time.perf_counter()
             with stage("update" if round_index > first_round else "compile"):  # the first call compiles
                 carry, (metrics, episodes) = program(carry, np.int32(rounds))
                 metrics, episodes, trains = jax.device_get((metrics, episodes, carry.train))
+            if round_index > first_round:
+                round_seconds = (time.perf_counter() - started) / rounds
             round_index += rounds
             stops = _report(config, monitors, evaluation, metrics, episodes, trains, rounds, round_index, first_env)
         if all(stops):
