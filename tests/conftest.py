@@ -19,7 +19,6 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from absl import flags  # noqa: E402
-from multidevice import UNOPTIMIZED_XLA_FLAG  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
 flags.FLAGS.mark_as_parsed()
@@ -31,14 +30,6 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 
-
-# Programs are built without LLVM's optimizations: the suite compiles hundreds of programs and runs most for a few
-# rounds, and XLA CPU's compile takes about a quarter less (a tiny Anakin run's program: 2.3 s against 3.1 s).
-# Results then differ from users' builds in the last bits, never in behaviour, and every comparison in the suite is
-# between programs built alike: children keep the flag (`multidevice.device_env`); test_presets' real-size builds
-# compile as users' runs do. HTSRL_TEST_OPTIMIZED=1 runs the whole suite with users' builds.
-if os.environ.get("HTSRL_TEST_OPTIMIZED") != "1" and UNOPTIMIZED_XLA_FLAG not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {UNOPTIMIZED_XLA_FLAG}".strip()
 
 # The convolution plans of image tasks stay the fixed table's (`systems.common.conv_tuning`): timing them at every
 # small batch the tests use would add minutes; tests/test_conv_tuning.py turns it on with its own cache file.

@@ -13,27 +13,19 @@ import textwrap
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-# The suite builds its programs without LLVM's optimizations (tests/conftest.py); children keep the setting, so a
-# child's run and this process's are the same program. `optimized=True` builds as users' runs do.
-UNOPTIMIZED_XLA_FLAG = "--xla_backend_optimization_level=0"
-
-
-def device_env(num_devices: int, optimized: bool = False) -> dict:
+def device_env(num_devices: int) -> dict:
     """Environment for a child process that sees `num_devices` CPU devices and imports the repository."""
     env = dict(os.environ)
-    dropped = {UNOPTIMIZED_XLA_FLAG} if optimized else set()
-    kept = [f for f in env.get("XLA_FLAGS", "").split()
-            if not f.startswith("--xla_force_host_platform_device_count") and f not in dropped]
-    env["XLA_FLAGS"] = " ".join([*kept, f"--xla_force_host_platform_device_count={num_devices}"])
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices}"
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
-def run_python(code: str, num_devices: int, timeout: float = 600.0, optimized: bool = False) -> str:
+def run_python(code: str, num_devices: int, timeout: float = 600.0) -> str:
     """Runs `code` (dedented) with `num_devices` CPU devices; returns stdout, fails with the child's output."""
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=device_env(num_devices, optimized),
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=device_env(num_devices),
         capture_output=True, text=True, timeout=timeout,
     )
     if result.returncode != 0:

@@ -55,7 +55,7 @@ print("RESULT " + json.dumps(dict(instructions=instructions, temp_gb=temp_gb, pe
 
 
 def _build(family: str, algo: str) -> dict:
-    out = run_python(_CHILD.format(args=(family, algo, _TASKS[family])), num_devices=1, timeout=600, optimized=True)
+    out = run_python(_CHILD.format(args=(family, algo, _TASKS[family])), num_devices=1, timeout=600)
     return json.loads(out.split("RESULT ", 1)[1])
 
 
