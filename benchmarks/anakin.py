@@ -30,7 +30,7 @@ import time
 
 from absl import app, flags
 
-from benchmarks.common import git_commit
+from benchmarks.common import die_with_parent, git_commit
 from systems.common import hardware
 
 _PEER = flags.DEFINE_string("peer_python", ".venv-rejax/bin/python", "Python of the venv with rejax installed.")
@@ -131,7 +131,7 @@ def run_peer(seeds: int) -> dict:
     try:
         done = subprocess.run([_PEER.value, f.name, str(seeds), str(_steps()), json.dumps(_task()["ppo"]), _TASK.value,
                                json.dumps(_task()["peer_agent"]), json.dumps(_task().get("peer_options", {}))],
-                              capture_output=True, text=True, check=True)
+                              capture_output=True, text=True, check=True, preexec_fn=die_with_parent)
     finally:
         os.unlink(f.name)
     return _result_line(done.stdout)
@@ -149,7 +149,7 @@ def run_ours(side: str, seeds: int) -> dict:
         if side.endswith("_constant_lr"):
             flags_.append("--noanneal_lr")
         subprocess.run([sys.executable, "-m", f"launch.{launcher}", *flags_], check=True,
-                       env=dict(os.environ, PYTHONPATH=os.getcwd()))
+                       env=dict(os.environ, PYTHONPATH=os.getcwd()), preexec_fn=die_with_parent)
         runs = [f"{logdir}/run"] if seeds == 1 else [f"{logdir}/run/seed_{1 + k}" for k in range(seeds)]
         summaries = [json.load(open(os.path.join(run, "summary.json"))) for run in runs]
     main = summaries[0]["profile"]["roles"]["main"]

@@ -7,8 +7,10 @@ A benchmark module runs itself as the worker: `python -m <module> --worker=<JSON
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -31,6 +33,21 @@ def timed(fn, *args, repeats: int) -> float:
     return float(statistics.median(times))
 
 
+_PR_SET_PDEATHSIG = 1
+try:  # looked up here, not in the forked child, where another thread may hold a lock
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _PRCTL = None
+
+
+def die_with_parent() -> None:
+    """`preexec_fn` of a benchmark's child run: the kernel sends it SIGTERM when the benchmark process ends, killed
+    included, so no run outlives its benchmark to load the machine beside the next (Linux's PR_SET_PDEATHSIG;
+    nothing elsewhere). Our launchers answer SIGTERM by saving and exiting."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
 def run_job(module: str, job: dict, timeout_s: float, env: dict | None = None) -> dict:
     """Runs `python -m module --worker=<job>` in a fresh process (environment `env`, default this one's); returns
     its result dict plus wall_s, started and background_cores, with 'error' on failure or timeout."""
@@ -39,7 +56,8 @@ def run_job(module: str, job: dict, timeout_s: float, env: dict | None = None) -
     started = time.strftime("%H:%M:%S")
     cpu_before = cpu_ticks_by_pid()
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=die_with_parent)
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:

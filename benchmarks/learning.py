@@ -53,6 +53,8 @@ import warnings
 
 import numpy as np
 
+from benchmarks.common import die_with_parent
+
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 RUNS_CSV = os.path.join(RESULTS, "learning_cpu_runs.csv")
 CURVES_DIR = os.path.join(RESULTS, "learning")
@@ -520,7 +522,7 @@ def run_one(task_name: str, side: str, seed: int, work_dir: str) -> dict:
     log = os.path.join(run_dir + ".log")
     t0, cpu0 = time.perf_counter(), _children_cpu_s()
     with open(log, "a") as out, _LoadSampler() as load:
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=side_env(side))
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=side_env(side), preexec_fn=die_with_parent)
     wall = wall_before + time.perf_counter() - t0
     cpu = "" if wall_before else f"{_children_cpu_s() - cpu0:.1f}"  # a resumed run's earlier parts are not known
     if proc.returncode != 0:

@@ -753,3 +753,38 @@ def test_spreeze_sigkill_leaves_dev_shm_as_it_found_it_and_no_process(tmp_path, 
     finally:
         if _group_alive(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_benchmarks_child_run_ends_when_the_benchmark_is_killed(tmp_path):
+    """`benchmarks.common.die_with_parent`: a run started by a benchmark gets SIGTERM when the benchmark dies (an
+    orphaned run once trained beside the next benchmark row and skewed its timing)."""
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen([sys.executable, "-c", f"""
+import subprocess, sys, time
+from benchmarks.common import die_with_parent
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], preexec_fn=die_with_parent)
+open({str(pid_file)!r}, "w").write(str(child.pid))
+time.sleep(120)
+"""], cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline and parent.poll() is None, "the benchmark did not start its child"
+            time.sleep(0.1)
+        child = int(pid_file.read_text())
+        parent.kill()
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while os.path.exists(f"/proc/{child}") and "zombie" not in _proc_state(child):
+            assert time.monotonic() < deadline, "the child outlived the benchmark"
+            time.sleep(0.1)
+    finally:
+        parent.kill()
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((line for line in f if line.startswith("State:")), "").lower()
+    except OSError:
+        return "gone"
