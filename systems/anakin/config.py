@@ -23,8 +23,8 @@ class AnakinConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
         "parameters, optimizer, envs, outputs (<logdir>/seed_<s> when above 1) and evaluations.", "anakin")
     chunk_rounds: int = setting(
         0, "Rounds (updates) one call of the jitted program runs before the host logs, evaluates and checkpoints "
-        "(0: as many as fit in min(--eval_every, --checkpoint_every) env steps, at most 64, and in about 5 s on "
-        "one process).", "anakin")
+        "(0: as many as fit in min(--eval_every, --checkpoint_every) env steps, at most 64, and in about 5 s).",
+        "anakin")
     num_devices: int = setting(
         0, "Local devices the envs and the gradients are split over (pmap; 0: all of them).", "anakin")
     learning_rates: str = setting(

@@ -196,8 +196,8 @@ def run(config: AnakinConfig) -> dict:
     return summaries[0] if len(summaries) == 1 else _gather(config, configs, summaries)
 
 
-# Without --chunk_rounds, one call of a single-process run lasts about this long at most: a stop signal, the progress
-# line and --time_limit are handled between calls, and a chunk of 64 Brax rounds takes minutes on a CPU.
+# Without --chunk_rounds, one call of the program lasts about this long at most: a stop signal, the progress line and
+# --time_limit are handled between calls, and a chunk of 64 Brax rounds takes minutes on a CPU.
 CALL_SECONDS = 5.0
 
 
@@ -208,11 +208,11 @@ def _train(config: AnakinConfig, program, carry, monitors: list[Monitor], first_
     which evaluates them together when the Monitors ask). The round count is traced (no second compile), so the
     calls' lengths are free: the first runs one round (the profile's "compile" stage is the compile, not a chunk's
     work, and the first progress line comes early); every call ends on or before a multiple of the chunk length
-    (the evaluation and checkpoint grid); and without --chunk_rounds a single process times its rounds and keeps a
-    call under CALL_SECONDS (a job's processes must run the same rounds a call, so they keep the grid's)."""
+    (the evaluation and checkpoint grid); and without --chunk_rounds the run times its rounds and keeps a call under
+    CALL_SECONDS (in a multi-process job process 0's count holds for all: their programs meet in collectives)."""
     total = config_lib.total_rounds(config)
     per_call = chunk_rounds(config)
-    timed = not config.chunk_rounds and jax.process_count() == 1
+    timed = not config.chunk_rounds
     round_index, round_seconds = first_round, None
     while round_index < total:
         rounds = min((round_index // per_call + 1) * per_call, total) - round_index
@@ -221,6 +221,8 @@ def _train(config: AnakinConfig, program, carry, monitors: list[Monitor], first_
         elif timed:
             rounds = min(rounds, max(1, int(CALL_SECONDS / round_seconds)))
         with stops_held():  # a stop keeps the rounds this call finishes (the job's processes then agree)
+            if timed:
+                rounds = distributed.agreed(rounds)
             started = time.perf_counter()
             with stage("update" if round_index > first_round else "compile"):  # the first call compiles
                 carry, (metrics, episodes) = program(carry, np.int32(rounds))

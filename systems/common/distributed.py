@@ -117,6 +117,16 @@ def check_same_start(start_round: int) -> None:
         )
 
 
+def agreed(value: int) -> int:
+    """Process 0's `value` on every process of a multi-process job (one small collective); `value` alone otherwise.
+    For choices that every process must make alike, such as how many rounds the next call of a program runs."""
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+
+    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+
+
 def per_process_config(config):
     """`config` as process p of a multi-process job runs it: process 0 owns the run directory and the evaluations;
     process p > 0 writes `<logdir>/process-<p>` (its own checkpoints and progress), evaluates nothing and prints
