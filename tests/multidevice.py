@@ -101,3 +101,24 @@ def start_launcher_job(module: str, args: list[str], run_dir, port: int, *extra:
              f"--coordinator_address=127.0.0.1:{port}", f"--logdir={run_dir}", *extra],
             cwd=ROOT, env=device_env(num_devices), stdout=log, stderr=subprocess.STDOUT))
     return procs
+
+
+def stop_job_when(procs: list, ready, stop_timeout: float, logs=lambda: None) -> list[int]:
+    """Waits (up to 240 s) until `ready()`, failing if a process of the job ends first; then sends every process
+    SIGTERM and returns their exit statuses (each waited up to `stop_timeout` s). Kills any still running on the way
+    out. `logs()` goes into the failure message."""
+    import signal
+    import time
+
+    try:
+        deadline = time.time() + 240
+        while not ready():
+            assert time.time() < deadline and all(p.poll() is None for p in procs), ("the job did not start", logs())
+            time.sleep(0.5)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        return [proc.wait(timeout=stop_timeout) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()

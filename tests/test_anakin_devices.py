@@ -82,33 +82,20 @@ def test_sigterm_of_a_two_process_job_saves_the_same_round_on_both(tmp_path):
     """Both processes of a job stop with exit status 143, each having saved the round the other reached: a process
     that stops first leaves the other's next collective (a program call, or the agreed round count) to fail, which
     it treats as the job's stop."""
-    import signal
-    import time
-
-    from multidevice import free_port, start_launcher_job
+    from multidevice import free_port, start_launcher_job, stop_job_when
 
     from systems.common.checkpoint import list_checkpoints
 
     run_dir = tmp_path / "run"
 
     def _logs():
-        return [open(f"{run_dir}.p{p}.log").read()[-1500:] for p in range(2)]
+        return [(tmp_path / f"run.p{p}.log").read_text()[-1500:] for p in range(2)]
 
     procs = start_launcher_job("launch.anakin", ["--env=gymnax/CartPole-v1", "--num_envs=8", "--sync_interval=16",
                                                  "--total_steps=100000000", "--checkpoint_every=1280",
                                                  "--eval_episodes=0", "--quiet"], run_dir, free_port())
-    try:
-        deadline = time.time() + 240
-        while len(list_checkpoints(str(run_dir / "process-1"))) < 2:  # glob: none while the directory is missing
-            assert time.time() < deadline and all(p.poll() is None for p in procs), ("the job did not start", _logs())
-            time.sleep(0.5)
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        codes = [proc.wait(timeout=180) for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
+    # glob: no checkpoint while the directory is missing
+    codes = stop_job_when(procs, lambda: len(list_checkpoints(str(run_dir / "process-1"))) >= 2, 180, _logs)
     assert codes == [143, 143], (codes, _logs())
     newest = [os.path.basename(list_checkpoints(str(d))[-1]) for d in (run_dir, run_dir / "process-1")]
     assert newest[0] == newest[1], (newest, _logs())

@@ -197,23 +197,12 @@ def _newest_checkpoint(directory) -> str:
 
 @pytest.mark.slow
 def test_sigterm_of_a_two_process_job_checkpoints_one_round_and_resumes(tmp_path):
-    import signal
-    import time
+    from multidevice import stop_job_when
 
     run_dir = tmp_path / "run"
-    procs = _start_job(run_dir, free_port())
-    try:
-        deadline = time.time() + 240
-        while not (run_dir / "progress.csv").exists() or (run_dir / "progress.csv").read_text().count("\n") < 4:
-            assert time.time() < deadline and all(p.poll() is None for p in procs), "the job did not start"
-            time.sleep(0.5)
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        codes = [proc.wait(timeout=120) for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
+    progress = run_dir / "progress.csv"
+    codes = stop_job_when(_start_job(run_dir, free_port()),
+                          lambda: progress.exists() and progress.read_text().count("\n") >= 4, 120)
     assert codes == [143, 143]  # JAX's preemption notifier does not swallow SIGTERM
     newest = _newest_checkpoint(run_dir)
     assert newest == _newest_checkpoint(run_dir / "process-1")  # the same round on both processes

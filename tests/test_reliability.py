@@ -775,16 +775,17 @@ time.sleep(120)
         parent.kill()
         parent.wait(timeout=30)
         deadline = time.monotonic() + 30
-        while os.path.exists(f"/proc/{child}") and "zombie" not in _proc_state(child):
+        while _running(child):
             assert time.monotonic() < deadline, "the child outlived the benchmark"
             time.sleep(0.1)
     finally:
         parent.kill()
 
 
-def _proc_state(pid: int) -> str:
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (one that ended and waits to be reaped)."""
     try:
         with open(f"/proc/{pid}/status") as f:
-            return next((line for line in f if line.startswith("State:")), "").lower()
+            return not any(line.startswith("State:") and "zombie" in line for line in f)
     except OSError:
-        return "gone"
+        return False
