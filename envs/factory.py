@@ -15,13 +15,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import importlib
 import os
 import re
+import sys
+import types
 from typing import Any
 
-import envpool
 import numpy as np
-from envpool.registration import registry as _registry
 from gymnasium import spaces as gym_spaces
 
 from envs import brax_env, gymnasium_pool, gymnax_env, jax_pool
@@ -35,6 +36,36 @@ _FAMILY_BY_MODULE = {
     "envpool.box2d": "box2d",
 }
 FAMILIES = (*_FAMILY_BY_MODULE.values(), "gymnasium", "gymnax", "brax")
+
+
+def _import_envpool():
+    """EnvPool with only the families above registered, and its registry.
+
+    `import envpool` registers every family it ships (`envpool/entry.py`), and Jumanji's registration alone imports
+    matplotlib.pyplot: about 0.4 CPU-s of every launcher's, sampler's and test child's start-up, for envs no
+    system here runs. While envpool's `__init__` runs, an empty module stands in for `envpool.entry`; then the
+    supported families register. An id they lack registers every family first (`_registry_entry`), so unknown
+    and unsupported ids are told apart as before. If envpool was imported already, this changes nothing.
+    """
+    if "envpool" not in sys.modules:
+        sys.modules["envpool.entry"] = types.ModuleType("envpool.entry")
+        try:
+            importlib.import_module("envpool")
+        finally:
+            del sys.modules["envpool.entry"]
+    for module in _FAMILY_BY_MODULE:
+        importlib.import_module(f"{module}.registration")
+    return sys.modules["envpool"], importlib.import_module("envpool.registration").registry
+
+
+envpool, _registry = _import_envpool()
+
+
+def _registry_entry(env_id: str):
+    """EnvPool's registry entry for env_id, or None; registers every family before saying None."""
+    if env_id not in _registry.specs:
+        importlib.import_module("envpool.entry")
+    return _registry.specs.get(env_id)
 
 # Atari preprocessing shared by training and evaluation pools (EnvPool's own implementation).
 _ATARI_COMMON = dict(
@@ -80,7 +111,7 @@ def family_of(env_id: str) -> str:
         return "gymnax"
     if brax_env.is_brax(env_id):
         return "brax"
-    entry = _registry.specs.get(env_id)
+    entry = _registry_entry(env_id)
     if entry is None:
         raise ValueError(_unknown_env_message(env_id))
     module = entry[0]
@@ -94,6 +125,7 @@ def family_of(env_id: str) -> str:
 
 
 def _unknown_env_message(env_id: str) -> str:
+    importlib.import_module("envpool.entry")  # suggest from every family's ids
     known = envpool.list_all_envs()
     close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.5)
     examples = close or ["Breakout-v5", "CartPole-v1", "gfootball/academy_3_vs_1_with_keeper-v1"]
@@ -130,7 +162,7 @@ def resolve_env_id(game: str | None, env: str | None) -> str:
     if env:
         if gymnasium_pool.is_gymnasium(env) or jax_pool.is_jax_env(env):
             return env  # made, with its --env_kwargs, when the config is checked
-        if env not in _registry.specs:
+        if _registry_entry(env) is None:
             raise ValueError(_unknown_env_message(env))
         family_of(env)  # Rejects families we have no support for.
         return env

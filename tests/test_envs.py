@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pathlib
+import subprocess
+import sys
+
 import envpool
 import numpy as np
 import pytest
@@ -67,6 +71,30 @@ def test_resolve_unknown_game_lists_close_matches():
 def test_unsupported_family():
     with pytest.raises(ValueError, match="not supported"):
         resolve_env_id(None, "Go9x9-v1")
+
+
+_FRESH_FACTORY = """
+import sys
+from envs import factory
+print("envpool.jumanji.registration" in sys.modules, "matplotlib.pyplot" in sys.modules)
+print(factory.family_of("HalfCheetah-v4"), factory.resolve_env_id("Breakout", None))
+for env_id in ("Go9x9-v1", "CartPol-v1"):
+    try:
+        factory.resolve_env_id(None, env_id)
+    except ValueError as error:
+        print(error)
+"""
+
+
+def test_a_fresh_process_registers_only_the_supported_families_and_still_names_the_others():
+    """Without `import envpool` first, the factory skips the families no system runs (Jumanji's registration
+    imports matplotlib.pyplot), yet unsupported and misspelt ids get the same messages as with every family."""
+    out = subprocess.run([sys.executable, "-c", _FRESH_FACTORY], capture_output=True, text=True, check=True,
+                         cwd=pathlib.Path(__file__).parents[1]).stdout.splitlines()
+    assert out[0] == "False False", out
+    assert out[1] == "mujoco Breakout-v5", out
+    assert out[2].startswith("environment 'Go9x9-v1' (envpool.") and "is not supported" in out[2], out
+    assert out[3].startswith("unknown environment 'CartPol-v1'; EnvPool knows e.g. CartPole-v1"), out
 
 
 @pytest.mark.parametrize(
