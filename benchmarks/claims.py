@@ -49,7 +49,7 @@ import time
 from absl import app, flags
 
 from analysis import theory
-from benchmarks.common import background_cores, cpu_ticks_by_pid, fmt, git_commit, machine, median
+from benchmarks.common import background_cores, cpu_ticks_by_pid, die_with_parent, fmt, git_commit, machine, median
 
 _QUICK = flags.DEFINE_bool("quick", False, "Fewer and shorter runs, fewer simulation trials; writes *_quick files.")
 _OUT_DIR = flags.DEFINE_string("out_dir", "benchmarks/results", "Directory for the Markdown table and CSVs.")
@@ -179,7 +179,7 @@ def execute(run: RealRun, timeout_s: float = RUN_TIMEOUT_S) -> dict:
     before = cpu_ticks_by_pid()
     t0 = time.perf_counter()
     proc = subprocess.Popen(run.command(logdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=run.env())
+                            env=run.env(), preexec_fn=die_with_parent)
     try:
         _, stderr = proc.communicate(timeout=timeout_s)
         error = None if proc.returncode == 0 else f"exit {proc.returncode}: " + " | ".join(

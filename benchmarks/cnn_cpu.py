@@ -34,7 +34,7 @@ from absl import app, flags
 
 from agents import conv as conv_lib
 from agents import networks
-from benchmarks.common import git_commit, machine, timed
+from benchmarks.common import die_with_parent, git_commit, machine, timed
 
 _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed calls per row (median).")
 _TORCH = flags.DEFINE_string("torch_python", "/tmp/torch-venv/bin/python", "Python with torch for the peer rows "
@@ -190,7 +190,7 @@ def torch_rows(python: str, repeats: int) -> list[dict]:
         return []
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cnn_torch_peer.py")
     done = subprocess.run([python, script, str(ACTOR_BATCH), str(LEARNER_BATCH), str(repeats)], capture_output=True,
-                          text=True, timeout=1800, check=True)
+                          text=True, timeout=1800, check=True, preexec_fn=die_with_parent)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

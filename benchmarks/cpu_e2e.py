@@ -39,7 +39,7 @@ import time
 import numpy as np
 from absl import app, flags
 
-from benchmarks.common import git_commit, machine
+from benchmarks.common import die_with_parent, git_commit, machine
 
 _PARTS = flags.DEFINE_list("parts", ["breakout"], "breakout, gfootball.")
 _SECONDS = flags.DEFINE_integer("seconds", 300, "Wall time of each Breakout run.")
@@ -84,7 +84,7 @@ def _timed_run(command: list[str], cwd: str, seconds: float, stop: int = signal.
     checkpoints; CleanRL: SIGTERM, as Ctrl-C can wait in EnvPool's recv); returns its stdout."""
     start = time.perf_counter()
     with subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          start_new_session=True) as process:
+                          start_new_session=True, preexec_fn=die_with_parent) as process:
         try:
             stdout, _ = process.communicate(timeout=seconds)
         except subprocess.TimeoutExpired:

@@ -22,7 +22,7 @@ import tempfile
 
 from absl import app, flags
 
-from benchmarks.common import fmt, machine, median, run_job
+from benchmarks.common import die_with_parent, fmt, machine, median, run_job
 
 _CONFIGS = flags.DEFINE_list("configs", ["per"], "Configurations to run (names in CONFIGS).")
 _REPEATS = flags.DEFINE_integer("repeats", 1, "Runs per configuration (different seeds: 1, 2, ...).")
@@ -52,7 +52,7 @@ def worker(job: dict) -> None:
 
     with tempfile.TemporaryDirectory() as run_dir:
         cmd = [sys.executable, "-m", "launch.pal", *job["args"], f"--seed={job['seed']}", f"--logdir={run_dir}"]
-        subprocess.run(cmd, check=True)
+        subprocess.run(cmd, check=True, preexec_fn=die_with_parent)
         with open(os.path.join(run_dir, "summary.json")) as f:
             summary = json.load(f)
         with open(os.path.join(run_dir, "evaluations.csv")) as f:

@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 
+from benchmarks.common import die_with_parent
+
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 CSV_PATH = os.path.join(RESULTS, "presets_cpu.csv")
 MD_PATH = os.path.join(RESULTS, "presets_cpu.md")
@@ -168,7 +170,7 @@ def measure(preset: Preset, timeout_s: float) -> dict:
         env = dict(os.environ, PYTHONWARNINGS="ignore")
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=die_with_parent)
         peak, first_update, timed_out = 0, None, False
         while proc.poll() is None:
             elapsed = time.perf_counter() - t0

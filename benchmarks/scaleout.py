@@ -55,7 +55,7 @@ import time
 
 from absl import app, flags
 
-from benchmarks.common import background_cores, cpu_ticks_by_pid, fmt, machine, median, run_job
+from benchmarks.common import background_cores, cpu_ticks_by_pid, die_with_parent, fmt, machine, median, run_job
 
 _QUICK = flags.DEFINE_bool("quick", False, "Short runs of every row kind, 1 repeat; writes *_quick files.")
 _GROUPS = flags.DEFINE_list(
@@ -498,7 +498,7 @@ def run_processes(job: dict, timeout_s: float, num_devices: int, num_processes: 
             paths.append((os.path.join(tmp, f"process-{p}.out"), os.path.join(tmp, f"process-{p}.err")))
             cmd = [sys.executable, "-m", "benchmarks.scaleout", f"--worker={json.dumps(dict(job, process_id=p))}"]
             with open(paths[p][0], "w") as out, open(paths[p][1], "w") as err:
-                procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=env))
+                procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=env, preexec_fn=die_with_parent))
         status = _wait_all(procs, timeout_s)
         wall = time.perf_counter() - t0
         exclude = {os.getpid(), *(proc.pid for proc in procs)}

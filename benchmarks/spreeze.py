@@ -24,7 +24,7 @@ import tempfile
 
 from absl import app, flags
 
-from benchmarks.common import fmt, machine, median, run_job
+from benchmarks.common import die_with_parent, fmt, machine, median, run_job
 
 _MODE = flags.DEFINE_enum("mode", "solve", ["solve", "throughput"], "Which table to produce.")
 _TASKS = flags.DEFINE_list("tasks", ["Pendulum-v1"], "Tasks for --mode=solve (keys of TARGETS).")
@@ -65,7 +65,7 @@ def worker(job: dict) -> None:
     with tempfile.TemporaryDirectory() as run_dir:
         cmd = [sys.executable, "-m", "launch.spreeze", *job["args"], f"--logdir={run_dir}", "--quiet"]
         busy0 = cpu_busy()
-        subprocess.run(cmd, check=True)
+        subprocess.run(cmd, check=True, preexec_fn=die_with_parent)
         busy1 = cpu_busy()
         with open(os.path.join(run_dir, "summary.json")) as f:
             summary = json.load(f)
