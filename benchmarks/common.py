@@ -116,13 +116,15 @@ def machine() -> str:
     return f"{hardware.cpu_model()}, {os.cpu_count()} cores"
 
 
-def git_commit() -> str:
-    """Short HEAD commit, with '+ uncommitted changes' when tracked files differ from it (read-only git calls); the
-    benchmarks' own result files (`benchmarks/results/`, written by the runs themselves) do not count."""
+def git_commit(cwd: str | None = None) -> str:
+    """Short HEAD commit of the tree at `cwd` (default: the current directory's), with '+ uncommitted changes' when
+    tracked files differ from it (read-only git calls); the benchmarks' own result files (`benchmarks/results/`,
+    written by the runs themselves) do not count."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=cwd)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                ":(exclude)benchmarks/results"], capture_output=True, text=True, check=True)
+                                ":(exclude)benchmarks/results"], capture_output=True, text=True, check=True, cwd=cwd)
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")

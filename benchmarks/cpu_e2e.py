@@ -110,6 +110,16 @@ def _save(name: str, result: dict) -> None:
     print(f"  {name}: {result.get('sps')}", flush=True)
 
 
+def _provenance(cwd: str) -> dict:
+    """The commit a run's tree was at and the day it ran (runs of one table may span sessions and commits)."""
+    return dict(commit=git_commit(cwd), date=f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}")
+
+
+def _seed_cell(result: dict, minutes) -> str:
+    where = ", ".join(result[k] for k in ("commit", "date") if k in result)
+    return f"s{result['seed']} {_fmt(minutes, 2)}" + (f" ({where})" if where else "")
+
+
 def breakout_runs() -> None:
     python = sys.executable
     programs = [("htsrl", ROOT)] + ([("htsrl-before", _BEFORE.value)] if _BEFORE.value else [])
@@ -133,7 +143,8 @@ def breakout_runs() -> None:
                 stdout, wall = _timed_run(command, cwd, _SECONDS.value)
                 points = htsrl_points(run_dir)
             _save(name, dict(part="breakout", program=label, repeat=repeat, sps=steady_sps(points),
-                             updates=len(points), wall=wall, command=" ".join(command[1:]), tail=stdout[-600:]))
+                             updates=len(points), wall=wall, command=" ".join(command[1:]), tail=stdout[-600:],
+                             **({} if label == "cleanrl" else _provenance(cwd))))
 
 
 def gfootball_runs() -> None:
@@ -151,7 +162,8 @@ def gfootball_runs() -> None:
                 summary = json.load(f)
             _save(name, dict(part="gfootball", program=label, seed=int(seed), sps=steady_sps(htsrl_points(run_dir)),
                              required_time=summary.get("required_time"), final_metric=summary.get("final_metric"),
-                             env_steps=summary.get("env_steps"), wall=wall, command=" ".join(command[1:])))
+                             env_steps=summary.get("env_steps"), wall=wall, command=" ".join(command[1:]),
+                             **_provenance(cwd)))
 
 
 def _median(values: list) -> float | None:
@@ -167,7 +179,8 @@ def write_table() -> None:
     results = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(_OUT.value, "*.json")))]
     lines = ["# Pixel tasks end to end on the CPU (issue 17)", "",
              f"- Machine: {machine()} (no GPU). Written {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} "
-             f"UTC at commit {git_commit()}; each run's own command is in `{_OUT.value}/<run>.json`.",
+             f"UTC at commit {git_commit()}; each run's own command (and, since 2026-11-27, its commit and date) is in "
+             f"`{_OUT.value}/<run>.json`.",
              "- Command: `PYTHONPATH=. python -m benchmarks.cpu_e2e --parts=breakout,gfootball --before=<checkout of "
              "the commit before issue 17>` (module docstring: what each run is and how steady SPS is measured).", ""]
     breakout = [r for r in results if r["part"] == "breakout"]
@@ -197,7 +210,7 @@ def write_table() -> None:
                 times = [None if r["required_time"] is None else r["required_time"] / 60 for r in runs]
                 lines.append(f"| {label} | {len(runs)} | {_fmt(_median([r['sps'] for r in runs]))} | "
                              f"{_fmt(_median(times), 2)} | "
-                             + ", ".join(f"s{r['seed']} {_fmt(t, 2)}" for r, t in zip(runs, times, strict=True))
+                             + ", ".join(_seed_cell(r, t) for r, t in zip(runs, times, strict=True))
                              + " |")
     with open(_OUT.value + "_cpu.md", "w") as f:
         f.write("\n".join(lines) + "\n")
