@@ -42,7 +42,7 @@ import time
 
 from absl import app, flags
 
-from benchmarks.common import background_cores, cpu_ticks_by_pid, git_commit, machine
+from benchmarks.common import background_cores, cpu_ticks_by_pid, die_with_parent, git_commit, machine
 
 _PARTS = flags.DEFINE_list(
     "parts", "table4,table5,fig4_variance,fig4_envs,time_to_score", "Parts to run (module docstring)."
@@ -161,7 +161,7 @@ PARTS = {
 def _run(cmd: list[str], log: list[str]) -> int:
     log.append(" ".join(shlex.quote(c) for c in cmd))
     print(f"[hts_paper] $ {log[-1]}", flush=True)
-    return subprocess.call(cmd)
+    return subprocess.call(cmd, preexec_fn=die_with_parent)
 
 
 def run_part(part: Part, work_dir: str, report_dir: str, seeds: list[str]) -> dict:
