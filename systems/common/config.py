@@ -275,9 +275,11 @@ def validate(config: TrainConfig) -> None:
         if getattr(config, name) < 0:
             raise ConfigError(f"--{name} must be non-negative, got {getattr(config, name)}")
     if config.algo == "ppo" and steps_per_round(config) % config.num_minibatches:
+        batch = steps_per_round(config)
+        nearest = max(d for d in range(1, min(config.num_minibatches, batch) + 1) if batch % d == 0)
         raise ConfigError(
             f"--num_minibatches={config.num_minibatches} does not divide the batch "
-            f"num_envs x sync_interval = {steps_per_round(config)}"
+            f"num_envs x sync_interval = {batch}: e.g. --num_minibatches={nearest}, or more --num_envs"
         )
     if config.time_limit < 0:
         raise ConfigError(f"--time_limit must be non-negative, got {config.time_limit}")
