@@ -34,10 +34,3 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 # The convolution plans of image tasks stay the fixed table's (`systems.common.conv_tuning`): timing them at every
 # small batch the tests use would add minutes; tests/test_conv_tuning.py turns it on with its own cache file.
 os.environ.setdefault("HTSRL_CONV_TUNING", "off")
-
-
-def pytest_collection_modifyitems(config, items):
-    """Slow tests first, each group in file order: two workers then share out the long tests while the short ones
-    are left to fill the gaps, rather than one worker finishing alone on a long test collected last. The order is a
-    pure function of the collection, so every xdist worker sees the same list."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
