@@ -269,6 +269,15 @@ NOTES = {
         "(-474) says little; it reached -200 at 15k steps in every seed. The peer's wall time is interpolated from "
         "its training episodes' clock (module doc)."
     ),
+    "Hopper-v4 sac": (
+        "One seed a side so far (seed 0, 2026-11-27, from e3c3690, each at autogroup nice 19 beside other work, "
+        "loads 4.3-5.7: their wall times and SPS say little; CPU time is the fair cost). PAL's SAC and SB3's SAC "
+        "(rl-zoo3's Hopper settings) both climb slowly and unevenly: PAL's evaluations 276 at 15k steps, 794 at "
+        "135k, 964 at 240k, 1,244 at 300k; the peer's 187 at 15k, about 300-370 from 60k to 165k, 764 at 240k, "
+        "1,758 at 285k and 910 at 300k. Final metrics 847.9 (ours) and 750.1 (peer), neither reaching 3,800; PAL "
+        "used 62 CPU-minutes against the peer's 137. TD3 on both sides and seeds 1-2 are not measured yet (about "
+        "an hour of the machine alone each)."
+    ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
         "the start of another benchmark for the third): 300k env steps in 3.3-3.5 min (1,417-1,528 SPS); the "
