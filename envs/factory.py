@@ -42,8 +42,8 @@ def _import_envpool():
     """EnvPool with only the families above registered, and its registry.
 
     `import envpool` registers every family it ships (`envpool/entry.py`), and Jumanji's registration alone imports
-    matplotlib.pyplot: about 0.4 CPU-s of every launcher's, sampler's and test child's start-up, for envs no
-    system here runs. While envpool's `__init__` runs, an empty module stands in for `envpool.entry`; then the
+    matplotlib.pyplot: about a third of every launcher's, sampler's and test child's start-up went on envs no system
+    here runs. While envpool's `__init__` runs, an empty module stands in for `envpool.entry`; then the
     supported families register. An id they lack registers every family first (`_registry_entry`), so unknown
     and unsupported ids are told apart as before. If envpool was imported already, this changes nothing.
     """
@@ -66,6 +66,7 @@ def _registry_entry(env_id: str):
     if env_id not in _registry.specs:
         importlib.import_module("envpool.entry")
     return _registry.specs.get(env_id)
+
 
 # Atari preprocessing shared by training and evaluation pools (EnvPool's own implementation).
 _ATARI_COMMON = dict(
