@@ -126,7 +126,7 @@ def family_of(env_id: str) -> str:
 
 
 def _unknown_env_message(env_id: str) -> str:
-    importlib.import_module("envpool.entry")  # suggest from every family's ids
+    """Called after `_registry_entry` found nothing, so every family's ids are registered to suggest from."""
     known = envpool.list_all_envs()
     close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.5)
     examples = close or ["Breakout-v5", "CartPole-v1", "gfootball/academy_3_vs_1_with_keeper-v1"]
