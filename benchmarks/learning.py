@@ -321,9 +321,10 @@ NOTES = {
         "shared learner (`launch.sync --algo=a2c`, 8 envs x 5 steps, the task preset) ends at 6.1 over seeds 0-7 "
         "(median 46.9; -119 to 78) against -45.4 (median -70.3) at the former half weight, 5 of 8 seeds higher: "
         "within the seeds' spread, and still below the peer. Most runs of ours learn (best evaluations above 100 in "
-        "6 of 8 seeds, up to 219) and fall back late, at learning rates annealed below half. What is left between "
-        "us and the peer is the data: EnvPool's extra reset step per episode (masked) and the simulator; not "
-        "measured apart yet. "
+        "6 of 8 seeds, up to 219) and fall back late, at learning rates annealed below half. On the peer's own env "
+        "(gymnasium's LunarLander-v3) at the peer's weight: -10.6 over seeds 0-3 (-58 to 46; the peer 95.4 over the "
+        "same seeds), so not the simulator either. Left between us and the peer: how episodes meet the rollout (our "
+        "pools spend a masked reset step per episode, SB3 resets within the step) and chance; not measured apart. "
         "Annealing the learning rate helps large-batch Adam (batch 80: -41.0 -> 7.8; 320: -10.3 -> 16.9; 3 seeds); "
         "the paper keeps it constant, and so does our default."
     ),
