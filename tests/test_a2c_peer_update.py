@@ -1,8 +1,9 @@
 """Our A2C update is Stable-Baselines3's, to float precision: replaying the peer's own rollouts (LunarLander-v3,
 rl-zoo3's settings, 150 updates with 37 episode ends; `benchmarks/sb3_a2c_fixture.py` wrote them) through
 `a2c_update` from the peer's initial weights lands on the peer's final weights. Loss weights, GAE with lambda 1,
-PyTorch's RMSProp (epsilon outside the root), the gradient-norm clip and the orthogonally initialized separate
-64x64 tanh networks all enter; a departure in any of them moves the weights by far more than the tolerance."""
+PyTorch's RMSProp (epsilon outside the root), the gradient-norm clip and the separate 64x64 tanh networks all enter
+(the initial weights are the peer's); doubling or halving the value weight, or moving RMSProp's epsilon inside the
+root, moves the weights by far more than the tolerance (checked when the test was written)."""
 
 import functools
 import pathlib
