@@ -323,8 +323,11 @@ NOTES = {
         "within the seeds' spread, and still below the peer. Most runs of ours learn (best evaluations above 100 in "
         "6 of 8 seeds, up to 219) and fall back late, at learning rates annealed below half. On the peer's own env "
         "(gymnasium's LunarLander-v3) at the peer's weight: -10.6 over seeds 0-3 (-58 to 46; the peer 95.4 over the "
-        "same seeds), so not the simulator either. Left between us and the peer: how episodes meet the rollout (our "
-        "pools spend a masked reset step per episode, SB3 resets within the step) and chance; not measured apart. "
+        "same seeds), so not the simulator either. What is left is chance: the peer's own seeds 5-9 (the "
+        "same command, 2026-11-27, not table rows) end at -65, 151, -133, -113 and -72, so over seeds 0-9 the peer "
+        "ends at 30.2 [-38.3, 97.2] (median 49), against 6.0 [-46.1, 52.1] (median 47) for the shared learner of ours "
+        "at the peer's settings over seeds 0-7: A2C on LunarLander at these settings swings by 300 between seeds on "
+        "both sides, and the table's five peer seeds were its better half. "
         "Annealing the learning rate helps large-batch Adam (batch 80: -41.0 -> 7.8; 320: -10.3 -> 16.9; 3 seeds); "
         "the paper keeps it constant, and so does our default."
     ),
