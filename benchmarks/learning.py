@@ -277,8 +277,10 @@ NOTES = {
         "(rl-zoo3's Hopper settings) both climb slowly and unevenly: PAL's evaluations 276 at 15k steps, 794 at "
         "135k, 964 at 240k, 1,244 at 300k; the peer's 187 at 15k, about 300-370 from 60k to 165k, 764 at 240k, "
         "1,758 at 285k and 910 at 300k. Final metrics 847.9 (ours) and 750.1 (peer), neither reaching 3,800; PAL "
-        "used 62 CPU-minutes against the peer's 137. TD3 on both sides and seeds 1-2 are not measured yet (about "
-        "an hour of the machine alone each)."
+        "used 62 CPU-minutes against the peer's 137. PAL's TD3 (seed 0, the same worktree, nice 19, load 5.9) "
+        "stays near 300 for 150k steps, then climbs: 591 at 180k, 1,034 at 225k, 1,518 at 270k, 2,893 at 300k "
+        "(final metric 1,243.9, 52 CPU-minutes), still rising at the budget's end. SB3's TD3 and seeds 1-2 are not "
+        "measured yet (about an hour of the machine alone each)."
     ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
