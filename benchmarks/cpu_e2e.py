@@ -116,8 +116,10 @@ def _provenance(cwd: str) -> dict:
 
 
 def _seed_cell(result: dict, minutes) -> str:
-    where = ", ".join(result[k] for k in ("commit", "date") if k in result)
-    return f"s{result['seed']} {_fmt(minutes, 2)}" + (f" ({where})" if where else "")
+    """`s3 7.08 (c8f3766, 2026-11-27)`; runs from before the commit was recorded say so, so that a later seed's
+    provenance is not read as theirs."""
+    where = ", ".join(result[k] for k in ("commit", "date") if k in result) or "commit not recorded"
+    return f"s{result['seed']} {_fmt(minutes, 2)} ({where})"
 
 
 def breakout_runs() -> None:
