@@ -117,7 +117,8 @@ class TrainConfig(RunConfig):
     # Losses.
     gamma: float = hyperparameter(0.99, "Discount (default: preset).")
     gae_lambda: float = hyperparameter(0.95, "GAE lambda; 1.0 gives n-step returns (default: preset).")
-    value_coef: float = hyperparameter(0.5, "Value loss coefficient (default: preset).")
+    value_coef: float = hyperparameter(
+        0.5, "Weight of the value loss 0.5 x (R - V)^2; SB3's vf_coef c is 2c here (default: preset).")
     entropy_coef: float = hyperparameter(0.01, "Entropy bonus coefficient (default: preset).")
     clip_eps: float = hyperparameter(0.1, "PPO clip range (default: preset).", group="ppo")
     num_epochs: int = hyperparameter(4, "PPO epochs per update (default: preset).", group="ppo")
