@@ -2,8 +2,8 @@
 rl-zoo3's settings, 150 updates with 37 episode ends; `benchmarks/sb3_a2c_fixture.py` wrote them) through
 `a2c_update` from the peer's initial weights lands on the peer's final weights. Loss weights, GAE with lambda 1,
 PyTorch's RMSProp (epsilon outside the root), the gradient-norm clip and the separate 64x64 tanh networks all enter
-(the initial weights are the peer's); doubling or halving the value weight, or moving RMSProp's epsilon inside the
-root, moves the weights by far more than the tolerance (checked when the test was written)."""
+(the initial weights are the peer's); taking SB3's value coefficient as ours (half the weight), or moving RMSProp's
+epsilon inside the root, moves the weights by far more than the tolerance (checked when the test was written)."""
 
 import functools
 import pathlib
