@@ -53,6 +53,10 @@ stage hts_breakout_32x4 $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --nu
   --time_limit="$HTS_SECONDS" --logdir=runs/gpu/hts_breakout_32x4
 stage hts_breakout_64x2 $((WIDE_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=64 --num_actors=2 \
   --time_limit="$WIDE_SECONDS" --logdir=runs/gpu/hts_breakout_64x2
+# The learning comparison at equal env steps: the widest setting against the default's run 5 (same seed), evaluated
+# twice as often so that both curves have points at 0.5, 1.0 and 1.25M steps.
+stage hts_breakout_128x4 $((WIDE_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=128 --num_actors=4 \
+  --eval_every=250000 --time_limit="$WIDE_SECONDS" --logdir=runs/gpu/hts_breakout_128x4
 stage anakin_cartpole_64 100 -m launch.anakin --env=gymnax/CartPole-v1 --num_seeds=64 --total_steps=500000 \
   --logdir=runs/gpu/anakin_cartpole_64
 stage anakin_minatar_8 "$MINATAR_SECONDS" -m launch.anakin --env=gymnax/Breakout-MinAtar --num_seeds=8 \
