@@ -296,6 +296,11 @@ NOTES = {
         "an hour a seed on the 2 cores."
     ),
     "LunarLander-v2 a2c": (
+        "Re-measured at the doubled value weight (2026-11-28, a3fc416, niced, 5 seeds): GALA async 60.4 [-23.0, "
+        "136.6], solving seeds 1, 3 and 4 where the peer solves 0, 3 and 4 (seed 0 peaks at 192, seed 2 at -24); "
+        "GALA pmap 75.2 [1.8, 148.7], 2 of 5; all-reduce A2C -17.7; BA3C's large-batch Adam 41.6 at batch 320 and "
+        "-13.1 at 1280, none solved. The rest of this note and the other rows of ours (batch 80, plain Adam, "
+        "epsilon 1e-3) are at the half weight. "
         "The figures in this note are seeds 0-2 (2026-11-26); seeds 3 and 4 (2026-11-27, both from e733393) are "
         "in the table (seed 4 ran at autogroup nice 19 beside the test suite: CPU time is its fair cost). "
         "The peer itself solves 1 of 3 seeds within 1M steps "
