@@ -147,9 +147,11 @@ def test_layout_from_flags():
 
 def test_a_gpu_with_few_envs_gets_a_hint_and_a_cpu_none():
     gpu = layout.resolve(_config(), [_Device(0, "gpu")])
-    assert "--num_envs=128 --num_actors=4" in hts.accelerator_hint(8, gpu)
-    assert hts.accelerator_hint(128, gpu) == ""
-    assert hts.accelerator_hint(8, layout.resolve(_config(), [_Device(0)])) == ""
+    assert "--num_envs=128 --num_actors=4 --sync_interval=8 (about the same 1,024-step round)" in \
+        hts.accelerator_hint(8, 128, gpu)
+    assert "--sync_interval=16 (about the same 2,048-step round)" in hts.accelerator_hint(16, 128, gpu)
+    assert hts.accelerator_hint(128, 128, gpu) == ""
+    assert hts.accelerator_hint(8, 128, layout.resolve(_config(), [_Device(0)])) == ""
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -89,7 +89,7 @@ def _plan(layout: layout_lib.Layout) -> dict:
                 learner_devices=layout_lib.indices_text(layout.learner_devices), learner_replicas=layout.num_replicas)
 
 
-def accelerator_hint(num_envs: int, layout: layout_lib.Layout) -> str:
+def accelerator_hint(num_envs: int, sync_interval: int, layout: layout_lib.Layout) -> str:
     """A line for a run whose actors use an accelerator with few envs (the CPU presets' 8), else "": each forward
     pass is then a host-device round trip for a handful of observations, and the actors, not the accelerator, bound
     the run. results/gpu_first_run.md, Breakout on an H200, seed 1: 2,486 steady SPS with 8 envs x 128 steps;
@@ -98,16 +98,18 @@ def accelerator_hint(num_envs: int, layout: layout_lib.Layout) -> str:
     platform = layout.actor_devices[0].platform
     if platform == "cpu" or num_envs >= 64:
         return ""
+    round_steps = num_envs * sync_interval
     return (f"\n  hint: {num_envs} envs with the actors on {platform}: their forward passes will bound this run; "
-            "--num_envs=128 --num_actors=4 --sync_interval=8 (the same 1,024-step round) learned Breakout 3.2x "
-            "faster on an H200 (one seed; benchmarks/results/gpu_first_run.md)")
+            f"--num_envs=128 --num_actors=4 --sync_interval={max(1, round_steps // 128)} (about the same "
+            f"{round_steps:,}-step round) learned Breakout 3.2x faster on an H200 (one seed; "
+            "benchmarks/results/gpu_first_run.md)")
 
 
 def run(config: HTSConfig) -> dict:
     """Trains with HTS-RL; returns the summary (also written to `<run dir>/summary.json`)."""
     validate(config)
     config, layout = _resolve_layout(config)
-    header = layout.describe() + accelerator_hint(config.num_envs, layout)
+    header = layout.describe() + accelerator_hint(config.num_envs, config.sync_interval, layout)
     ctx = start_run(SYSTEM, config, may_change_on_resume=MAY_CHANGE_ON_RESUME, header=header,
                     plan=_plan(layout), profile=hts_profile())
     monitor, start_round = ctx.monitor, ctx.start_round
