@@ -98,9 +98,9 @@ def accelerator_hint(num_envs: int, sync_interval: int, layout: layout_lib.Layou
     platform = layout.actor_devices[0].platform
     if platform == "cpu" or num_envs >= 64:
         return ""
-    round_steps = num_envs * sync_interval
+    wide_envs, round_steps = 128, num_envs * sync_interval  # the hint keeps the run's env steps per update
     return (f"\n  hint: {num_envs} envs with the actors on {platform}: their forward passes will bound this run; "
-            f"--num_envs=128 --num_actors=4 --sync_interval={max(1, round_steps // 128)} (about the same "
+            f"--num_envs={wide_envs} --num_actors=4 --sync_interval={max(1, round_steps // wide_envs)} (about the same "
             f"{round_steps:,}-step round) learned Breakout 3.2x faster on an H200 (one seed; "
             "benchmarks/results/gpu_first_run.md)")
 
