@@ -67,12 +67,13 @@ def test_one_learner_replica_on_another_device_is_the_single_device_run(tmp_path
         env_id="CartPole-v1", num_envs=8, inference_batch=4, sync_interval=16, total_steps=8 * 16 * 6, num_epochs=2,
         num_minibatches=4, eval_episodes=0, quiet=True, seed=3, logdir=str(tmp_path / "single"),
     ))
-    moved = _runs(tmp_path, 3, [dict(actor_devices="1", learner_devices="2"), dict(actor_devices="0,1",
-                                                                                  learner_devices="0")])
+    # One child for the three runs: two with one replica elsewhere, and two replicas (another, data-parallel run: the
+    # fingerprint does see the layout).
+    *moved, two = _runs(tmp_path, 3, [dict(actor_devices="1", learner_devices="2"),
+                                      dict(actor_devices="0,1", learner_devices="0"),
+                                      dict(actor_devices="2", learner_devices="0,1")])
     assert [r["fingerprint"] for r in moved] == [single["param_fingerprint"]] * 2
-    # Two replicas are another (data-parallel) run: the fingerprint does see the layout.
-    two = _runs(tmp_path / "two", 2, [dict(learner_devices="0,1")])
-    assert two[0]["fingerprint"] != single["param_fingerprint"]
+    assert two["learner_devices"] == "0,1" and two["fingerprint"] != single["param_fingerprint"]
 
 
 @pytest.mark.slow
