@@ -43,9 +43,10 @@ def test_ordered_mean_adds_replicas_left_to_right():
 def _rollout(net, params, rng, num_steps, num_envs):
     obs = jnp.asarray(rng.normal(size=(num_steps + 1, num_envs, 4)), jnp.float32)
     keys = jax.random.split(jax.random.key(7), num_steps * num_envs).reshape(num_steps, num_envs)
-    actions, log_probs, values = jax.vmap(
+    # Jitted: run op by op, the vmapped policy compiles each of its ops on its own.
+    actions, log_probs, values = jax.jit(jax.vmap(
         functools.partial(agents.policy_step, apply_fn=net.apply), in_axes=(None, 0, 0)
-    )(params, obs[:-1], keys)
+    ))(params, obs[:-1], keys)
     return agents.Rollout(
         obs=obs,
         actions=actions,
@@ -85,8 +86,10 @@ from tests.test_agents_parallel import _rollout
 assert jax.local_device_count() == 2, jax.devices()
 T, B, D = 5, 8, 2
 net = agents.make_network((4,), 2, False)
-params = net.init(jax.random.key(0), jnp.zeros((1, 4)))
-behaviour = net.init(jax.random.key(1), jnp.zeros((1, 4)))
+# The helpers are jitted whole: run op by op, each of their ops would compile on its own (~100 small programs).
+init = jax.jit(net.init)
+params = init(jax.random.key(0), jnp.zeros((1, 4)))
+behaviour = init(jax.random.key(1), jnp.zeros((1, 4)))
 rollout = _rollout(net, behaviour, np.random.default_rng(3), T, B)
 optimizer = agents.make_optimizer(
     name="adam_large_batch", learning_rate=1e-2, total_updates=1, anneal_lr=False, max_grad_norm=0.5,
@@ -94,6 +97,11 @@ optimizer = agents.make_optimizer(
 config = agents.A2CConfig(gamma=0.9, gae_lambda=0.95)
 state = agents.TrainState(params, optimizer.init(params), jax.random.key(0), jnp.zeros((), jnp.int32))
 flat = lambda tree: np.concatenate([np.ravel(x) for x in jax.tree.leaves(tree)]).tolist()
+# Devices take the environments (axis 1) in halves: [T, B] -> [D, T, B / D].
+shard = jax.jit(lambda tree: jax.tree.map(
+    lambda x: jnp.moveaxis(x.reshape(x.shape[0], D, B // D, *x.shape[2:]), 1, 0), tree))
+replicate = jax.jit(lambda tree: jax.tree.map(lambda x: jnp.stack([x] * D), tree))
+replica = lambda tree, i: jax.tree.map(lambda x: np.asarray(x)[i], tree)
 
 def run(reduce):
     update = functools.partial(agents.a2c_update, apply_fn=net.apply, optimizer=optimizer, config=config)
@@ -101,18 +109,15 @@ def run(reduce):
     single = jax.jit(update)
     s1, m1 = single(state, behaviour, rollout)
     s1, m1 = single(s1, behaviour, rollout)
-    # Devices take the environments (axis 1) in halves: [T, B] -> [D, T, B / D].
-    shard = lambda x: jnp.moveaxis(x.reshape(x.shape[0], D, B // D, *x.shape[2:]), 1, 0)
-    replicate = lambda tree: jax.tree.map(lambda x: jnp.stack([x] * D), tree)
-    sharded = jax.tree.map(shard, rollout)
+    sharded = shard(rollout)
     axis_name = agents.DEVICE_AXIS if reduce else None
     parallel = jax.pmap(functools.partial(update, axis_name=axis_name), axis_name=agents.DEVICE_AXIS)
     sp, mp = parallel(replicate(state), replicate(behaviour), sharded)
     sp, mp = parallel(sp, replicate(behaviour), sharded)
     return {
         "single": flat(s1.params),
-        "replica0": flat(jax.tree.map(lambda x: x[0], sp.params)),
-        "replica1": flat(jax.tree.map(lambda x: x[1], sp.params)),
+        "replica0": flat(replica(sp.params, 0)),
+        "replica1": flat(replica(sp.params, 1)),
         "start": flat(params),
         "metrics_single": {k: float(v) for k, v in m1.items()},
         "metrics_replica0": {k: float(v[0]) for k, v in mp.items()},
@@ -125,14 +130,12 @@ def run_ppo():
     ppo_config = agents.PPOConfig(num_epochs=2, num_minibatches=1, normalize_advantages=False)
     update = functools.partial(agents.ppo_update, apply_fn=net.apply, optimizer=optimizer, config=ppo_config)
     s1, _ = jax.jit(update)(state, behaviour, rollout)
-    shard = lambda x: jnp.moveaxis(x.reshape(x.shape[0], D, B // D, *x.shape[2:]), 1, 0)
-    replicate = lambda tree: jax.tree.map(lambda x: jnp.stack([x] * D), tree)
     parallel = jax.pmap(functools.partial(update, axis_name=agents.DEVICE_AXIS), axis_name=agents.DEVICE_AXIS)
-    sp, _ = parallel(replicate(state), replicate(behaviour), jax.tree.map(shard, rollout))
+    sp, _ = parallel(replicate(state), replicate(behaviour), shard(rollout))
     return {
         "single": flat(s1.params),
-        "replica0": flat(jax.tree.map(lambda x: x[0], sp.params)),
-        "replica1": flat(jax.tree.map(lambda x: x[1], sp.params)),
+        "replica0": flat(replica(sp.params, 0)),
+        "replica1": flat(replica(sp.params, 1)),
         "start": flat(params),
     }
 
