@@ -19,24 +19,25 @@ def _profile(**kwargs) -> profile_lib.Profile:
     return profile_lib.Profile({"actors": ("env", "wait"), "learner": ("update",)}, "actors", bounds, **kwargs)
 
 
-def test_nested_stages_charge_each_moment_once_and_add_up_to_the_wall_time():
+def test_nested_stages_charge_each_moment_once_and_add_up_to_the_wall_time(monkeypatch):
+    now = [100.0]  # a clock the test moves by hand: exact shares, whatever the machine's load
+    monkeypatch.setattr(profile_lib.time, "perf_counter", lambda: now[0])
     profile = _profile()
-    start = time.perf_counter()
+    start = now[0]
     clock = profile.bind("actors")
     try:
         with profile_lib.stage("env"):
-            time.sleep(0.03)
+            now[0] += 0.03
             with profile_lib.stage("wait"):  # inside env: charged to wait only
-                time.sleep(0.05)
-        time.sleep(0.01)  # outside every stage: other
+                now[0] += 0.05
+        now[0] += 0.01  # outside every stage: other
         seconds = clock.seconds()
-        wall = time.perf_counter() - start
     finally:
         profile.unbind()
-    assert seconds["wait"] == pytest.approx(0.05, abs=0.02)
-    assert seconds["env"] == pytest.approx(0.03, abs=0.02)
-    assert seconds["other"] == pytest.approx(0.01, abs=0.02)
-    assert sum(seconds.values()) == pytest.approx(wall, abs=1e-3)
+    assert seconds["wait"] == pytest.approx(0.05)
+    assert seconds["env"] == pytest.approx(0.03)
+    assert seconds["other"] == pytest.approx(0.01)
+    assert sum(seconds.values()) == pytest.approx(now[0] - start)
 
 
 def test_a_thread_without_a_clock_records_nothing():
