@@ -14,11 +14,12 @@ Parts (every run is its own process, one at a time; a finished run's result is k
   with `--before`, also the same command in a checkout of an earlier commit. Steady SPS: env steps over
   wall time between the 4th and the last update (htsrl: `progress.csv`; CleanRL: its `SPS:` lines, the running
   average global_step / elapsed, from which each update's time is recovered), so start-up and compilation are out.
-* `gfootball`: `launch.hts --env=gfootball/academy_empty_goal_close-v1` with the setting of
-  `results/hts_paper_cpu.md`'s time-to-score part (the GFootball preset, 163,840 steps, an evaluation of 10
-  episodes every 4,096 steps, target 0.8, at most 15 minutes) for `--seeds`, in this tree and (with `--before`)
-  the earlier one: steady SPS and the required time (the first wall time at which the mean of the latest 10
-  evaluations reaches 0.8).
+* `gfootball`: `launch.hts --env=gfootball/academy_empty_goal_close-v1` with its default preset (the task's own
+  since 2026-11-28: the HTS-RL scripts' with rounds of 64 steps; before, the family's, alpha 128), 163,840 steps,
+  an evaluation of 10 sampled episodes every 4,096 steps, target 0.8, at most 15 minutes, for `--seeds`, in this
+  tree and (with `--before`) the earlier one: steady SPS and the required time (the first wall time at which the
+  mean of the latest 10 evaluations reaches 0.8). Rows of the family preset measured in earlier sessions are kept
+  as `htsrl-family`.
 
 Writes `results/cpu_e2e_cpu.md` (medians) with the machine, date and command.
 """
@@ -202,10 +203,16 @@ def write_table() -> None:
     football = [r for r in results if r["part"] == "gfootball"]
     if football:
         lines += ["## GFootball academy_empty_goal_close: time to a score of 0.8", "",
+                  "htsrl: this tree's default command (the scenario's own preset since 2026-11-28: rounds of 64 "
+                  "steps); htsrl-family: the family preset (rounds of 128) in earlier sessions; htsrl-before: the same "
+                  "command in the `--before` checkout (each seed names its commit). Beside a nice-19 benchmark: "
+                  "`gfootball_time_to_score_notes.md`.", "",
                   "| program | seeds | steady SPS (median) | required time, min (median) | each seed (min) |",
                   "| --- | ---: | ---: | ---: | --- |"]
-        for label in ("htsrl", "htsrl-before"):
+        for label in ("htsrl", "htsrl-family", "htsrl-before"):
             runs = [r for r in football if r["program"] == label]
+            if not runs and label == "htsrl-family":
+                continue
             if not runs:
                 lines.append(f"| {label} | 0 | not measured yet (rerun the part: it resumes) | | |")
             else:

@@ -99,7 +99,8 @@ def on_policy_group(*, algos: tuple[str, ...], num_envs: bool = True) -> list[Sp
         _e("algo", None, algos, "Algorithm (default: " + algos[0] + ")."),
         *(from_fields(TrainConfig, ("num_envs",)) if num_envs else []),
         _e("preset", "task", PRESET_CHOICES,
-           "Hyperparameters no flag gives: task = the task's own tuned preset where there is one (rl-zoo3's, for "
+           "Hyperparameters no flag gives: task = the task's own tuned preset where there is one (rl-zoo3's; "
+           "GFootball's empty goal: measured here; for "
            + "; ".join(f"{algo.upper()}: " + ", ".join(sorted(env for env, a in TASK_PRESETS if a == algo))
                        for algo in sorted({a for _, a in TASK_PRESETS}, reverse=True))
            + "), else its env family's; family = the family's (CleanRL's, the papers'). config.json records "

@@ -280,6 +280,11 @@ def test_a_task_with_a_tuned_preset_uses_it_and_config_says_which():
     gala = launcher_config(launch.gala, "--env=Acrobot-v1")  # rl-zoo3's A2C, less what several learners cannot keep
     assert gala.preset.startswith("task Acrobot-v1 a2c") and gala.entropy_coef == 0.0
     assert not gala.normalize_obs and gala.envs_per_learner == 16
+    football = launcher_config(launch.hts, "--env=gfootball/academy_empty_goal_close-v1")  # measured here
+    assert football.preset.startswith("task gfootball/academy_empty_goal_close-v1 ppo")
+    assert (football.sync_interval, football.num_minibatches, football.num_envs, football.num_epochs) == (64, 4, 16, 2)
+    other = launcher_config(launch.hts, "--env=gfootball/academy_3_vs_1_with_keeper-v1")
+    assert (other.preset, other.sync_interval, other.num_minibatches) == ("family gfootball ppo", 128, 8)
     cheetah = launcher_config(launch.hts, "--env=HalfCheetah-v4")
     assert cheetah.hidden_sizes == (256, 256) and cheetah.activation == "relu" and cheetah.normalize_obs
 
