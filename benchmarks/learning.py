@@ -285,10 +285,13 @@ NOTES = {
         "SB3's SAC (seed 0): 187 at 15k, 300-370 from 60k to 165k, 1,758 at 285k (final 750.1). PAL's TD3 stays "
         "near 300 for 150k steps in seed 0 and climbs to 2,893 at 300k (final 1,243.9); seed 1 climbs steadily to "
         "1,225 at 225k (final 995.5). SB3's TD3 (seed 0): 381 at 45k, 736 at 105k, about 1,000-1,100 from 195k to "
-        "255k, 2,860 at 285k (final 1,567.8). PAL used 52-62 CPU-minutes a run against the peer's 116 (TD3) and 137 "
-        "(SAC): PAL's wall time alone, 33-40 min, against 58 min for SB3's TD3. With one or two seeds a side the "
-        "intervals say little: the final metrics of all four sides lie between 750 and 1,822. Seeds 1-2 of SB3's "
-        "sides and seed 2 of PAL's are not measured yet (35-70 min of the machine alone each)."
+        "255k, 2,860 at 285k (final 1,567.8); seed 1 (2026-11-28, a3fc416, nice 19 beside GFootball runs and the test "
+        "suite: wall time says little) 1,074 at 165k, 2,517 at 225k, 3,633 at 285k (final 2,634.4). Over two seeds "
+        "SB3's TD3 (2,101) is ahead of PAL's (1,120); the cause is not looked into yet. PAL used 52-62 CPU-minutes "
+        "a run against the peer's 116-118 (TD3) and 137 (SAC): PAL's wall time alone, 33-40 min, against 58 min for "
+        "SB3's TD3. With one or two seeds a side the intervals say little: the final metrics lie between 750 and "
+        "2,634. SB3 SAC's seeds 1-2, SB3 TD3's seed 2 and PAL's seed 2 are not measured yet (35-70 min of the "
+        "machine alone each)."
     ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
