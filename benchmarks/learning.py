@@ -118,6 +118,13 @@ SIDE_SPECS = {
     "sb3_td3": Side("SB3 TD3, rl-zoo3 tuned (peer)", zoo_algo="td3"),
     "pal_sac": Side("PAL SAC (ours)", "pal", ("--algo=sac",)),
     "pal_td3": Side("PAL TD3 (ours)", "pal", ("--algo=td3",)),
+    # Hopper's controls for PAL TD3 below SB3's TD3 (extra sides): uniform replay alone, and rl-zoo3's MuJoCo TD3
+    # setting as flags (td3.yml `mujoco-defaults`: learning rate 1e-3, 400x300 networks, 10k random steps; uniform
+    # replay as SB3's). Batch 256, noise 0.1, buffer 1M, tau 0.005 and TD3's smoothing / delay are PAL's already.
+    "pal_td3_uniform": Side("PAL TD3, uniform replay (ours)", "pal", ("--algo=td3", "--replay=uniform")),
+    "pal_td3_zoo": Side("PAL TD3 with rl-zoo3's MuJoCo hyperparameters as flags, uniform replay (ours)", "pal",
+                        ("--algo=td3", "--replay=uniform", "--learning_rate=1e-3", "--hidden_sizes=400,300",
+                         "--learning_starts=10000")),
     "spreeze": Side("Spreeze SAC, defaults (ours)", "spreeze"),
 }
 PPO_SIDES = ("hts", "sb3", "sync", "hts_zoo", "hts_family", "sync_family")  # run in this order per seed
@@ -407,7 +414,7 @@ TASKS = {
     "Pendulum-v1 sac": Task("Pendulum-v1", 20_000, FIVE_SEEDS, ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3",
                                                                   "spreeze"), family="sac"),
     "Hopper-v4 sac": Task("Hopper-v4", 300_000, (0, 1, 2), ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3"),
-                          family="sac"),
+                          extra_sides=("pal_td3_uniform", "pal_td3_zoo"), family="sac"),
     "HalfCheetah-v4 sac": Task("HalfCheetah-v4", 300_000, (0, 1, 2), ("sb3_sac", "spreeze"), family="sac"),
 }
 
