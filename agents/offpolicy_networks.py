@@ -11,9 +11,11 @@
   N(mean, std), a = tanh(u) scaled to the box, and Eq. (21), the change of variables
   log pi(a|s) = log N(u) - sum_i log(scale_i (1 - tanh^2(u_i))).
 
-All MLPs are ReLU with Flax's default initialisation, as in CleanRL's ``dqn.py``, ``td3_continuous_action.py`` and
-``sac_continuous_action.py``. Action bounds are module attributes as tuples of floats so that a module (and its
-bound ``apply``) stays hashable and can be a static argument of ``jax.jit``.
+All MLPs are ReLU. Their Dense layers start from Flax's default initialisation (``dense_init="flax"``: LeCun
+normal kernels, zero biases), as in CleanRL's JAX scripts (``dqn_jax.py``, ``td3_continuous_action_jax.py``), or
+from PyTorch's (``dense_init="torch"``: kernels and biases uniform in +-1/sqrt(fan_in), a third of the kernel
+variance), as in Stable-Baselines3 and CleanRL's PyTorch scripts. Action bounds are module attributes as tuples of
+floats so that a module (and its bound ``apply``) stays hashable and can be a static argument of ``jax.jit``.
 """
 
 from collections.abc import Sequence
@@ -33,9 +35,26 @@ LOG_STD_MAX = 2.0
 Q_TORSOS = ("mlp", "nature_cnn")
 
 
-def _mlp(x: jax.Array, hidden_sizes: Sequence[int]) -> jax.Array:
+INITS = ("flax", "torch")
+
+
+def dense(features: int, x: jax.Array, init: str = "flax", name: str | None = None) -> jax.Array:
+    """``nn.Dense(features)(x)`` with the module docstring's ``init``; call it inside an ``nn.compact`` method."""
+    if init == "flax":
+        return nn.Dense(features, name=name)(x)
+    if init != "torch":
+        raise ValueError(f"Unknown init {init!r}; expected one of {INITS}.")
+    bound = 1.0 / np.sqrt(x.shape[-1])  # torch.nn.Linear.reset_parameters: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+
+    def uniform(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return nn.Dense(features, kernel_init=uniform, bias_init=uniform, name=name)(x)
+
+
+def _mlp(x: jax.Array, hidden_sizes: Sequence[int], init: str = "flax") -> jax.Array:
     for size in hidden_sizes:
-        x = nn.relu(nn.Dense(size)(x))
+        x = nn.relu(dense(size, x, init))
     return x
 
 
@@ -65,23 +84,26 @@ class QNetwork(nn.Module):
       hidden_sizes: ReLU MLP hidden sizes (``"mlp"`` torso only; the Nature head is fixed at 512).
       torso: ``"mlp"`` for vector observations ``[B, D]`` or ``"nature_cnn"`` for uint8 Atari frames
         ``[B, 4, 84, 84]`` (Mnih et al. 2015; the torso already ends in Dense(512) + ReLU).
+      dense_init: the Dense layers' initialisation of the ``"mlp"`` torso and the head (module docstring).
     """
 
     action_dim: int
     hidden_sizes: Sequence[int] = (256, 256)
     torso: str = "mlp"
+    dense_init: str = "flax"
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         if self.torso == "mlp":
             chex.assert_rank(obs, 2)
-            features = _mlp(obs.astype(jnp.float32), self.hidden_sizes)
+            features = _mlp(obs.astype(jnp.float32), self.hidden_sizes, self.dense_init)
         elif self.torso == "nature_cnn":
             chex.assert_shape(obs, (None, *NATURE_CNN_OBS_SHAPE))
             features = NatureCNN(name="torso")(obs)
         else:
             raise ValueError(f"Unknown torso {self.torso!r}; expected one of {Q_TORSOS}.")
-        return nn.Dense(self.action_dim)(features).astype(jnp.float32)  # [B, A]
+        head_init = self.dense_init if self.torso == "mlp" else "flax"
+        return dense(self.action_dim, features, head_init).astype(jnp.float32)  # [B, A]
 
 
 class DeterministicActor(nn.Module):
@@ -92,44 +114,48 @@ class DeterministicActor(nn.Module):
       action_low: ``A`` lower bounds (use ``bounds_as_tuples`` to turn arrays into tuples).
       action_high: ``A`` upper bounds.
       hidden_sizes: ReLU MLP hidden sizes (TD3 paper: 256, 256).
+      dense_init: the Dense layers' initialisation (module docstring).
     """
 
     action_dim: int
     action_low: Sequence[float]
     action_high: Sequence[float]
     hidden_sizes: Sequence[int] = (256, 256)
+    dense_init: str = "flax"
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         chex.assert_rank(obs, 2)
         scale, offset = box_scale_and_offset(self.action_low, self.action_high)
         chex.assert_shape([scale, offset], (self.action_dim,))
-        x = _mlp(obs.astype(jnp.float32), self.hidden_sizes)
-        return offset + scale * jnp.tanh(nn.Dense(self.action_dim)(x))  # [B, A]
+        x = _mlp(obs.astype(jnp.float32), self.hidden_sizes, self.dense_init)
+        return offset + scale * jnp.tanh(dense(self.action_dim, x, self.dense_init))  # [B, A]
 
 
 class ContinuousQ(nn.Module):
     """Q(s, a) ``[B]`` from an MLP on ``concat(obs [B, D], action [B, A])``."""
 
     hidden_sizes: Sequence[int] = (256, 256)
+    dense_init: str = "flax"
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         chex.assert_rank([obs, action], 2)
         chex.assert_equal_shape_prefix([obs, action], 1)
         x = jnp.concatenate([obs.astype(jnp.float32), action.astype(jnp.float32)], axis=-1)
-        return nn.Dense(1)(_mlp(x, self.hidden_sizes))[:, 0]  # [B]
+        return dense(1, _mlp(x, self.hidden_sizes, self.dense_init), self.dense_init)[:, 0]  # [B]
 
 
 class TwinQ(nn.Module):
     """Two independent critics (TD3 Sec. 4.1, SAC): ``[Q1(s, a), Q2(s, a)]`` as ``[2, B]``."""
 
     hidden_sizes: Sequence[int] = (256, 256)
+    dense_init: str = "flax"
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
-        q1 = ContinuousQ(self.hidden_sizes, name="q1")(obs, action)
-        q2 = ContinuousQ(self.hidden_sizes, name="q2")(obs, action)
+        q1 = ContinuousQ(self.hidden_sizes, self.dense_init, name="q1")(obs, action)
+        q2 = ContinuousQ(self.hidden_sizes, self.dense_init, name="q2")(obs, action)
         return jnp.stack([q1, q2])  # [2, B]
 
 
@@ -137,18 +163,20 @@ class GaussianActor(nn.Module):
     """SAC policy head: ``(mean [B, A], log_std [B, A])`` of the pre-tanh Gaussian, log std clipped to [-5, 2].
 
     Sampling, squashing to the box and the log-prob live in ``squashed_gaussian_sample`` so that the bounds are
-    an argument of the update rather than of the module.
+    an argument of the update rather than of the module. ``dense_init``: the Dense layers' initialisation (module
+    docstring).
     """
 
     action_dim: int
     hidden_sizes: Sequence[int] = (256, 256)
+    dense_init: str = "flax"
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         chex.assert_rank(obs, 2)
-        x = _mlp(obs.astype(jnp.float32), self.hidden_sizes)
-        mean = nn.Dense(self.action_dim, name="mean")(x)
-        log_std = jnp.clip(nn.Dense(self.action_dim, name="log_std")(x), LOG_STD_MIN, LOG_STD_MAX)
+        x = _mlp(obs.astype(jnp.float32), self.hidden_sizes, self.dense_init)
+        mean = dense(self.action_dim, x, self.dense_init, name="mean")
+        log_std = jnp.clip(dense(self.action_dim, x, self.dense_init, name="log_std"), LOG_STD_MIN, LOG_STD_MAX)
         return mean, log_std
 
 

@@ -125,6 +125,12 @@ SIDE_SPECS = {
     "pal_td3_zoo": Side("PAL TD3 with rl-zoo3's MuJoCo hyperparameters as flags, uniform replay (ours)", "pal",
                         ("--algo=td3", "--replay=uniform", "--learning_rate=1e-3", "--hidden_sizes=400,300",
                          "--learning_starts=10000")),
+    # ... and both with PyTorch's initialisation (SB3's), after the rl-zoo3 setting's seed 0 with Flax's collapsed.
+    "pal_td3_torch": Side("PAL TD3, PyTorch's initialisation (ours)", "pal", ("--algo=td3", "--network_init=torch")),
+    "pal_td3_zoo_torch": Side("PAL TD3 with rl-zoo3's MuJoCo hyperparameters as flags, uniform replay, PyTorch's "
+                              "initialisation (ours)", "pal",
+                              ("--algo=td3", "--replay=uniform", "--learning_rate=1e-3", "--hidden_sizes=400,300",
+                               "--learning_starts=10000", "--network_init=torch")),
     "spreeze": Side("Spreeze SAC, defaults (ours)", "spreeze"),
 }
 PPO_SIDES = ("hts", "sb3", "sync", "hts_zoo", "hts_family", "sync_family")  # run in this order per seed
@@ -414,7 +420,8 @@ TASKS = {
     "Pendulum-v1 sac": Task("Pendulum-v1", 20_000, FIVE_SEEDS, ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3",
                                                                   "spreeze"), family="sac"),
     "Hopper-v4 sac": Task("Hopper-v4", 300_000, (0, 1, 2), ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3"),
-                          extra_sides=("pal_td3_uniform", "pal_td3_zoo"), family="sac"),
+                          extra_sides=("pal_td3_uniform", "pal_td3_zoo", "pal_td3_torch", "pal_td3_zoo_torch"),
+                          family="sac"),
     "HalfCheetah-v4 sac": Task("HalfCheetah-v4", 300_000, (0, 1, 2), ("sb3_sac", "spreeze"), family="sac"),
 }
 

@@ -31,6 +31,14 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 
 
+# XLA's compiles without LLVM's backend optimizations (`-O0` machine code for the fused loops; the HLO programs,
+# their fusions and buffers, and the Eigen / oneDNN library kernels of dots and convolutions are the same). Most
+# test programs run for a few steps, so compiling them dominated: on two cores test_anakin.py and test_learning.py
+# took 143 s (189 CPU-s) at the default and 117 s (138 CPU-s) at -O0. A run, benchmark or determinism fingerprint
+# outside the tests keeps the default; a user's own setting of the flag is kept.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+
 # The convolution plans of image tasks stay the fixed table's (`systems.common.conv_tuning`): timing them at every
 # small batch the tests use would add minutes; tests/test_conv_tuning.py turns it on with its own cache file.
 os.environ.setdefault("HTSRL_CONV_TUNING", "off")

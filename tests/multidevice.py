@@ -16,7 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def device_env(num_devices: int) -> dict:
     """Environment for a child process that sees `num_devices` CPU devices and imports the repository."""
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices}"
+    kept = [flag for flag in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in flag]
+    env["XLA_FLAGS"] = " ".join([*kept, f"--xla_force_host_platform_device_count={num_devices}"])  # conftest's kept
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     return env

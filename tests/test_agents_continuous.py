@@ -16,6 +16,7 @@ from agents.offpolicy_networks import (
     LOG_STD_MIN,
     DeterministicActor,
     GaussianActor,
+    QNetwork,
     TwinQ,
     bounds_as_tuples,
     squashed_gaussian_log_prob,
@@ -230,6 +231,34 @@ def test_deterministic_actor_respects_bounds_and_ddpg_act_noise():
     assert np.all(np.asarray(noisy) >= LOW) and np.all(np.asarray(noisy) <= HIGH)
     with pytest.raises(ValueError, match="action_low < action_high"):
         bounds_as_tuples([1.0], [0.0])
+
+
+@pytest.mark.parametrize("make", [
+    lambda init: DeterministicActor(ACTION_DIM, *bounds_as_tuples(LOW, HIGH), hidden_sizes=(400, 300), dense_init=init),
+    lambda init: GaussianActor(ACTION_DIM, hidden_sizes=(400, 300), dense_init=init),
+    lambda init: TwinQ(hidden_sizes=(400, 300), dense_init=init),
+    lambda init: QNetwork(ACTION_DIM, hidden_sizes=(400, 300), dense_init=init),
+], ids=["deterministic_actor", "gaussian_actor", "twin_q", "q_network"])
+def test_torch_init_draws_every_dense_uniformly_within_one_over_root_fan_in_with_the_same_tree(make):
+    obs = jnp.zeros((1, OBS_DIM))
+    inputs = (obs, jnp.zeros((1, ACTION_DIM))) if isinstance(make("flax"), TwinQ) else (obs,)
+    flax_params = make("flax").init(jax.random.key(0), *inputs)
+    torch_params = make("torch").init(jax.random.key(0), *inputs)
+    assert jax.tree.structure(flax_params) == jax.tree.structure(torch_params)  # same names: checkpoints load
+    layers = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(torch_params)
+              if jax.tree_util.keystr(path).endswith("['kernel']")]
+    assert len(layers) >= 3
+    for kernel in layers:
+        fan_in = kernel.shape[0]
+        bound = 1.0 / np.sqrt(fan_in)
+        assert np.all(np.abs(np.asarray(kernel)) <= bound)
+        if kernel.size >= 1000:  # PyTorch's variance, bound^2 / 3: a third of LeCun normal's 1 / fan_in
+            np.testing.assert_allclose(np.var(np.asarray(kernel)), bound**2 / 3, rtol=0.1)
+    biases = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(torch_params)
+              if jax.tree_util.keystr(path).endswith("['bias']")]
+    assert all(np.any(np.asarray(b) != 0) for b in biases)  # Flax's are zeros
+    with pytest.raises(ValueError, match="Unknown init"):
+        make("kaiming").init(jax.random.key(0), *inputs)
 
 
 def _normal_log_pdf(x, mean, std):

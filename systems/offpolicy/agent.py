@@ -160,7 +160,7 @@ def _q_learning_parts(config, spec: EnvSpec, obs, hidden, init_key, abstract_sta
     if spec.continuous:
         raise ValueError(f"--algo={algo} needs a discrete action space; {spec.env_id} is continuous")
     torso = "nature_cnn" if len(spec.obs_shape) == 3 else "mlp"
-    network = QNetwork(action_dim=spec.action_dim, hidden_sizes=hidden, torso=torso)
+    network = QNetwork(action_dim=spec.action_dim, hidden_sizes=hidden, torso=torso, dense_init=config.network_init)
     opt = _optimizer(config, config.learning_rate)
     dqn_config = DQNConfig(
         gamma=config.gamma, double=algo == "ddqn", loss="huber",
@@ -194,8 +194,8 @@ def _actor_critic_parts(config, spec: EnvSpec, obs, hidden, init_key, abstract_s
     bounds = dict(action_low=np.asarray(spec.action_low), action_high=np.asarray(spec.action_high))
     action = np.zeros((spec.action_dim,), np.float32)
     if algo == "sac":
-        actor = GaussianActor(action_dim=spec.action_dim, hidden_sizes=hidden)
-        critic = TwinQ(hidden_sizes=hidden)
+        actor = GaussianActor(action_dim=spec.action_dim, hidden_sizes=hidden, dense_init=config.network_init)
+        critic = TwinQ(hidden_sizes=hidden, dense_init=config.network_init)
         alpha_opt = _optimizer(config, config.critic_learning_rate or config.learning_rate)
         agent_state = _init_once(lambda keys: sac_init(
             keys[2], actor.init(keys[0], obs), critic.init(keys[1], obs, action_zero),
@@ -210,13 +210,14 @@ def _actor_critic_parts(config, spec: EnvSpec, obs, hidden, init_key, abstract_s
             eval_act=functools.partial(_sac_mean, actor_apply=actor.apply, **bounds),
             policy_params=_actor_params, action=action, sac_parts=sac_parts,
         )
-    actor = DeterministicActor(action_dim=spec.action_dim, action_low=low, action_high=high, hidden_sizes=hidden)
+    actor = DeterministicActor(action_dim=spec.action_dim, action_low=low, action_high=high, hidden_sizes=hidden,
+                               dense_init=config.network_init)
     if algo == "td3":
         ddpg_cfg = DDPGConfig(gamma=config.gamma, tau=config.tau)
-        critic = TwinQ(hidden_sizes=hidden)
+        critic = TwinQ(hidden_sizes=hidden, dense_init=config.network_init)
     else:
         ddpg_cfg = dataclasses.replace(ddpg_config(), gamma=config.gamma, tau=config.tau)
-        critic = ContinuousQ(hidden_sizes=hidden)
+        critic = ContinuousQ(hidden_sizes=hidden, dense_init=config.network_init)
     agent_state = _init_once(lambda keys: ddpg_init(
         keys[2], actor.init(keys[0], obs), critic.init(keys[1], obs, action_zero),
         actor_optimizer=actor_opt, critic_optimizer=critic_opt,
