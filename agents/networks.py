@@ -57,11 +57,11 @@ PIXEL_MIN_SIDE, PIXEL_MAX_CHANNELS = 36, 16
 BA3C_DEFAULT_HIDDEN = 256
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 # PyTorch's nn.Linear default: kaiming_uniform(a=sqrt(5)), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
-_TORCH_LINEAR_INIT = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+TORCH_LINEAR_INIT = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
 
 
 def _dense(features: int, gain: float, orthogonal: bool = True) -> nn.Dense:
-    kernel_init = nn.initializers.orthogonal(gain) if orthogonal else _TORCH_LINEAR_INIT
+    kernel_init = nn.initializers.orthogonal(gain) if orthogonal else TORCH_LINEAR_INIT
     return nn.Dense(features, kernel_init=kernel_init, bias_init=nn.initializers.zeros)
 
 

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents.networks import NATURE_CNN_OBS_SHAPE, NatureCNN
+from agents.networks import NATURE_CNN_OBS_SHAPE, TORCH_LINEAR_INIT, NatureCNN
 
 # SAC reference implementations (Haarnoja's softlearning, CleanRL) keep log std in [-5, 2]: below, the
 # log-prob explodes; above, tanh saturates and the policy is effectively uniform on the box.
@@ -44,12 +44,12 @@ def dense(features: int, x: jax.Array, init: str = "flax", name: str | None = No
         return nn.Dense(features, name=name)(x)
     if init != "torch":
         raise ValueError(f"Unknown init {init!r}; expected one of {INITS}.")
-    bound = 1.0 / np.sqrt(x.shape[-1])  # torch.nn.Linear.reset_parameters: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    bound = 1.0 / np.sqrt(x.shape[-1])  # torch.nn.Linear.reset_parameters draws the bias like the kernel
 
-    def uniform(key, shape, dtype=jnp.float32):
+    def bias_init(key, shape, dtype=jnp.float32):
         return jax.random.uniform(key, shape, dtype, -bound, bound)
 
-    return nn.Dense(features, kernel_init=uniform, bias_init=uniform, name=name)(x)
+    return nn.Dense(features, kernel_init=TORCH_LINEAR_INIT, bias_init=bias_init, name=name)(x)
 
 
 def _mlp(x: jax.Array, hidden_sizes: Sequence[int], init: str = "flax") -> jax.Array:
