@@ -13,20 +13,22 @@ import textwrap
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def device_env(num_devices: int) -> dict:
-    """Environment for a child process that sees `num_devices` CPU devices and imports the repository."""
+def device_env(num_devices: int, optimized: bool = False) -> dict:
+    """Environment for a child process that sees `num_devices` CPU devices and imports the repository; `optimized`
+    drops conftest's LLVM -O0 (for a test whose run time, not its compiles, dominates)."""
     env = dict(os.environ)
-    kept = [flag for flag in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in flag]
+    dropped = ("xla_force_host_platform_device_count", *(("xla_backend_optimization_level",) if optimized else ()))
+    kept = [flag for flag in env.get("XLA_FLAGS", "").split() if not any(name in flag for name in dropped)]
     env["XLA_FLAGS"] = " ".join([*kept, f"--xla_force_host_platform_device_count={num_devices}"])  # conftest's kept
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
-def run_python(code: str, num_devices: int, timeout: float = 600.0) -> str:
+def run_python(code: str, num_devices: int, timeout: float = 600.0, optimized: bool = False) -> str:
     """Runs `code` (dedented) with `num_devices` CPU devices; returns stdout, fails with the child's output."""
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=device_env(num_devices),
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=device_env(num_devices, optimized),
         capture_output=True, text=True, timeout=timeout,
     )
     if result.returncode != 0:

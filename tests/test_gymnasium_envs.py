@@ -171,11 +171,20 @@ def test_an_image_no_network_reads_is_one_line(shape, message):
 @pytest.mark.slow
 def test_hts_learns_a_pixel_env_through_the_pixel_cnn(tmp_path):
     """A channels-first 40x40 image (the Nature CNN's layers at another size): HTS learns to name the lamp's state
-    (the best return is 20, a random policy's 10)."""
-    summary = hts.run(tiny_hts(tmp_path / "run", env_id=LAMP, env_kwargs='{"shape": [1, 40, 40]}', sync_interval=32,
-                               total_steps=6144, num_epochs=4, num_minibatches=4, learning_rate=2.5e-4,
-                               eval_every=6144, eval_episodes=10, checkpoint_every=6144))
-    assert summary["last_eval_return"] >= 16, summary["last_eval_return"]
+    (the best return is 20, a random policy's 10). In a child process at LLVM's default optimization: XLA's own
+    convolution runs 15x slower at the suite's -O0 (conftest)."""
+    from multidevice import run_python
+
+    out = run_python(f"""
+        from systems.hts import system as hts
+        from tests.helpers import tiny_hts
+        summary = hts.run(tiny_hts({str(tmp_path / "run")!r}, env_id={LAMP!r}, env_kwargs='{{"shape": [1, 40, 40]}}',
+                                   sync_interval=32, total_steps=6144, num_epochs=4, num_minibatches=4,
+                                   learning_rate=2.5e-4, eval_every=6144, eval_episodes=10, checkpoint_every=6144))
+        print(summary["last_eval_return"])
+        """, num_devices=1, optimized=True)
+    last_eval_return = float(out.strip().splitlines()[-1])
+    assert last_eval_return >= 16, last_eval_return
 
 
 def test_a_gymnasium_env_films_its_own_rgb_array_frames(tmp_path):
