@@ -34,8 +34,10 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 # XLA's compiles without LLVM's backend optimizations (`-O0` machine code for the fused loops; the HLO programs,
 # their fusions and buffers, and the Eigen / oneDNN library kernels of dots and convolutions are the same). Most
 # test programs run for a few steps, so compiling them dominated: on two cores test_anakin.py and test_learning.py
-# took 143 s (189 CPU-s) at the default and 117 s (138 CPU-s) at -O0. A run, benchmark or determinism fingerprint
-# outside the tests keeps the default; a user's own setting of the flag is kept.
+# took 143 s (189 CPU-s) at the default and 117 s (138 CPU-s) at -O0, the whole suite 13:10 against 15:54 (2026-11-28,
+# WORKSPACE.md). XLA's own convolution runs 15x slower at -O0: such a test runs in a child process with
+# `multidevice.run_python(optimized=True)`. Runs, benchmarks and fingerprints outside the tests keep the default; a
+# user's own setting of the flag is kept.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
 
