@@ -49,6 +49,13 @@ PRESETS = {
 # replay on LunarLander-v2 (results/learning_cpu.md); a --learning_rate flag is taken as given.
 PER_STEP_SIZE_FACTOR = 0.25
 PRESETS["brax"] = PRESETS["mujoco"]  # Brax's tasks are MuJoCo's, as JAX envs
+# Where CleanRL's MuJoCo scripts differ by algorithm: td3_continuous_action.py and ddpg_continuous_action.py act at
+# random for 25k steps, sac_continuous_action.py for 5k and trains its critics (and temperature) at q_lr = 1e-3.
+# Until 2026-11-28 every algorithm took the SAC script's 5k steps and one rate of 3e-4.
+_MUJOCO_ALGO_PRESETS = {"td3": dict(learning_starts=25_000), "ddpg": dict(learning_starts=25_000),
+                        "sac": dict(critic_learning_rate=1e-3)}
+ALGO_PRESETS = {(family, algo): values for family in ("mujoco", "brax")
+                for algo, values in _MUJOCO_ALGO_PRESETS.items()}
 # PAL's own preset fields beyond the off-policy and DQN groups, set from their flags when given.
 _PAL_PRESET_FIELDS = ("total_steps", "envs_per_actor", "update_interval")
 
@@ -61,7 +68,7 @@ def make_config() -> system.PALConfig:
     kind = "discrete" if algo in DISCRETE_ALGOS else "continuous"
     if family not in PRESETS or kind not in PRESETS[family]:
         raise ValueError(f"launch.pal has no {kind}-action setup for {family} tasks such as {env_id}")
-    values = dict(PRESETS[family][kind])
+    values = dict(PRESETS[family][kind], **ALGO_PRESETS.get((family, algo), {}))
     if kind == "discrete" and f.replay == "per":
         values["learning_rate"] *= PER_STEP_SIZE_FACTOR
     values.update(common.preset_overrides(f, system.PALConfig, ("off_policy", "dqn")))
