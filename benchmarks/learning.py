@@ -304,7 +304,17 @@ NOTES = {
         "a run against the peer's 116-118 (TD3) and 137 (SAC): PAL's wall time alone, 33-40 min, against 58 min for "
         "SB3's TD3. With one or two seeds a side the intervals say little: the final metrics lie between 750 and "
         "2,634. SB3 SAC's seeds 1-2, SB3 TD3's seed 2 and PAL's seed 2 are not measured yet (35-70 min of the "
-        "machine alone each)."
+        "machine alone each). Looking for the cause (2026-11-28, 3c344a1, nice 19 beside the test suite): with "
+        "rl-zoo3's MuJoCo TD3 setting as flags (learning rate 1e-3, 400x300 networks, 10k random steps, uniform "
+        "replay) and Flax's initialisation, PAL's TD3 collapsed in seed 0: evaluations 39 at 15-30k steps, then -1.3 "
+        "to -1.6 from 45k on (episodes of 18 steps); every actor output was saturated (pre-tanh |z| 16.6 on average "
+        "over 500 visited states) and the actor did not change between its checkpoints at 60k and 90k steps, as "
+        "tanh's gradient vanishes there. That run was stopped at 107k steps (no row). The same flags with PyTorch's "
+        "initialisation (`--network_init=torch`, SB3's: kernels with a third of the variance, biases drawn too) "
+        "learned: 414 at 45k, 1,581 at 90k, 1,999 at 120k, 2,814 at 195k, final 1,795.2 against SB3's TD3's "
+        "1,567.8 in seed 0 (74.6 CPU-minutes at load 4.5). One seed each: the initialisation is the suspect, not "
+        "yet shown over seeds. The default rows above also ran 5k random steps where CleanRL's TD3 script, which the "
+        "preset cites, runs 25k (the preset's value since aa0a5cf)."
     ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
