@@ -39,7 +39,8 @@ INITS = ("flax", "torch")
 
 
 def dense(features: int, x: jax.Array, init: str = "flax", name: str | None = None) -> jax.Array:
-    """``nn.Dense(features)(x)`` with the module docstring's ``init``; call it inside an ``nn.compact`` method."""
+    """``nn.Dense(features)(x)`` from Flax's or PyTorch's initialisation (``init``, see the module docstring); call it
+    inside an ``nn.compact`` method."""
     if init == "flax":
         return nn.Dense(features, name=name)(x)
     if init != "torch":

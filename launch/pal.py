@@ -51,7 +51,6 @@ PER_STEP_SIZE_FACTOR = 0.25
 PRESETS["brax"] = PRESETS["mujoco"]  # Brax's tasks are MuJoCo's, as JAX envs
 # Where CleanRL's MuJoCo scripts differ by algorithm: td3_continuous_action.py and ddpg_continuous_action.py act at
 # random for 25k steps, sac_continuous_action.py for 5k and trains its critics (and temperature) at q_lr = 1e-3.
-# Until 2026-11-28 every algorithm took the SAC script's 5k steps and one rate of 3e-4.
 _MUJOCO_ALGO_PRESETS = {"td3": dict(learning_starts=25_000), "ddpg": dict(learning_starts=25_000),
                         "sac": dict(critic_learning_rate=1e-3)}
 ALGO_PRESETS = {(family, algo): values for family in ("mujoco", "brax")
