@@ -17,7 +17,9 @@ def device_env(num_devices: int, optimized: bool = False) -> dict:
     """Environment for a child process that sees `num_devices` CPU devices and imports the repository; `optimized`
     drops conftest's LLVM -O0 (for a test whose run time, not its compiles, dominates)."""
     env = dict(os.environ)
-    dropped = ("xla_force_host_platform_device_count", *(("xla_backend_optimization_level",) if optimized else ()))
+    dropped = ["xla_force_host_platform_device_count"]
+    if optimized:
+        dropped.append("xla_backend_optimization_level")
     kept = [flag for flag in env.get("XLA_FLAGS", "").split() if not any(name in flag for name in dropped)]
     env["XLA_FLAGS"] = " ".join([*kept, f"--xla_force_host_platform_device_count={num_devices}"])  # conftest's kept
     env["JAX_PLATFORMS"] = "cpu"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from agents.offpolicy_networks import INITS
 from systems.common.config import RunConfig, hyperparameter, setting
 
 DISCRETE_ALGOS = ("dqn", "ddqn")
@@ -39,7 +40,7 @@ class OffPolicyConfig(RunConfig):
     network_init: str = setting(
         "flax", "Dense initialisation of the MLPs: flax (LeCun normal, zero bias; CleanRL's JAX scripts) or torch "
         "(PyTorch's uniform +-1/sqrt(fan_in); SB3's and CleanRL's PyTorch scripts).", "off_policy",
-        choices=("flax", "torch"))
+        choices=INITS)
     action_noise: float = setting(0.1, "DDPG/TD3: Gaussian exploration noise (fraction of half-range).", "off_policy")
     target_update_period: int = hyperparameter(  # DQN hard target copy period (tau >= 1)
         500, "DQN: updates between target copies (default: preset).", group="dqn")
