@@ -11,6 +11,11 @@
 * Bounds: the hardware bound is that rate over the FLOPs per env step (SPS if the CPU did nothing but this work at
   matmul speed, with perfect overlap); our compute-limited SPS comes from the measured times of the same programs
   under the run's convolution plan (what the learner and actors would give if env stepping and hand-over were free).
+* The main job's whole update: `launch.hts --game=Breakout`'s update program (4 epochs x 4 minibatches of 256, one
+  XLA program per round of 1,024 steps) on a round of random frames, timed as the learner calls it.
+* Allocator: the measurements run in a child process each (under the launchers' XLA flags), once with glibc's
+  default and once with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (transparent huge pages for malloc's large chunks);
+  page faults and kernel CPU time per call are counted beside them.
 
 Writes `results/compute_bound_cpu.md`. Run it alone: a second job on the cores lowers every rate it measures.
 """
@@ -18,7 +23,12 @@ Writes `results/compute_bound_cpu.md`. Run it alone: a second job on the cores l
 from __future__ import annotations
 
 import datetime
+import json
 import os
+import resource
+import subprocess
+import sys
+import tempfile
 import time
 
 import jax
@@ -29,9 +39,14 @@ from absl import app, flags
 from agents import networks
 from benchmarks.common import git_commit, timed
 from systems.common import conv_tuning, hardware
+from systems.common.xla_flags import prefer_memory_saving_cpu_schedule
 
 _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed calls per program (median).")
 _OUT = flags.DEFINE_string("out", "benchmarks/results/compute_bound_cpu.md", "Result file.")
+_CHILD_OUT = flags.DEFINE_string("child_out", "", "Internal: measure in this process and write the JSON here.")
+
+# (column, GLIBC_TUNABLES of the measuring process): glibc's default first.
+ALLOCATORS = (("glibc's default", "glibc.malloc.hugetlb=0"), ("glibc.malloc.hugetlb=1", "glibc.malloc.hugetlb=1"))
 
 NUM_ACTIONS = 4  # Breakout
 EPOCHS = 4
@@ -103,57 +118,133 @@ def measure(repeats: int) -> dict:
         grad_s=timed(grad, params, learner_obs, repeats=repeats),
         plan=conv_tuning.chosen().get("nature", {"plan": "table", "source": "the fixed table"}),
     )
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for _ in range(repeats):
+        jax.block_until_ready(grad(params, learner_obs))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    result["grad_faults"] = (after.ru_minflt - before.ru_minflt) / repeats
+    result["grad_sys_s"] = (after.ru_stime - before.ru_stime) / repeats
+    result.update(whole_update(max(3, repeats // 2)))
     result["load"] = os.getloadavg()[0]
     return result
+
+
+def whole_update(repeats: int) -> dict:
+    """Seconds, page faults and kernel seconds per call of `launch.hts --game=Breakout`'s update program."""
+    from envs.factory import make_spec
+    from launch import hts
+    from systems.common import learner
+    from systems.common.rollout import rollout_shapes
+
+    hts.FLAGS(["compute_bound", "--game=Breakout"])
+    config = hts.make_config()
+    spec = make_spec(config.env_id)
+    setup, state = learner.build(config, spec)
+    shapes = rollout_shapes(config.sync_interval, config.num_envs, spec.obs_shape, spec.obs_dtype, setup.action_shape,
+                            setup.action_dtype)
+    rng = np.random.default_rng(0)
+    rollout = shapes._replace(
+        obs=jnp.asarray(rng.integers(0, 255, shapes.obs.shape), shapes.obs.dtype),
+        actions=jnp.asarray(rng.integers(0, NUM_ACTIONS, shapes.actions.shape), shapes.actions.dtype),
+        rewards=jnp.asarray(rng.integers(0, 2, shapes.rewards.shape), jnp.float32),
+        terminations=jnp.zeros(shapes.terminations.shape), truncations=jnp.zeros(shapes.truncations.shape),
+        valid=jnp.ones(shapes.valid.shape), behaviour_log_probs=jnp.full(shapes.behaviour_log_probs.shape, -1.386),
+        behaviour_values=jnp.zeros(shapes.behaviour_values.shape))
+    seconds = timed(setup.update, state, state.params, rollout, repeats=repeats)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for _ in range(repeats):
+        jax.block_until_ready(setup.update(state, state.params, rollout))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return dict(update_s=seconds, update_steps=config.num_envs * config.sync_interval,
+                update_faults=(after.ru_minflt - before.ru_minflt) / repeats,
+                update_sys_s=(after.ru_stime - before.ru_stime) / repeats)
+
+
+def measure_in_children(repeats: int) -> dict:
+    """`measure` in a fresh process per allocator setting (glibc reads its tunables at start): column -> result."""
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for column, tunables in ALLOCATORS:
+            out = os.path.join(tmp, "result.json")
+            subprocess.run([sys.executable, "-m", "benchmarks.compute_bound", f"--repeats={repeats}",
+                            f"--child_out={out}"], check=True, env=dict(os.environ, GLIBC_TUNABLES=tunables))
+            with open(out) as f:
+                results[column] = json.load(f)
+    return results
 
 
 def _per_frame(flops: float | None, frames: int) -> str:
     return f"{flops / frames / 1e6:.1f}" if flops else "n/a"
 
 
-def write(r: dict, out: str, wall: float) -> None:
+def _bounds(r: dict) -> dict:
+    """The derived rates of one measurement."""
     rate = max(r["matmul"].values())
     per_step = EPOCHS * r["hand_grad"] + r["hand_forward"]
-    hardware_sps = rate * 1e9 / per_step
-    learner_sps = MINIBATCH / (EPOCHS * r["grad_s"])
-    compute_sps = 1.0 / (EPOCHS * r["grad_s"] / MINIBATCH + r["actor_s"] / INFERENCE_BATCH)
     grad_rate = r["hand_grad"] * MINIBATCH / r["grad_s"] / 1e9
+    serial = EPOCHS * r["grad_s"] / MINIBATCH + r["actor_s"] / INFERENCE_BATCH
+    return dict(rate=rate, per_step=per_step, grad_rate=grad_rate, hardware_sps=rate * 1e9 / per_step,
+                learner_sps=MINIBATCH / (EPOCHS * r["grad_s"]), compute_sps=1.0 / serial,
+                actor_share=r["actor_s"] / INFERENCE_BATCH / serial)
+
+
+def write(results: dict, out: str, wall: float) -> None:
+    """`results`: allocator column -> `measure`'s result, the launchers' setting first."""
+    columns = list(results)
+    first = results[columns[0]]
+    bounds = {c: _bounds(r) for c, r in results.items()}
+
+    def row(name: str, cell) -> str:
+        return f"| {name} | " + " | ".join(cell(results[c], bounds[c]) for c in columns) + " |"
+
     lines = [
         "# The main job's Breakout learner against this CPU's compute bound (issue 29)",
         "",
         f"- Machine: {hardware.describe(hardware.card())}.",
         f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. Commit {git_commit()}. "
-        f"Wall time {wall / 60:.1f} min. 1-minute load at the end: {r['load']:.1f}.",
-        "- Command: `PYTHONPATH=. python -m benchmarks.compute_bound` (module docstring: what each row counts).",
-        f"- Convolution plan: {r['plan'].get('plan')} ({r['plan'].get('source')}).",
+        f"Wall time {wall / 60:.1f} min. 1-minute load at the end of each measurement: "
+        + ", ".join(f"{r['load']:.1f}" for r in results.values()) + ".",
+        "- Command: `PYTHONPATH=. python -m benchmarks.compute_bound` (module docstring: what each row counts; each "
+        "column is a process of its own).",
+        f"- Convolution plan: {first['plan'].get('plan')} ({first['plan'].get('source')}).",
         "",
         "## Work per frame (Nature CNN, Breakout's 4 actions)",
         "",
         "| program | hand count MFLOP / frame | XLA's count MFLOP / frame |",
         "| --- | ---: | ---: |",
-        f"| actor forward (batch {INFERENCE_BATCH}) | {r['hand_forward'] / 1e6:.1f} | "
-        f"{_per_frame(r['xla_forward'], INFERENCE_BATCH)} |",
-        f"| learner value and gradient (batch {MINIBATCH}) | {r['hand_grad'] / 1e6:.1f} | "
-        f"{_per_frame(r['xla_grad'], MINIBATCH)} |",
-        f"| one env step ({EPOCHS} epochs + 1 forward) | {per_step / 1e6:.1f} | |",
+        f"| actor forward (batch {INFERENCE_BATCH}) | {first['hand_forward'] / 1e6:.1f} | "
+        f"{_per_frame(first['xla_forward'], INFERENCE_BATCH)} |",
+        f"| learner value and gradient (batch {MINIBATCH}) | {first['hand_grad'] / 1e6:.1f} | "
+        f"{_per_frame(first['xla_grad'], MINIBATCH)} |",
+        f"| one env step ({EPOCHS} epochs + 1 forward) | {bounds[columns[0]]['per_step'] / 1e6:.1f} | |",
         "",
         "## Rates and bounds",
         "",
-        "| quantity | value |",
-        "| --- | ---: |",
-        *(f"| float32 matmul {n}x{n} | {v:.1f} GFLOP/s |" for n, v in r["matmul"].items()),
-        f"| learner value and gradient, measured | {r['grad_s'] * 1e3:.1f} ms per {MINIBATCH} frames = "
-        f"{grad_rate:.1f} GFLOP/s ({grad_rate / rate:.0%} of the matmul rate) |",
-        f"| actor forward, measured | {r['actor_s'] * 1e3:.2f} ms per {INFERENCE_BATCH} frames |",
-        f"| **hardware bound** (best matmul rate / FLOPs per env step) | **{hardware_sps:.0f} SPS** |",
-        f"| learner alone at the measured speed ({EPOCHS} epochs) | {learner_sps:.0f} SPS |",
-        f"| learner + actor inference at the measured speeds, serial | {compute_sps:.0f} SPS |",
+        "| quantity | " + " | ".join(columns) + " |",
+        "| --- |" + " ---: |" * len(columns),
+        *(row(f"float32 matmul {n}x{n}", lambda r, b, n=n: f"{r['matmul'][n]:.1f} GFLOP/s")
+          for n in first["matmul"]),
+        row("learner value and gradient, measured", lambda r, b: f"{r['grad_s'] * 1e3:.1f} ms per {MINIBATCH} frames "
+            f"= {b['grad_rate']:.1f} GFLOP/s ({b['grad_rate'] / b['rate']:.0%} of the matmul rate)"),
+        row("its page faults and kernel CPU time per call",
+            lambda r, b: f"{r['grad_faults']:,.0f} faults, {r['grad_sys_s'] * 1e3:.0f} ms"),
+        row("the main job's whole update (one program per round), measured",
+            lambda r, b: f"{r['update_s'] * 1e3:.0f} ms per {r['update_steps']:,} env steps "
+            f"({r['update_steps'] / r['update_s']:.0f} SPS alone), {r['update_faults']:,.0f} faults, "
+            f"{r['update_sys_s'] * 1e3:.0f} ms kernel"),
+        row("actor forward, measured", lambda r, b: f"{r['actor_s'] * 1e3:.2f} ms per {INFERENCE_BATCH} frames"),
+        row("**hardware bound** (best matmul rate / FLOPs per env step)",
+            lambda r, b: f"**{b['hardware_sps']:.0f} SPS**"),
+        row(f"learner alone at the measured speed ({EPOCHS} epochs)", lambda r, b: f"{b['learner_sps']:.0f} SPS"),
+        row("learner + actor inference at the measured speeds, serial", lambda r, b: f"{b['compute_sps']:.0f} SPS"),
         "",
-        f"The learner's value and gradient does {grad_rate / rate:.0%} of the work per second that a matmul does on "
-        "this CPU, so the distance to the hardware bound is in how the convolutions run (their lowering: patch "
-        "copies, layout changes, small matrices), not in the amount of work; the actors' inference adds "
-        f"{r['actor_s'] / INFERENCE_BATCH / (EPOCHS * r['grad_s'] / MINIBATCH + r['actor_s'] / INFERENCE_BATCH):.0%} "
-        "to the serial time. Per layer and per form: `results/cnn_cpu.md`.",
+        "Compare the columns for what huge pages give: the page faults of a single value-and-gradient call and of "
+        "the whole update, and the time each takes. With them the value and gradient does "
+        f"{bounds[columns[-1]]['grad_rate'] / bounds[columns[-1]]['rate']:.0%} of the work per second that a matmul "
+        "does on this CPU; the rest of the distance to the hardware bound is in how the convolutions run (their "
+        "lowering: patch copies, layout changes, small matrices), not in the amount of work."
+        " The actors' inference adds "
+        f"{bounds[columns[-1]]['actor_share']:.0%} to the serial time. Per layer and per form: `results/cnn_cpu.md`.",
         "",
     ]
     with open(out, "w") as f:
@@ -162,9 +253,14 @@ def write(r: dict, out: str, wall: float) -> None:
 
 def main(argv):
     del argv
+    if _CHILD_OUT.value:
+        prefer_memory_saving_cpu_schedule()  # the launchers' XLA flags, before the backend starts
+        with open(_CHILD_OUT.value, "w") as f:
+            json.dump(measure(_REPEATS.value), f)
+        return
     start = time.perf_counter()
-    result = measure(_REPEATS.value)
-    write(result, _OUT.value, time.perf_counter() - start)
+    results = measure_in_children(_REPEATS.value)
+    write(results, _OUT.value, time.perf_counter() - start)
     print(open(_OUT.value).read())
 
 

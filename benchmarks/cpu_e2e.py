@@ -11,9 +11,13 @@ Parts (every run is its own process, one at a time; a finished run's result is k
   minibatches of 256, 1 actor thread) against CleanRL's `ppo_atari_envpool.py` (its own file, unchanged, from
   CleanRL's repository; PyTorch on the CPU, `--cuda=False`) on Breakout-v5 with its defaults, which are the same
   sizes (8 envs, 128 steps, 4 epochs, 4 minibatches), alternating, `--seconds` of wall time each, `--repeats` times;
-  with `--before`, also the same command in a checkout of an earlier commit. Steady SPS: env steps over
-  wall time between the 4th and the last update (htsrl: `progress.csv`; CleanRL: its `SPS:` lines, the running
-  average global_step / elapsed, from which each update's time is recovered), so start-up and compilation are out.
+  with `--before`, also the same command in a checkout of an earlier commit. `htsrl-hugetlb` and `cleanrl-hugetlb`
+  run the same two commands with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (glibc 2.35+: transparent huge pages for
+  malloc's large chunks, so fresh buffers are not faulted in 4 KiB at a time): PyTorch allocates its temporaries
+  per operation, our update is one XLA program per round (`results/compute_bound_cpu.md` counts the faults).
+  Steady SPS: env steps over wall time between the 4th and the last update (htsrl: `progress.csv`; CleanRL: its
+  `SPS:` lines, the running average global_step / elapsed, from which each update's time is recovered), so start-up
+  and compilation are out.
 * `gfootball`: `launch.hts --env=gfootball/academy_empty_goal_close-v1` with its default preset (the task's own
   since 2026-11-28: the HTS-RL scripts' with rounds of 64 steps; before, the family's, alpha 128), 163,840 steps,
   an evaluation of 10 sampled episodes every 4,096 steps, target 0.8, at most 15 minutes, for `--seeds`, in this
@@ -55,6 +59,16 @@ _WORK = flags.DEFINE_string("work_dir", "runs/cpu_e2e", "Run directories.")
 _OUT = flags.DEFINE_string("out", "benchmarks/results/cpu_e2e", "Per-run results (<out>/*.json) and <out>_cpu.md.")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HUGETLB = "glibc.malloc.hugetlb=1"
+CLEANRL_PROGRAMS = ("cleanrl", "cleanrl-hugetlb")  # its script as users run it, then with HUGETLB
+
+
+def program_env(label: str) -> dict:
+    """The environment of a program: ours and CleanRL's as they run, or with HUGETLB added (`*-hugetlb`)."""
+    environ = dict(os.environ)
+    if label.endswith("-hugetlb"):
+        environ["GLIBC_TUNABLES"] = ":".join(t for t in (environ.get("GLIBC_TUNABLES", ""), HUGETLB) if t)
+    return environ
 SKIP_UPDATES = 3  # the first updates include compilation (htsrl) and warm-up
 GFOOTBALL_FLAGS = ["--env=gfootball/academy_empty_goal_close-v1", "--total_steps=163840", "--eval_every=4096",
                    "--eval_episodes=10", "--target_return=0.8", "--time_limit=900", "--checkpoint_every=0",
@@ -80,11 +94,12 @@ def cleanrl_points(stdout: str, steps_per_update: int = 1024) -> list[tuple[floa
     return [((i + 1) * steps_per_update / rate, (i + 1) * steps_per_update) for i, rate in enumerate(rates) if rate]
 
 
-def _timed_run(command: list[str], cwd: str, seconds: float, stop: int = signal.SIGINT) -> tuple[str, float]:
+def _timed_run(command: list[str], cwd: str, seconds: float, stop: int = signal.SIGINT,
+               env: dict | None = None) -> tuple[str, float]:
     """Runs `command` for `seconds` of wall time, then sends `stop` to its process group (htsrl: Ctrl-C, which
     checkpoints; CleanRL: SIGTERM, as Ctrl-C can wait in EnvPool's recv); returns its stdout."""
     start = time.perf_counter()
-    with subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    with subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                           start_new_session=True, preexec_fn=die_with_parent) as process:
         try:
             stdout, _ = process.communicate(timeout=seconds)
@@ -125,29 +140,30 @@ def _seed_cell(result: dict, minutes) -> str:
 
 def breakout_runs() -> None:
     python = sys.executable
-    programs = [("htsrl", ROOT)] + ([("htsrl-before", _BEFORE.value)] if _BEFORE.value else [])
+    programs = [("htsrl", ROOT), ("htsrl-hugetlb", ROOT)] + ([("htsrl-before", _BEFORE.value)] if _BEFORE.value
+                                                             else [])
     if _CLEANRL_SCRIPT.value:
-        programs.append(("cleanrl", os.path.dirname(_CLEANRL_SCRIPT.value)))
+        programs += [(label, os.path.dirname(_CLEANRL_SCRIPT.value)) for label in CLEANRL_PROGRAMS]
     for repeat in range(_REPEATS.value):
         for label, cwd in programs:
             name = f"breakout-{label}-r{repeat}"
             if os.path.exists(_result_path(name)):
                 continue
-            if label == "cleanrl":
+            if label in CLEANRL_PROGRAMS:
                 command = [_CLEANRL_PYTHON.value, "-u", _CLEANRL_SCRIPT.value, "--env-id=Breakout-v5",
                            "--cuda=False", f"--seed={1 + repeat}"]
-                stdout, wall = _timed_run(command, cwd, _SECONDS.value, stop=signal.SIGTERM)
+                stdout, wall = _timed_run(command, cwd, _SECONDS.value, stop=signal.SIGTERM, env=program_env(label))
                 points = cleanrl_points(stdout)
             else:
                 run_dir = os.path.abspath(os.path.join(_WORK.value, name))
                 command = [python, "-m", "launch.hts", "--game=Breakout", f"--seed={1 + repeat}", f"--logdir={run_dir}",
                            "--quiet"]
                 subprocess.run(["rm", "-rf", run_dir], check=True)
-                stdout, wall = _timed_run(command, cwd, _SECONDS.value)
+                stdout, wall = _timed_run(command, cwd, _SECONDS.value, env=program_env(label))
                 points = htsrl_points(run_dir)
             _save(name, dict(part="breakout", program=label, repeat=repeat, sps=steady_sps(points),
-                             updates=len(points), wall=wall, command=" ".join(command[1:]), tail=stdout[-600:],
-                             **({} if label == "cleanrl" else _provenance(cwd))))
+                             updates=len(points), wall=wall, load=os.getloadavg()[0], command=" ".join(command[1:]),
+                             tail=stdout[-600:], **({} if label in CLEANRL_PROGRAMS else _provenance(cwd))))
 
 
 def gfootball_runs() -> None:
@@ -185,20 +201,27 @@ def write_table() -> None:
              f"UTC at commit {git_commit()}; each run's own command (and, since 2026-11-27, its commit and date) is in "
              f"`{_OUT.value}/<run>.json`.",
              "- Command: `PYTHONPATH=. python -m benchmarks.cpu_e2e --parts=breakout,gfootball --before=<checkout of "
-             "the commit before issue 17>` (module docstring: what each run is and how steady SPS is measured).", ""]
+             "an earlier commit>` (module docstring: what each run is and how steady SPS is measured).", ""]
     breakout = [r for r in results if r["part"] == "breakout"]
     if breakout:
         lines += ["## Breakout-v5: HTS-PPO defaults against CleanRL's PyTorch PPO (same sizes)", "",
-                  "| program | runs | steady SPS (median) | each run | relative to CleanRL |",
-                  "| --- | ---: | ---: | --- | ---: |"]
-        peer = _median([r["sps"] for r in breakout if r["program"] == "cleanrl"])
-        for label in ("htsrl", "htsrl-before", "cleanrl"):
+                  "htsrl-before: the same command in the `--before` checkout; `-hugetlb`: the same command with "
+                  f"`GLIBC_TUNABLES={HUGETLB}` (huge pages for malloc's large chunks). Load: the 1-minute load "
+                  "average at each run's end (beside a nice-19 benchmark).", "",
+                  "| program | commit | runs | steady SPS (median) | each run | load | relative to CleanRL | relative "
+                  "to CleanRL with huge pages |", "| --- | --- | ---: | ---: | --- | --- | ---: | ---: |"]
+        peers = [_median([r["sps"] for r in breakout if r["program"] == label]) for label in CLEANRL_PROGRAMS]
+        for label in ("htsrl", "htsrl-hugetlb", "htsrl-before", *CLEANRL_PROGRAMS):
             runs = [r for r in breakout if r["program"] == label]
             if runs:
                 sps = _median([r["sps"] for r in runs])
-                ratio = "n/a" if not (sps and peer) else f"{sps / peer:.2f}x"
-                lines.append(f"| {label} | {len(runs)} | {_fmt(sps)} | {', '.join(_fmt(r['sps']) for r in runs)} | "
-                             f"{ratio} |")
+                ratios = ["n/a" if not (sps and peer) else f"{sps / peer:.2f}x" for peer in peers]
+                loads = ", ".join(_fmt(r.get("load"), 1) for r in runs)
+                commits = ", ".join(sorted({r.get("commit", "-") for r in runs}))
+                lines.append(f"| {label} | {commits} | {len(runs)} | {_fmt(sps)} | "
+                             f"{', '.join(_fmt(r['sps']) for r in runs)} | {loads} | {' | '.join(ratios)} |")
+        notes = sorted({f"{r['program']}: {r['note']}" for r in breakout if r.get("note")})
+        lines += [""] + [f"- {note}" for note in notes] if notes else []
         lines.append("")
     football = [r for r in results if r["part"] == "gfootball"]
     if football:

@@ -3,6 +3,7 @@ up to one, the verdict names the deciding role's largest stage (or a saturated l
 columns and write the breakdown and the hardware card."""
 
 import csv
+import os
 import threading
 import time
 import types
@@ -107,6 +108,7 @@ def test_the_hardware_card_names_the_machine():
     assert card["cores"] >= 1 and card["cpu"]
     assert card["backend"] == "cpu" and card["devices"]
     assert card["versions"]["jax"] and card["versions"]["envpool"]
+    assert card["glibc_tunables"] == os.environ.get("GLIBC_TUNABLES", "")
     assert "cores" in hardware.describe(card)
 
 

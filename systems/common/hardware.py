@@ -1,5 +1,6 @@
 """The machine a run ran on, for `summary.json` and every committed figure: processor and cores, memory, JAX's
-devices, the library versions and the XLA flags. Read once per process; nothing here starts a device computation
+devices, the library versions, the XLA flags and glibc's tunables (`glibc.malloc.hugetlb` moves some CPU timings:
+`benchmarks/results/compute_bound_cpu.md`). Read once per process; nothing here starts a device computation
 (JAX's backend is already up when a run finishes)."""
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def card() -> dict:
         "devices": [f"{d.platform}:{d.id} {d.device_kind}" for d in devices],
         "processes": jax.process_count(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
         "conv_plans": conv_tuning.chosen(),
     }
 
