@@ -314,7 +314,13 @@ NOTES = {
         "learned: 414 at 45k, 1,581 at 90k, 1,999 at 120k, 2,814 at 195k, final 1,795.2 against SB3's TD3's "
         "1,567.8 in seed 0 (74.6 CPU-minutes at load 4.5). One seed each: the initialisation is the suspect, not "
         "yet shown over seeds. The default rows above also ran 5k random steps where CleanRL's TD3 script, which the "
-        "preset cites, runs 25k (the preset's value since aa0a5cf)."
+        "preset cites, runs 25k (the preset's value since aa0a5cf). The initialisation alone, at the default rows' "
+        "preset (3c344a1: 5k random steps; seed 0, nice 19 at load 4.9, stopped by an environment restart at about "
+        "110k steps and resumed from its checkpoint, so its wall time spans both parts and its CPU time is unknown): "
+        "with PyTorch's initialisation PAL's TD3 reached 501 at 105k, 1,094 at 150k, 2,921 at 195k and 3,296 at "
+        "300k (final 2,529.7, with one evaluation at 1,067), against 1,243.9 for the same seed with Flax's and "
+        "SB3's TD3's 1,567.8. One seed: the initialisation is still the suspect; its seed 1 was running when this "
+        "was written."
     ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
