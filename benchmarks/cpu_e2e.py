@@ -69,6 +69,8 @@ def program_env(label: str) -> dict:
     if label.endswith("-hugetlb"):
         environ["GLIBC_TUNABLES"] = ":".join(t for t in (environ.get("GLIBC_TUNABLES", ""), HUGETLB) if t)
     return environ
+
+
 SKIP_UPDATES = 3  # the first updates include compilation (htsrl) and warm-up
 GFOOTBALL_FLAGS = ["--env=gfootball/academy_empty_goal_close-v1", "--total_steps=163840", "--eval_every=4096",
                    "--eval_episodes=10", "--target_return=0.8", "--time_limit=900", "--checkpoint_every=0",
@@ -207,7 +209,7 @@ def write_table() -> None:
         lines += ["## Breakout-v5: HTS-PPO defaults against CleanRL's PyTorch PPO (same sizes)", "",
                   "htsrl-before: the same command in the `--before` checkout; `-hugetlb`: the same command with "
                   f"`GLIBC_TUNABLES={HUGETLB}` (huge pages for malloc's large chunks). Load: the 1-minute load "
-                  "average at each run's end (beside a nice-19 benchmark).", "",
+                  "average at each run's end.", "",
                   "| program | commit | runs | steady SPS (median) | each run | load | relative to CleanRL | relative "
                   "to CleanRL with huge pages |", "| --- | --- | ---: | ---: | --- | --- | ---: | ---: |"]
         peers = [_median([r["sps"] for r in breakout if r["program"] == label]) for label in CLEANRL_PROGRAMS]
