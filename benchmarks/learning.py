@@ -319,8 +319,9 @@ NOTES = {
         "110k steps and resumed from its checkpoint, so its wall time spans both parts and its CPU time is unknown): "
         "with PyTorch's initialisation PAL's TD3 reached 501 at 105k, 1,094 at 150k, 2,921 at 195k and 3,296 at "
         "300k (final 2,529.7, with one evaluation at 1,067), against 1,243.9 for the same seed with Flax's and "
-        "SB3's TD3's 1,567.8. One seed: the initialisation is still the suspect; its seed 1 was running when this "
-        "was written."
+        "SB3's TD3's 1,567.8. Seed 1 (alone from 19:15, load 2.7): 476 at 75k, 1,001 at 165k, 2,800-3,384 from 225k "
+        "to 270k (final 2,212.9, against 995.5 with Flax's). Over seeds 0-1 PyTorch's initialisation gives PAL's TD3 "
+        "2,371 against Flax's 1,120 and SB3's 2,101: the gap to the peer was the initialisation."
     ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
