@@ -51,8 +51,10 @@ PER_STEP_SIZE_FACTOR = 0.25
 PRESETS["brax"] = PRESETS["mujoco"]  # Brax's tasks are MuJoCo's, as JAX envs
 # Where CleanRL's MuJoCo scripts differ by algorithm: td3_continuous_action.py and ddpg_continuous_action.py act at
 # random for 25k steps, sac_continuous_action.py for 5k and trains its critics (and temperature) at q_lr = 1e-3.
-_MUJOCO_ALGO_PRESETS = {"td3": dict(learning_starts=25_000), "ddpg": dict(learning_starts=25_000),
-                        "sac": dict(critic_learning_rate=1e-3)}
+# TD3 starts from PyTorch's initialisation (those scripts' and SB3's): from Flax's its tanh actor saturated on Hopper
+# (results/learning_cpu.md: 2,371 over seeds 0-1 against 1,120; with rl-zoo3's flags Flax's collapsed).
+_MUJOCO_ALGO_PRESETS = {"td3": dict(learning_starts=25_000, network_init="torch"),
+                        "ddpg": dict(learning_starts=25_000), "sac": dict(critic_learning_rate=1e-3)}
 ALGO_PRESETS = {(family, algo): values for family in ("mujoco", "brax")
                 for algo, values in _MUJOCO_ALGO_PRESETS.items()}
 # PAL's own preset fields beyond the off-policy and DQN groups, set from their flags when given.

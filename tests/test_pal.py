@@ -319,3 +319,12 @@ def test_mujoco_presets_take_cleanrls_per_algorithm_values():
     flagged = launcher_config(launch_pal, "--env=Hopper-v4", "--algo=td3", "--learning_starts=10000")
     assert flagged.learning_starts == 10_000
     assert launcher_config(launch_pal, "--env=Pendulum-v1", "--algo=td3").learning_starts == 1_000
+
+
+def test_td3_on_mujoco_starts_from_pytorchs_initialisation_unless_told():
+    """From Flax's initialisation PAL's TD3 saturated its actor on Hopper; the preset takes PyTorch's for TD3 on
+    MuJoCo / Brax only, and the flag wins."""
+    assert launcher_config(launch_pal, "--env=Hopper-v4", "--algo=td3").network_init == "torch"
+    assert launcher_config(launch_pal, "--env=Hopper-v4", "--algo=td3", "--network_init=flax").network_init == "flax"
+    assert launcher_config(launch_pal, "--env=Hopper-v4", "--algo=sac").network_init == "flax"
+    assert launcher_config(launch_pal, "--env=Pendulum-v1", "--algo=td3").network_init == "flax"

@@ -37,10 +37,10 @@ class OffPolicyConfig(RunConfig):
         1_000, "Env steps collected before the first update (default: preset).", group="off_policy")
     tau: float = hyperparameter(
         1.0, "Polyak rate of the target networks (DQN: 1 = hard copies; default: preset).", group="off_policy")
-    network_init: str = setting(
+    network_init: str = hyperparameter(
         "flax", "Dense initialisation of the MLPs: flax (LeCun normal, zero bias; CleanRL's JAX scripts) or torch "
-        "(PyTorch's uniform +-1/sqrt(fan_in); SB3's and CleanRL's PyTorch scripts).", "off_policy",
-        choices=INITS)
+        "(PyTorch's uniform +-1/sqrt(fan_in); SB3's and CleanRL's PyTorch scripts) (default: preset; flax but for "
+        "PAL's TD3 on MuJoCo / Brax).", choices=INITS, group="off_policy")
     action_noise: float = setting(0.1, "DDPG/TD3: Gaussian exploration noise (fraction of half-range).", "off_policy")
     target_update_period: int = hyperparameter(  # DQN hard target copy period (tau >= 1)
         500, "DQN: updates between target copies (default: preset).", group="dqn")
