@@ -112,6 +112,19 @@ def test_the_hardware_card_names_the_machine():
     assert "cores" in hardware.describe(card)
 
 
+def test_two_processors_of_one_masked_name_are_told_apart():
+    """A cloud's "AMD EPYC" was a Zen 3 (AVX2) one day and a Zen 4 (AVX-512) the next; the plan cache and the card
+    must not take one for the other."""
+    zen3 = "processor\t: 0\nmodel name\t: AMD EPYC\ncpu family\t: 25\nmodel\t\t: 1\nflags\t\t: fpu sse4_2 avx avx2\n"
+    zen4 = zen3.replace("model\t\t: 1", "model\t\t: 17").replace("avx2", "avx2 avx512f avx512bw")
+    second = "\n\nprocessor\t: 1\nmodel name\t: Other\n"
+    assert hardware.describe_cpuinfo(zen3 + second) == "AMD EPYC (family 25 model 1, AVX2)"
+    assert hardware.describe_cpuinfo(zen4) == "AMD EPYC (family 25 model 17, AVX512F)"
+    arm = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd sve\n"
+    assert hardware.describe_cpuinfo(arm).endswith("(SVE)")
+    assert hardware.describe_cpuinfo("model name\t: Plain CPU\n") == "Plain CPU"
+
+
 def test_an_hts_run_logs_every_threads_stages_and_names_its_bound(tmp_path):
     from systems.hts import system as hts
 
