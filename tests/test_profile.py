@@ -113,7 +113,7 @@ def test_the_hardware_card_names_the_machine():
 
 
 def test_two_processors_of_one_masked_name_are_told_apart():
-    """A cloud's "AMD EPYC" was a Zen 3 (AVX2) one day and a Zen 4 (AVX-512) the next; the plan cache and the card
+    """A cloud's "AMD EPYC" was a Zen 3 (AVX2) one day and another processor the next; the plan cache and the card
     must not take one for the other."""
     zen3 = "processor\t: 0\nmodel name\t: AMD EPYC\ncpu family\t: 25\nmodel\t\t: 1\nflags\t\t: fpu sse4_2 avx avx2\n"
     zen4 = zen3.replace("model\t\t: 1", "model\t\t: 17").replace("avx2", "avx2 avx512f avx512bw")

@@ -16,9 +16,9 @@ LIBRARIES = ("jax", "jaxlib", "flax", "optax", "envpool", "numpy")
 def cpu_model() -> str:
     """The processor: its model name, and on x86 its family, model and widest vector extension.
 
-    Cloud machines often mask the name ("AMD EPYC" on both a Zen 3 and a Zen 4 here), yet XLA's CPU code and the
-    convolution plans timed on one run at other speeds on the other (the suite took 24 min on the Zen 3, AVX2, and 13
-    on the Zen 4, AVX-512): the card and the plan cache keep them apart."""
+    Cloud machines often mask the name: "AMD EPYC" here is at times a Zen 3 with AVX2 only, at others a processor
+    on which the same suite ran in 13 min instead of 24 and the committed convolution plans were timed; the card and
+    the plan cache keep them apart."""
     try:
         with open("/proc/cpuinfo") as f:
             return describe_cpuinfo(f.read())
