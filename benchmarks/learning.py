@@ -126,11 +126,17 @@ SIDE_SPECS = {
                         ("--algo=td3", "--replay=uniform", "--learning_rate=1e-3", "--hidden_sizes=400,300",
                          "--learning_starts=10000")),
     # ... and both with PyTorch's initialisation (SB3's), after the rl-zoo3 setting's seed 0 with Flax's collapsed.
-    "pal_td3_torch": Side("PAL TD3, PyTorch's initialisation (ours)", "pal", ("--algo=td3", "--network_init=torch")),
+    "pal_td3_torch": Side("PAL TD3, PyTorch's initialisation, 5k random steps (ours)", "pal",
+                          ("--algo=td3", "--network_init=torch", "--learning_starts=5000")),
     "pal_td3_zoo_torch": Side("PAL TD3 with rl-zoo3's MuJoCo hyperparameters as flags, uniform replay, PyTorch's "
                               "initialisation (ours)", "pal",
                               ("--algo=td3", "--replay=uniform", "--learning_rate=1e-3", "--hidden_sizes=400,300",
                                "--learning_starts=10000", "--network_init=torch")),
+    # The MuJoCo preset before aa0a5cf / d5472fc (the default rows of e3c3690 and a3fc416), as flags.
+    "pal_td3_former": Side("PAL TD3, the former preset: 5k random steps, Flax's initialisation (ours)", "pal",
+                           ("--algo=td3", "--learning_starts=5000", "--network_init=flax")),
+    "pal_sac_former": Side("PAL SAC, the former preset: critics at 3e-4 (ours)", "pal",
+                           ("--algo=sac", "--critic_learning_rate=3e-4")),
     "spreeze": Side("Spreeze SAC, defaults (ours)", "spreeze"),
 }
 PPO_SIDES = ("hts", "sb3", "sync", "hts_zoo", "hts_family", "sync_family")  # run in this order per seed
@@ -321,7 +327,11 @@ NOTES = {
         "300k (final 2,529.7, with one evaluation at 1,067), against 1,243.9 for the same seed with Flax's and "
         "SB3's TD3's 1,567.8. Seed 1 (alone from 19:15, load 2.7): 476 at 75k, 1,001 at 165k, 2,800-3,384 from 225k "
         "to 270k (final 2,212.9, against 995.5 with Flax's). Over seeds 0-1 PyTorch's initialisation gives PAL's TD3 "
-        "2,371 against Flax's 1,120 and SB3's 2,101: the gap to the peer was the initialisation."
+        "2,371 against Flax's 1,120 and SB3's 2,101: the gap to the peer was the initialisation. "
+        "On 2026-11-29 the default rows above were renamed to the sides of the former preset (`pal_td3_former`, "
+        "`pal_sac_former`: their flags reproduce them), as launch.pal's MuJoCo preset now gives TD3 25k random steps "
+        "and PyTorch's initialisation and SAC's critics a learning rate of 1e-3 (aa0a5cf, d5472fc); the default rows "
+        "at that preset are measured from d5472fc."
     ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
@@ -437,7 +447,8 @@ TASKS = {
     "Pendulum-v1 sac": Task("Pendulum-v1", 20_000, FIVE_SEEDS, ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3",
                                                                   "spreeze"), family="sac"),
     "Hopper-v4 sac": Task("Hopper-v4", 300_000, (0, 1, 2), ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3"),
-                          extra_sides=("pal_td3_uniform", "pal_td3_zoo", "pal_td3_torch", "pal_td3_zoo_torch"),
+                          extra_sides=("pal_td3_uniform", "pal_td3_zoo", "pal_td3_torch", "pal_td3_zoo_torch",
+                                       "pal_td3_former", "pal_sac_former"),
                           family="sac"),
     "HalfCheetah-v4 sac": Task("HalfCheetah-v4", 300_000, (0, 1, 2), ("sb3_sac", "spreeze"), family="sac"),
 }
