@@ -55,7 +55,6 @@ def plot_iqm_and_profiles(scores: Mapping[str, np.ndarray], path: str, *, taus: 
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.lines
     import matplotlib.pyplot as plt
 
     library, _, plot_utils = require_rliable()
@@ -75,14 +74,14 @@ def plot_iqm_and_profiles(scores: Mapping[str, np.ndarray], path: str, *, taus: 
     for row, name in enumerate(names):
         iqm, low, high = intervals[name]
         left.plot([low, high], [row, row], linewidth=6, alpha=0.6, solid_capstyle="butt", color=colors[name])
+        left.plot([iqm], [row], "o", markersize=6, color=colors[name])  # its colour even where the band is a point
         left.plot([iqm], [row], "k|", markersize=14)
     left.set_yticks(range(len(names)), names)
     left.invert_yaxis()
     left.set_xlabel(f"IQM of the {xlabel} (95% stratified bootstrap)")
     plot_utils.plot_performance_profiles(profiles, taus, performance_profile_cis=bands, ax=right, colors=colors,
                                          xlabel=xlabel, ylabel="fraction of runs with score > tau")
-    right.legend(handles=[matplotlib.lines.Line2D([], [], color=colors[n], label=n) for n in names], fontsize=7,
-                 loc="lower left")
+    right.set_title("performance profile: each side in its bar's colour on the left", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

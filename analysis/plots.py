@@ -64,8 +64,12 @@ def plot_curves(
     envs = sorted({str(g.value("env_id")) for g in groups})
     longest = max(float(run.evaluations.wall_time[-1]) for g in groups for run in g.runs if len(run.evaluations))
     scale, unit = _time_unit(longest)
-    fig, axes = plt.subplots(2, len(envs), figsize=(4.8 * len(envs), 7.0), squeeze=False)
+    legend_rows = len(groups)  # one line per side, below the panels: beside them it covered the curves
+    fig, axes = plt.subplots(2, len(envs), figsize=(max(6.4, 4.8 * len(envs)), 7.0 + 0.2 * legend_rows),
+                             squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    if len(groups) > len(colors):  # twenty sides: twenty colours, not ten drawn twice
+        colors = list(plt.get_cmap("tab20").colors)
     for i, group in enumerate(groups):
         column = envs.index(str(group.value("env_id")))
         color = colors[i % len(colors)]
@@ -92,9 +96,17 @@ def plot_curves(
         for row in range(2):
             axes[row][column].set_ylabel("evaluation return")
             axes[row][column].grid(alpha=0.3)
-            axes[row][column].legend(fontsize="small")
+    entries = {}  # label -> handle, over every panel, in drawing order
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    legend_height = 0.2 * len(entries) / fig.get_figheight()
+    fig.legend(list(entries.values()), list(entries), loc="lower center", fontsize="small", frameon=False)
     fig.suptitle("Training curves: mean over seeds, 95% bootstrap band")
-    return _save(fig, path, name)
+    fig.tight_layout(rect=(0, legend_height + 0.01, 1, 1))
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return PlotResult(name, path, None)
 
 
 def plot_sps_vs_envs(results: Sequence[metrics_lib.GroupMetrics], path: str) -> PlotResult:

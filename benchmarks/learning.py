@@ -150,12 +150,14 @@ for _name in A2C_SIDES[1:]:
         _side, label=_side.label.replace(" (ours)", ", family preset (ours)"), flags=(*_side.flags, "--preset=family"))
 A2C_FAMILY_SIDES = tuple(f"{name}_family" for name in A2C_SIDES[1:])
 # BA3C's large-batch Adam at epsilon 1e-3, Sec. 2.4's earlier value, which was our default below an effective batch
-# of 512 until 2026-11-26 (rows of commit 8371eb4 and earlier): kept beside the 1e-8 rows as the evidence for it.
+# of 512 until 2026-11-26 (rows of commit 8371eb4 and earlier): kept beside the 1e-8 rows as the evidence for it,
+# at the value weight those rows ran (0.5, the presets' until 127ff5f), so that further seeds match them.
 BA3C_EPS3_BATCHES = (80, 320)
 for _name in (*(f"ba3c_lb{b}" for b in BA3C_EPS3_BATCHES), *(f"ba3c_lb{b}_family" for b in BA3C_EPS3_BATCHES)):
     _side = SIDE_SPECS[_name]
     SIDE_SPECS[f"{_name}_eps3"] = dataclasses.replace(
-        _side, label=_side.label.replace(" (ours)", ", epsilon 1e-3 (ours)"), flags=(*_side.flags, "--opt_eps=1e-3"))
+        _side, label=_side.label.replace(" (ours)", ", epsilon 1e-3, value weight 0.5 (ours)"),
+        flags=(*_side.flags, "--opt_eps=1e-3", "--value_coef=0.5"))
 A2C_EPS3_SIDES = tuple(f"ba3c_lb{b}_eps3" for b in BA3C_EPS3_BATCHES)
 SIDES = tuple(SIDE_SPECS)
 SIDE_LABELS = {name: side.label for name, side in SIDE_SPECS.items()}
