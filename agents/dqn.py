@@ -25,7 +25,6 @@ import chex
 import jax
 import jax.numpy as jnp
 import optax
-import rlax
 
 from agents.parallel import mean_over_axis
 
@@ -102,6 +101,8 @@ def dqn_td_errors(params, target_params, batch: dict, *, apply_fn, config: DQNCo
       apply_fn: ``apply_fn(params, obs) -> Q [B, A]``.
       config: ``DQNConfig``.
     """
+    import rlax  # here, not at the top: rlax imports distrax and TensorFlow Probability (1.3 s per process)
+
     action, reward, done = batch["action"], batch["reward"], batch["done"]
     chex.assert_rank([action, reward, done], 1)
     chex.assert_equal_shape([action, reward, done])
@@ -129,6 +130,8 @@ def dqn_loss(
     Returns:
       ``(loss, (metrics, td [B]))``.
     """
+    import rlax  # as in dqn_td_errors
+
     td, q_taken = dqn_td_errors(params, target_params, batch, apply_fn=apply_fn, config=config)
     chex.assert_equal_shape([td, weights])
     if config.loss == "huber":
