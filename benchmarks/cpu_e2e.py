@@ -3,6 +3,7 @@ side in one run, and GFootball's time to a score of 0.8 before and after the CPU
 
     PYTHONPATH=. python -m benchmarks.cpu_e2e --parts=breakout,gfootball [--before=/tmp/before]
         [--cleanrl_python=/tmp/cleanrl-venv/bin/python --cleanrl_script=/tmp/cleanrl-peer/ppo_atari_envpool.py]
+        [--programs=htsrl,cleanrl] [--out=benchmarks/results/cpu_e2e_<machine>]
 
 Parts (every run is its own process, one at a time; a finished run's result is kept in
 `results/cpu_e2e/<run>.json` and not measured again, so an interrupted benchmark resumes where it stopped):
@@ -49,6 +50,8 @@ from benchmarks.common import die_with_parent, git_commit, machine
 _PARTS = flags.DEFINE_list("parts", ["breakout"], "breakout, gfootball.")
 _SECONDS = flags.DEFINE_integer("seconds", 300, "Wall time of each Breakout run.")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Breakout runs per program.")
+_PROGRAMS = flags.DEFINE_list("programs", [], "Breakout programs to run (htsrl, htsrl-hugetlb, htsrl-before, cleanrl, "
+                              "cleanrl-hugetlb; empty: all that apply).")
 _SEEDS = flags.DEFINE_list("seeds", ["1", "2", "3"], "GFootball seeds.")
 _BEFORE = flags.DEFINE_string("before", "", "A checkout of an earlier commit to compare with ('' skips its rows).")
 _CLEANRL_PYTHON = flags.DEFINE_string("cleanrl_python", "/tmp/cleanrl-venv/bin/python",
@@ -146,6 +149,8 @@ def breakout_runs() -> None:
                                                              else [])
     if _CLEANRL_SCRIPT.value:
         programs += [(label, os.path.dirname(_CLEANRL_SCRIPT.value)) for label in CLEANRL_PROGRAMS]
+    if _PROGRAMS.value:
+        programs = [(label, cwd) for label, cwd in programs if label in _PROGRAMS.value]
     for repeat in range(_REPEATS.value):
         for label, cwd in programs:
             name = f"breakout-{label}-r{repeat}"
@@ -202,8 +207,9 @@ def write_table() -> None:
              f"- Machine: {machine()} (no GPU). Written {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} "
              f"UTC at commit {git_commit()}; each run's own command (and, since 2026-11-27, its commit and date) is in "
              f"`{_OUT.value}/<run>.json`.",
-             "- Command: `PYTHONPATH=. python -m benchmarks.cpu_e2e --parts=breakout,gfootball --before=<checkout of "
-             "an earlier commit>` (module docstring: what each run is and how steady SPS is measured).", ""]
+             f"- Command (the latest; runs measured earlier keep theirs in their JSON): `PYTHONPATH=. python -m "
+             f"benchmarks.cpu_e2e {' '.join(sys.argv[1:])}` (module docstring: what each run is and how steady SPS is "
+             "measured).", ""]
     breakout = [r for r in results if r["part"] == "breakout"]
     if breakout:
         lines += ["## Breakout-v5: HTS-PPO defaults against CleanRL's PyTorch PPO (same sizes)", "",
@@ -213,7 +219,7 @@ def write_table() -> None:
                   "| program | commit | runs | steady SPS (median) | each run | load | relative to CleanRL | relative "
                   "to CleanRL with huge pages |", "| --- | --- | ---: | ---: | --- | --- | ---: | ---: |"]
         peers = [_median([r["sps"] for r in breakout if r["program"] == label]) for label in CLEANRL_PROGRAMS]
-        for label in ("htsrl", "htsrl-hugetlb", "htsrl-before", *CLEANRL_PROGRAMS):
+        for label in BREAKOUT_PROGRAMS:
             runs = [r for r in breakout if r["program"] == label]
             if runs:
                 sps = _median([r["sps"] for r in runs])
@@ -248,8 +254,14 @@ def write_table() -> None:
         f.write("\n".join(lines) + "\n")
 
 
+BREAKOUT_PROGRAMS = ("htsrl", "htsrl-hugetlb", "htsrl-before", *CLEANRL_PROGRAMS)
+
+
 def main(argv):
     del argv
+    unknown = sorted(set(_PROGRAMS.value) - set(BREAKOUT_PROGRAMS))
+    if unknown:
+        sys.exit(f"error: unknown --programs {', '.join(unknown)} (choose from {', '.join(BREAKOUT_PROGRAMS)})")
     if "breakout" in _PARTS.value:
         breakout_runs()
     if "gfootball" in _PARTS.value:
