@@ -41,6 +41,8 @@ def gae_advantages(
       gamma: discount.
       gae_lambda: GAE mixing parameter.
     """
+    import rlax  # here, not at the top: rlax imports distrax and TensorFlow Probability (1.3 s per process)
+
     chex.assert_rank([rewards, values, terminations, truncations, bootstrap_value], [2, 2, 2, 2, 1])
     chex.assert_equal_shape([rewards, values, terminations, truncations])
     chex.assert_shape(bootstrap_value, (rewards.shape[1],))
@@ -58,8 +60,6 @@ def gae_advantages(
     # trace on truncation, so discount_t * lambda_t = gamma * lambda * (1 - done_t) as required.
     discount_t = gamma * (1.0 - terminations)  # [T, B]
     lambda_t = gae_lambda * (1.0 - truncations)  # [T, B]
-    import rlax  # here, not at the top: rlax imports distrax and TensorFlow Probability (1.3 s per process)
-
     batched_gae = jax.vmap(rlax.truncated_generalized_advantage_estimation, in_axes=1, out_axes=1)
     advantages = batched_gae(rewards, discount_t, lambda_t, values_ext)  # [T, B]
     returns = advantages + values_ext[:-1]  # [T, B]

@@ -5,6 +5,8 @@ the systems."""
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -69,3 +71,25 @@ def test_the_test_sees_a_back_import(tmp_path):
     path = tmp_path / "m.py"
     path.write_text("def f():\n    from systems.pal.system import PALConfig\n")
     assert _system_of(sorted(_imports(path))[0]) == "pal"
+
+
+_LAUNCHERS_THEN_GAE = """
+import sys
+import launch.hts, launch.pal, launch.sync
+heavy = lambda: sorted({m.split(".")[0] for m in sys.modules} & {"rlax", "distrax", "tensorflow_probability"})
+print(heavy())
+import jax.numpy as jnp
+from agents.gae import gae_advantages
+gae_advantages(jnp.zeros((3, 2)), jnp.zeros((3, 2)), jnp.zeros(2), jnp.zeros((3, 2)), jnp.zeros((3, 2)), gamma=0.9,
+               gae_lambda=0.9)
+print(heavy())
+"""
+
+
+def test_launchers_import_rlax_only_when_an_update_needs_it():
+    """rlax pulls in distrax and TensorFlow Probability (about a second per process): `--help`, a refused flag and
+    SAC / TD3 runs never need it; GAE and DQN import it where they use it."""
+    out = subprocess.run([sys.executable, "-c", _LAUNCHERS_THEN_GAE], capture_output=True, text=True, check=True,
+                         cwd=ROOT).stdout.splitlines()
+    assert out[0] == "[]", out
+    assert "rlax" in out[1], out
