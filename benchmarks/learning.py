@@ -333,7 +333,11 @@ NOTES = {
         "On 2026-11-29 the default rows above were renamed to the sides of the former preset (`pal_td3_former`, "
         "`pal_sac_former`: their flags reproduce them), as launch.pal's MuJoCo preset now gives TD3 25k random steps "
         "and PyTorch's initialisation and SAC's critics a learning rate of 1e-3 (aa0a5cf, d5472fc); the default rows "
-        "at that preset are measured from d5472fc."
+        "at that preset are measured from d5472fc. PAL's TD3 at the present preset, seed 0 (2026-11-29, d5472fc, "
+        "nice 19 beside other work on the Zen 3, load 6.8; CPU time not recorded): 19 at 25k steps (the end of the "
+        "random ones), 710 at 75k, 1,228 at 165k, 2,729 at 195k, 2,246-2,541 from 225k to 285k (final 2,177.4), "
+        "against 2,529.7 for the same seed at 5k random steps with the same initialisation and SB3's TD3's "
+        "1,567.8. Seeds 1-2 and PAL's SAC at the present preset run in the benchmark worktree."
     ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
