@@ -64,9 +64,7 @@ def plot_curves(
     envs = sorted({str(g.value("env_id")) for g in groups})
     longest = max(float(run.evaluations.wall_time[-1]) for g in groups for run in g.runs if len(run.evaluations))
     scale, unit = _time_unit(longest)
-    legend_rows = len(groups)  # one line per side, below the panels: beside them it covered the curves
-    fig, axes = plt.subplots(2, len(envs), figsize=(max(6.4, 4.8 * len(envs)), 7.0 + 0.2 * legend_rows),
-                             squeeze=False)
+    fig, axes = plt.subplots(2, len(envs), figsize=(max(6.4, 4.8 * len(envs)), 7.0), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     if len(groups) > len(colors):  # twenty sides: twenty colours, not ten drawn twice
         colors = list(plt.get_cmap("tab20").colors)
@@ -100,13 +98,11 @@ def plot_curves(
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             entries.setdefault(label, handle)
-    legend_height = 0.2 * len(entries) / fig.get_figheight()
+    # One legend below the panels, 0.2 in a line (beside the curves it covered them): the figure grows to hold it.
+    fig.set_figheight(fig.get_figheight() + 0.2 * len(entries))
     fig.legend(list(entries.values()), list(entries), loc="lower center", fontsize="small", frameon=False)
     fig.suptitle("Training curves: mean over seeds, 95% bootstrap band")
-    fig.tight_layout(rect=(0, legend_height + 0.01, 1, 1))
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return PlotResult(name, path, None)
+    return _save(fig, path, name, bottom=0.2 * len(entries) / fig.get_figheight() + 0.01)
 
 
 def plot_sps_vs_envs(results: Sequence[metrics_lib.GroupMetrics], path: str) -> PlotResult:
@@ -183,8 +179,9 @@ def write_plots(
     ]
 
 
-def _save(fig, path: str, name: str) -> PlotResult:
-    fig.tight_layout()
+def _save(fig, path: str, name: str, *, bottom: float = 0.0) -> PlotResult:
+    """Lays the axes out above `bottom` (the figure's fraction kept for a legend below them), writes, closes."""
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return PlotResult(name, path, None)
