@@ -31,15 +31,19 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 
 
-# XLA's compiles without LLVM's backend optimizations (`-O0` machine code for the fused loops; the HLO programs,
-# their fusions and buffers, and the Eigen / oneDNN library kernels of dots and convolutions are the same). Most
-# test programs run for a few steps, so compiling them dominated: on two cores test_anakin.py and test_learning.py
-# took 143 s (189 CPU-s) at the default and 117 s (138 CPU-s) at -O0, the whole suite 13:10 against 15:54 (2026-11-28,
-# WORKSPACE.md). XLA's own convolution runs 15x slower at -O0: such a test runs in a child process with
-# `multidevice.run_python(optimized=True)`. Runs, benchmarks and fingerprints outside the tests keep the default; a
-# user's own setting of the flag is kept.
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+# XLA compiles quickly rather than well (`multidevice.QUICK_COMPILE_FLAGS`): LLVM at `-O0` and, on recent jaxlib,
+# the elemental emitter for fused loops. The HLO programs, their fusions and buffers, and the Eigen / oneDNN kernels
+# of dots and convolutions are the same; only the machine code of the fused loops is less optimized. Most test
+# programs run for a few steps, so compiling them dominated (measured in benchmarks/results/test_suite_cpu.md). XLA's
+# own convolution runs 15x slower at -O0: such a test runs in a child process with
+# `multidevice.run_python(optimized=True)`. Runs, benchmarks and fingerprints outside the tests keep XLA's defaults;
+# a user's own setting of any of these flags is kept.
+from tests.multidevice import QUICK_COMPILE_FLAGS  # noqa: E402
+
+_xla_flags = os.environ.get("XLA_FLAGS", "")
+os.environ["XLA_FLAGS"] = " ".join(
+    [_xla_flags] + [f"--{name}={value}" for name, value in QUICK_COMPILE_FLAGS.items() if name not in _xla_flags]
+).strip()
 
 # The convolution plans of image tasks stay the fixed table's (`systems.common.conv_tuning`): timing them at every
 # small batch the tests use would add minutes; tests/test_conv_tuning.py turns it on with its own cache file.

@@ -62,10 +62,20 @@ def test_results_do_not_depend_on_the_calls_and_evaluations_keep_their_grid(tmp_
 @pytest.mark.slow
 def test_a_round_is_the_synchronous_baselines_round(tmp_path):
     """The same envs, actions and rollout as launch.sync's first round on the same task (its metrics of the data are
-    equal), and the same update but for the last bits (XLA fuses it differently inside the scan)."""
+    equal), and the same update but for the last bits (XLA fuses it differently inside the scan). Compared under
+    XLA's default fusion emitters (`multidevice.run_with_fusion_emitters`), as runs outside the tests compile."""
+    from multidevice import run_with_fusion_emitters
+
+    run_with_fusion_emitters(check_a_round_is_the_synchronous_baselines_round, str(tmp_path))
+
+
+def check_a_round_is_the_synchronous_baselines_round(tmp_dir: str):
+    from pathlib import Path
+
     from systems.sync import system as sync
     from systems.sync.config import SyncConfig
 
+    tmp_path = Path(tmp_dir)
     config = tiny(tmp_path / "anakin", total_steps=64)
     ours = anakin.run(config)
     fields = {f.name for f in dataclasses.fields(SyncConfig)}
@@ -82,10 +92,19 @@ def test_a_round_is_the_synchronous_baselines_round(tmp_path):
 def test_normalized_rounds_are_the_synchronous_baselines_rounds(tmp_path):
     """--normalize_obs / --normalize_reward (`agents.normalization`, statistics in the parameters) on a continuous
     task: two rounds are launch.sync's two rounds (equal episodes, the same statistics and update up to the last
-    bits)."""
+    bits), under XLA's default fusion emitters."""
+    from multidevice import run_with_fusion_emitters
+
+    run_with_fusion_emitters(check_normalized_rounds_are_the_synchronous_baselines_rounds, str(tmp_path))
+
+
+def check_normalized_rounds_are_the_synchronous_baselines_rounds(tmp_dir: str):
+    from pathlib import Path
+
     from systems.sync import system as sync
     from systems.sync.config import SyncConfig
 
+    tmp_path = Path(tmp_dir)
     config = tiny(tmp_path / "anakin", env_id="gymnax/Pendulum-v1", total_steps=2 * 64, normalize_obs=True,
                   normalize_reward=True)
     ours = anakin.run(config)
