@@ -13,11 +13,14 @@
   under the run's convolution plan (what the learner and actors would give if env stepping and hand-over were free).
 * The main job's whole update: `launch.hts --game=Breakout`'s update program (4 epochs x 4 minibatches of 256, one
   XLA program per round of 1,024 steps) on a round of random frames, timed as the learner calls it.
-* Allocator: the measurements run in a child process each (under the launchers' XLA flags), once with glibc's
-  default and once with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (transparent huge pages for malloc's large chunks);
-  page faults and kernel CPU time per call are counted beside them.
+* Columns (`--compare`): the measurements run in a child process each, under the launchers' XLA flags plus the
+  column's environment. `allocator`: glibc's default against `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (transparent
+  huge pages for malloc's large chunks). `xla_libraries`: XLA CPU's own kernels against its flags that hand
+  convolutions and dots to oneDNN (PyTorch's CPU library) or XNNPACK. Page faults and kernel CPU time per call are
+  counted beside them.
 
-Writes `results/compute_bound_cpu.md`. Run it alone: a second job on the cores lowers every rate it measures.
+Writes `results/compute_bound_cpu.md` (`results/xla_libraries_cpu.md` for `--compare=xla_libraries`). Run it alone:
+a second job on the cores lowers every rate it measures.
 """
 
 from __future__ import annotations
@@ -45,8 +48,20 @@ _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed calls per program (median).
 _OUT = flags.DEFINE_string("out", "benchmarks/results/compute_bound_cpu.md", "Result file.")
 _CHILD_OUT = flags.DEFINE_string("child_out", "", "Internal: measure in this process and write the JSON here.")
 
-# (column, GLIBC_TUNABLES of the measuring process): glibc's default first.
-ALLOCATORS = (("glibc's default", "glibc.malloc.hugetlb=0"), ("glibc.malloc.hugetlb=1", "glibc.malloc.hugetlb=1"))
+_LIBRARY_OPS = "LIBRARY_FUSION_TYPE_INDIVIDUAL_CONVOLUTION,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
+# --compare -> (column, environment of the measuring process), the launchers' setting first.
+COLUMNS = {
+    "allocator": (("glibc's default", {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}),
+                  ("glibc.malloc.hugetlb=1", {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"})),
+    "xla_libraries": (
+        ("XLA's own kernels", {}),
+        ("oneDNN", {"XLA_FLAGS": "--xla_cpu_use_onednn=true "
+                               f"--xla_cpu_experimental_onednn_fusion_type={_LIBRARY_OPS}"}),
+        ("XNNPACK", {"XLA_FLAGS": "--xla_cpu_use_xnnpack=true "
+                                f"--xla_cpu_experimental_xnn_fusion_type={_LIBRARY_OPS}"}),
+    ),
+}
+_COMPARE = flags.DEFINE_enum("compare", "allocator", list(COLUMNS), "What the columns vary (module docstring).")
 
 NUM_ACTIONS = 4  # Breakout
 EPOCHS = 4
@@ -160,14 +175,15 @@ def whole_update(repeats: int) -> dict:
                 update_sys_s=(after.ru_stime - before.ru_stime) / repeats)
 
 
-def measure_in_children(repeats: int) -> dict:
-    """`measure` in a fresh process per allocator setting (glibc reads its tunables at start): column -> result."""
+def measure_in_children(repeats: int, compare: str) -> dict:
+    """`measure` in a fresh process per column (glibc reads its tunables, XLA its flags, at start): column ->
+    result."""
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for column, tunables in ALLOCATORS:
+        for column, env in COLUMNS[compare]:
             out = os.path.join(tmp, "result.json")
             subprocess.run([sys.executable, "-m", "benchmarks.compute_bound", f"--repeats={repeats}",
-                            f"--child_out={out}"], check=True, env=dict(os.environ, GLIBC_TUNABLES=tunables))
+                            f"--child_out={out}"], check=True, env=dict(os.environ, **env))
             with open(out) as f:
                 results[column] = json.load(f)
     return results
@@ -188,8 +204,8 @@ def _bounds(r: dict) -> dict:
                 actor_share=r["actor_s"] / INFERENCE_BATCH / serial)
 
 
-def write(results: dict, out: str, wall: float) -> None:
-    """`results`: allocator column -> `measure`'s result, the launchers' setting first."""
+def write(results: dict, out: str, wall: float, compare: str = "allocator") -> None:
+    """`results`: column -> `measure`'s result, the launchers' setting first."""
     columns = list(results)
     first = results[columns[0]]
     bounds = {c: _bounds(r) for c, r in results.items()}
@@ -204,8 +220,10 @@ def write(results: dict, out: str, wall: float) -> None:
         f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. Commit {git_commit()}. "
         f"Wall time {wall / 60:.1f} min. 1-minute load at the end of each measurement: "
         + ", ".join(f"{r['load']:.1f}" for r in results.values()) + ".",
-        "- Command: `PYTHONPATH=. python -m benchmarks.compute_bound` (module docstring: what each row counts; each "
-        "column is a process of its own).",
+        f"- Command: `PYTHONPATH=. python -m benchmarks.compute_bound --compare={compare}` (module docstring: what "
+        "each row counts; each column is a process of its own, with its environment: "
+        + "; ".join(f"{column}: `{' '.join(f'{k}={v}' for k, v in env.items()) or 'none added'}`"
+                    for column, env in COLUMNS[compare]) + ").",
         f"- Convolution plan: {first['plan'].get('plan')} ({first['plan'].get('source')}).",
         "",
         "## Work per frame (Nature CNN, Breakout's 4 actions)",
@@ -238,17 +256,24 @@ def write(results: dict, out: str, wall: float) -> None:
         row(f"learner alone at the measured speed ({EPOCHS} epochs)", lambda r, b: f"{b['learner_sps']:.0f} SPS"),
         row("learner + actor inference at the measured speeds, serial", lambda r, b: f"{b['compute_sps']:.0f} SPS"),
         "",
-        "Compare the columns for what huge pages give: the page faults of a single value-and-gradient call and of "
-        "the whole update, and the time each takes. With them the value and gradient does "
-        f"{bounds[columns[-1]]['grad_rate'] / bounds[columns[-1]]['rate']:.0%} of the work per second that a matmul "
-        "does on this CPU; the rest of the distance to the hardware bound is in how the convolutions run (their "
-        "lowering: patch copies, layout changes, small matrices), not in the amount of work."
-        " The actors' inference adds "
-        f"{bounds[columns[-1]]['actor_share']:.0%} to the serial time. Per layer and per form: `results/cnn_cpu.md`.",
+        _ALLOCATOR_NOTE.format(grad_share=bounds[columns[-1]]["grad_rate"] / bounds[columns[-1]]["rate"],
+                               actor_share=bounds[columns[-1]]["actor_share"]) if compare == "allocator" else
+        _LIBRARY_NOTE,
         "",
     ]
     with open(out, "w") as f:
         f.write("\n".join(lines))
+
+
+_ALLOCATOR_NOTE = (
+    "Compare the columns for what huge pages give: the page faults of a single value-and-gradient call and of the "
+    "whole update, and the time each takes. With them the value and gradient does {grad_share:.0%} of the work per "
+    "second that a matmul does on this CPU; the rest of the distance to the hardware bound is in how the "
+    "convolutions run (their lowering: patch copies, layout changes, small matrices), not in the amount of work. The "
+    "actors' inference adds {actor_share:.0%} to the serial time. Per layer and per form: `results/cnn_cpu.md`.")
+_LIBRARY_NOTE = (
+    "The columns differ only in XLA's flags that offer convolutions and dots to a library. Where a column's times "
+    "equal the first one's, this jaxlib build did not use the library for these programs.")
 
 
 def main(argv):
@@ -259,9 +284,12 @@ def main(argv):
             json.dump(measure(_REPEATS.value), f)
         return
     start = time.perf_counter()
-    results = measure_in_children(_REPEATS.value)
-    write(results, _OUT.value, time.perf_counter() - start)
-    print(open(_OUT.value).read())
+    out = _OUT.value
+    if _COMPARE.value != "allocator" and not _OUT.present:
+        out = f"benchmarks/results/{_COMPARE.value}_cpu.md"
+    results = measure_in_children(_REPEATS.value, _COMPARE.value)
+    write(results, out, time.perf_counter() - start, _COMPARE.value)
+    print(open(out).read())
 
 
 if __name__ == "__main__":
