@@ -337,7 +337,12 @@ NOTES = {
         "nice 19 beside other work on the Zen 3, load 6.8; CPU time not recorded): 19 at 25k steps (the end of the "
         "random ones), 710 at 75k, 1,228 at 165k, 2,729 at 195k, 2,246-2,541 from 225k to 285k (final 2,177.4), "
         "against 2,529.7 for the same seed at 5k random steps with the same initialisation and SB3's TD3's "
-        "1,567.8. Seeds 1-2 and PAL's SAC at the present preset run in the benchmark worktree."
+        "1,567.8. PAL's SAC at the present preset (critics at 1e-3), seed 0 (2026-11-29, d5472fc, nice 19 beside "
+        "the test suite and other benchmarks on the Zen 3, stopped at 169k steps by the end of a session and resumed "
+        "from its checkpoint, so its CPU time is not recorded): 279-305 to 45k steps, 1,060 at 60k, 2,897 at 120k, "
+        "3,260-3,313 at 165-180k, then between 700 and 3,530 to the end (final 2,546.1), against 847.9 for the same "
+        "seed at the former preset and SB3's SAC's 750.1. One seed: not yet evidence. Seeds 1-2 of both run in the "
+        "benchmark worktree."
     ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
