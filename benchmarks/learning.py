@@ -30,7 +30,9 @@ Wall time is the launcher process's, start to exit, evaluation included on both 
 
 Resumable: each finished run appends a row to `results/learning_cpu_runs.csv` and writes its curve to
 `results/learning/<task>/<side>-s<seed>.csv` (small files, committed as they land); finished runs are skipped; an
-interrupted run of ours resumes from its checkpoint (`--resume`), an interrupted peer run starts again. The run
+interrupted run of ours resumes from its checkpoint (`--resume`; PAL's with its replay buffer, saved with each
+checkpoint since 2026-11-29: before, a resumed PAL run refilled `learning_starts` env steps of its budget with an
+empty buffer), an interrupted peer run starts again. The run
 directories themselves live under `--work_dir` (default `runs/learning`, not committed).
 
 Peer wall-time curves: SB3 logs the wall time of training episodes (`*.monitor.csv`), not of its evaluations; an
@@ -341,8 +343,16 @@ NOTES = {
         "the test suite and other benchmarks on the Zen 3, stopped at 169k steps by the end of a session and resumed "
         "from its checkpoint, so its CPU time is not recorded): 279-305 to 45k steps, 1,060 at 60k, 2,897 at 120k, "
         "3,260-3,313 at 165-180k, then between 700 and 3,530 to the end (final 2,546.1), against 847.9 for the same "
-        "seed at the former preset and SB3's SAC's 750.1. One seed: not yet evidence. Seeds 1-2 of both run in the "
-        "benchmark worktree."
+        "seed at the former preset and SB3's SAC's 750.1. One seed: not yet evidence. PAL's TD3 at the present "
+        "preset, seed 1 (the same conditions, resumed once): 228-397 to 60k steps, 1,000 at 135k, 1,327-1,691 at "
+        "165-195k, 1,037-1,985 to the end (final 1,399.0), against 2,212.9 for the same seed at 5k random steps and "
+        "SB3's TD3's 2,634.4. Over seeds 0-1 PAL's TD3 at this preset: 1,788.2, against 2,371.3 at 5k random steps "
+        "and SB3's TD3's 2,101.1. Caveat of these three rows: each was resumed from a checkpoint without its replay "
+        "buffer, and such a resume refills `learning_starts` env steps before learning again, so both TD3 runs "
+        "(resumed at 30k) spent 50k of their 300k steps on random actions and made 250k updates instead of 275k, "
+        "and the SAC run (resumed at 150k) made 290k instead of 295k: they understate an uninterrupted run, TD3's "
+        "most. From 2026-11-29 the benchmark saves PAL's replay buffer with each checkpoint (`--checkpoint_buffer`); "
+        "PAL's SAC seeds 1-2 and TD3 seed 2 run so in the benchmark worktree."
     ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
@@ -482,7 +492,9 @@ def our_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) ->
         from launch.flagsets import taken_by  # the off-policy launchers always evaluate greedily
 
         greedy = ["--eval_deterministic"] if spec.launcher in taken_by("eval_deterministic") else []
-        args = [f"--env={task.env_id}", *greedy, "--eval_episodes=10", f"--eval_every={eval_every(task)}"]
+        # A resumed PAL run continues with its replay buffer instead of refilling `learning_starts` steps.
+        replay = ["--checkpoint_buffer"] if spec.launcher in taken_by("checkpoint_buffer") else []
+        args = [f"--env={task.env_id}", *greedy, *replay, "--eval_episodes=10", f"--eval_every={eval_every(task)}"]
     args += list(spec.flags)
     if side == "hts_zoo":
         args += list(ZOO_FLAGS[task.env_id])
