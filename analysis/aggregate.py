@@ -8,6 +8,7 @@ rliable is an optional extra: `pip install -e ".[rliable]"`; without it `require
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Mapping, Sequence
 
@@ -33,13 +34,26 @@ def normalize(returns: np.ndarray, low: float, high: float) -> np.ndarray:
     return (np.asarray(returns, np.float64) - low) / (high - low)
 
 
+@contextlib.contextmanager
+def _numpy_global_seed(seed: int):
+    """NumPy's global generator seeded for the block, then put back: rliable's stratified bootstrap draws its run
+    indices from `np.random.choice` whatever generator it is given, so only the global state fixes its intervals."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
 def iqm_intervals(scores: Mapping[str, np.ndarray], *, reps: int = BOOTSTRAP_REPS,
                   seed: int = 0) -> dict[str, tuple[float, float, float]]:
     """{name: (IQM, low, high)} over all runs and tasks of each name, 95% stratified-bootstrap interval (runs
     resampled within each task). A seed fixes the intervals."""
     library, metrics, _ = require_rliable()
     matrices = {name: _matrix(values) for name, values in scores.items()}
-    with warnings.catch_warnings():  # arch (under rliable) deprecates the RandomState that rliable passes it
+    with warnings.catch_warnings(), _numpy_global_seed(seed):
+        # arch (under rliable) deprecates the RandomState that rliable passes it
         warnings.filterwarnings("ignore", message="random_state is deprecated", category=FutureWarning)
         point, interval = library.get_interval_estimates(
             matrices, lambda x: np.array([metrics.aggregate_iqm(x)]), reps=reps,
@@ -62,9 +76,8 @@ def plot_iqm_and_profiles(scores: Mapping[str, np.ndarray], path: str, *, taus: 
     intervals = iqm_intervals(matrices, reps=reps, seed=seed)
     all_scores = np.concatenate([m.ravel() for m in matrices.values()])
     taus = np.linspace(min(0.0, all_scores.min()), max(1.0, all_scores.max()), 81) if taus is None else taus
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _numpy_global_seed(seed):  # the profile bootstrap takes no generator at all
         warnings.filterwarnings("ignore", message="random_state is deprecated", category=FutureWarning)
-        np.random.seed(seed)  # rliable's profile bootstrap takes no generator
         profiles, bands = library.create_performance_profile(matrices, taus, reps=reps)
     names = list(matrices)
     palette = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")

@@ -435,6 +435,24 @@ def test_report_iqm_over_seeds(tmp_path, capsys):
     _png_ok(out / launch_report.IQM_FIGURE)
 
 
+def test_the_seed_fixes_the_iqm_intervals_whatever_numpys_global_state():
+    """rliable's stratified bootstrap draws from NumPy's global generator: `aggregate` seeds it for the call and
+    puts it back, so the intervals (and the figures) are the same in every process and the caller's draws are
+    untouched."""
+    from analysis import aggregate
+
+    scores = {"a": np.random.default_rng(1).normal(size=(5, 3)), "b": np.random.default_rng(2).normal(size=(4, 3))}
+    results = []
+    for global_seed in (1, 2):
+        np.random.seed(global_seed)
+        results.append(aggregate.iqm_intervals(scores, reps=500, seed=7))
+        after_call = np.random.random()
+        np.random.seed(global_seed)
+        assert after_call == np.random.random()  # the global state is the caller's again
+    assert results[0] == results[1]
+    assert results[0] != aggregate.iqm_intervals(scores, reps=500, seed=8)  # the seed, not chance, fixes them
+
+
 @pytest.mark.parametrize(
     "args,flag_values,message",
     [
