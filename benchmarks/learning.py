@@ -30,10 +30,14 @@ Wall time is the launcher process's, start to exit, evaluation included on both 
 
 Resumable: each finished run appends a row to `results/learning_cpu_runs.csv` and writes its curve to
 `results/learning/<task>/<side>-s<seed>.csv` (small files, committed as they land); finished runs are skipped; an
-interrupted run of ours resumes from its checkpoint (`--resume`; PAL's with its replay buffer, saved with each
+interrupted run resumes from its checkpoint: ours with `--resume` (PAL's with its replay buffer, saved with each
 checkpoint since 2026-11-29: before, a resumed PAL run refilled `learning_starts` env steps of its budget with an
-empty buffer), an interrupted peer run starts again. The run
-directories themselves live under `--work_dir` (default `runs/learning`, not committed).
+empty buffer), the peer's through `zoo_resumable.py` (rl-zoo3's train script checkpointed every budget/10 steps with
+its replay buffer, resumed by rl-zoo3's own continue-training path; its docstring says where a resumed run departs
+from an uninterrupted one; before 2026-11-29 an interrupted peer run started again). Each part of a run (one
+process, start to exit) is metered in `<run dir>.parts.json` (wall time, CPU time, load, rewritten every 5 s, so a
+part cut off by a kill counts to its last sample), and a resumed run's row sums its parts. The run directories
+themselves live under `--work_dir` (default `runs/learning`, not committed).
 
 Peer wall-time curves: SB3 logs the wall time of training episodes (`*.monitor.csv`), not of its evaluations; an
 evaluation's wall time is interpolated from the env steps completed by each logged episode end.
@@ -64,6 +68,7 @@ REPORT_MD = os.path.join(RESULTS, "learning_cpu.md")
 RANDOM_CSV = os.path.join(RESULTS, "learning_random_returns.csv")  # each task's uniformly random policy
 IQM_FIGURE = os.path.join(CURVES_DIR, "iqm_{family}.png")
 PEER_PYTHON = "/tmp/learn-venv/bin/python"
+ZOO_RESUMABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zoo_resumable.py")
 RUN_FIELDS = ("task", "side", "seed", "env_steps", "wall_s", "cpu_s", "mean_load", "sps", "final_metric",
               "evaluations", "date", "commit", "machine", "command")
 # Rows from before the machine column (2026-11-24/25) all ran on this one.
@@ -502,9 +507,12 @@ def our_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) ->
     return [sys.executable, "-m", f"launch.{spec.launcher}", *args, *(["--resume"] if resume else [])]
 
 
-def peer_command(task: Task, side: str, seed: int, run_dir: str) -> list[str]:
+def peer_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) -> list[str]:
+    """rl-zoo3's own train script, through `zoo_resumable.py`: the same run, checkpointed every budget/10 env steps
+    (a multiple of the evaluation period, so a resumed part keeps the evaluation grid)."""
     return [
-        PEER_PYTHON, "-m", "rl_zoo3.train", "--algo", SIDE_SPECS[side].zoo_algo, "--env",
+        PEER_PYTHON, ZOO_RESUMABLE, f"--checkpoint_every={task.steps // 10}", *(["--resume"] if resume else []),
+        "--algo", SIDE_SPECS[side].zoo_algo, "--env",
         PEER_ENV_IDS.get(task.env_id, task.env_id), "--seed", str(seed), "-n", str(task.steps), "--eval-freq",
         str(eval_every(task)), "--eval-episodes", "10", "--n-eval-envs", "1", "-f", run_dir, "--device", "cpu",
         "--vec-env", "dummy", "--verbose", "0", "--log-interval", "-1",
@@ -546,25 +554,49 @@ def our_curve(run_dir: str) -> np.ndarray:
 
 
 def peer_curve(run_dir: str, algo: str) -> np.ndarray:
-    """[E, 3] from rl-zoo3's evaluations.npz; wall time interpolated from the training monitor files."""
-    npz = glob.glob(os.path.join(run_dir, algo, "*", "evaluations.npz"))
-    if len(npz) != 1:
-        raise FileNotFoundError(f"expected one evaluations.npz under {run_dir}/{algo}, found {len(npz)}")
-    data = np.load(npz[0])
+    """[E, 3] from rl-zoo3's evaluations.npz; wall time interpolated from the training monitor files. A resumed run
+    (`zoo_resumable.py`) has one experiment folder per part: each part's evaluations up to the step the next part
+    resumed from, its wall times offset by the earlier parts' monitored durations."""
+    parts_file = os.path.join(run_dir, "zoo_parts.json")
+    if os.path.exists(parts_file):
+        with open(parts_file) as f:
+            parts = json.load(f)
+    else:  # a run from before the parts file: one folder
+        npz = glob.glob(os.path.join(run_dir, algo, "*", "evaluations.npz"))
+        if len(npz) != 1:
+            raise FileNotFoundError(f"expected one evaluations.npz under {run_dir}/{algo}, found {len(npz)}")
+        parts = [dict(folder=os.path.relpath(os.path.dirname(npz[0]), run_dir), start_step=0)]
+    curves, offset = [], 0.0
+    for i, part in enumerate(parts):
+        end = parts[i + 1]["start_step"] if i + 1 < len(parts) else float("inf")
+        curve, duration = _peer_part_curve(os.path.join(run_dir, part["folder"]), part["start_step"])
+        curve = curve[curve[:, 0] <= end]
+        curves.append(curve + np.array([0.0, offset, 0.0]))
+        offset += duration
+    return np.concatenate(curves)
+
+
+def _peer_part_curve(folder: str, start_step: int) -> tuple[np.ndarray, float]:
+    """One experiment folder's [E, 3] curve (wall time from the part's start) and its monitored duration (the last
+    training episode's end)."""
+    path = os.path.join(folder, "evaluations.npz")
+    if not os.path.exists(path):  # a part stopped before its first evaluation
+        return np.zeros((0, 3)), 0.0
+    data = np.load(path)
     steps, returns = data["timesteps"].astype(np.float64), data["results"].mean(axis=1)
     ends = []  # (wall time, episode length) of every training episode, all envs
-    for path in glob.glob(os.path.join(os.path.dirname(npz[0]), "*.monitor.csv")):
-        with open(path) as f:
+    for monitor in glob.glob(os.path.join(folder, "*.monitor.csv")):
+        with open(monitor) as f:
             f.readline()  # the JSON header line
             ends += [(float(r["t"]), int(r["l"])) for r in csv.DictReader(f)]
     ends.sort()
     if ends:
         times = np.array([0.0] + [t for t, _ in ends])
-        done_steps = np.cumsum([0] + [length for _, length in ends])
+        done_steps = start_step + np.cumsum([0] + [length for _, length in ends])
         wall = np.interp(steps, done_steps, times)
     else:
         wall = np.full_like(steps, np.nan)
-    return np.stack([steps, wall, returns], axis=1)
+    return np.stack([steps, wall, returns], axis=1), (ends[-1][0] if ends else 0.0)
 
 
 def final_metric(curve: np.ndarray) -> float | None:
@@ -623,57 +655,94 @@ def run_one(task_name: str, side: str, seed: int, work_dir: str) -> dict:
     if spec.peer:
         if not os.path.exists(PEER_PYTHON):
             raise RuntimeError(f"peer venv missing: {PEER_PYTHON} (see the module docstring)")
-        if os.path.isdir(run_dir):  # an interrupted peer run cannot resume: start it again
-            subprocess.run(["rm", "-rf", run_dir], check=True)
-        cmd = peer_command(task, side, seed, run_dir)
-        wall_before = 0.0
+        resume = os.path.exists(os.path.join(run_dir, "resume.json"))
     else:
         resume = bool(glob.glob(os.path.join(run_dir, "checkpoints", "ckpt_*")))
-        if not resume and os.path.isdir(run_dir):  # stopped before its first checkpoint: the launcher refuses to
-            subprocess.run(["rm", "-rf", run_dir], check=True)  # start a second run in it, so start it afresh
-        cmd = our_command(task, side, seed, run_dir, resume)
-        wall_before = _our_wall_so_far(run_dir) if resume else 0.0
+    parts_file = run_dir + ".parts.json"
+    if not resume:  # stopped before its first checkpoint, or never started: start afresh (a launcher of ours refuses
+        subprocess.run(["rm", "-rf", run_dir, parts_file], check=True)  # a second run in the same directory)
+    earlier = _read_parts(parts_file)
+    # A run of ours resumed from a part started before the parts file (2026-11-29): its newest progress row.
+    legacy_wall = _our_wall_so_far(run_dir) if resume and not earlier and not spec.peer else 0.0
+    cmd = peer_command(task, side, seed, run_dir, resume) if spec.peer else our_command(task, side, seed, run_dir,
+                                                                                           resume)
     os.makedirs(run_dir, exist_ok=True)
-    log = os.path.join(run_dir + ".log")
-    t0, cpu0 = time.perf_counter(), _children_cpu_s()
-    with open(log, "a") as out, _LoadSampler() as load:
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=side_env(side), preexec_fn=die_with_parent)
-    wall = wall_before + time.perf_counter() - t0
-    cpu = "" if wall_before else f"{_children_cpu_s() - cpu0:.1f}"  # a resumed run's earlier parts are not known
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}; log: {log}")
+    with open(run_dir + ".log", "a") as out, _PartMeter(parts_file, earlier) as meter:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=side_env(side),
+                                preexec_fn=die_with_parent)
+        meter.watch(proc)
+        returncode = proc.wait()
+    if returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {returncode}; log: {run_dir}.log")
+    parts = _read_parts(parts_file)
+    wall = legacy_wall + sum(part["wall_s"] for part in parts)
+    cpu = "" if resume and not earlier else f"{sum(part['cpu_s'] for part in parts):.1f}"
+    load = sum(part["mean_load"] * part["wall_s"] for part in parts) / max(sum(p["wall_s"] for p in parts), 1e-9)
     curve = peer_curve(run_dir, spec.zoo_algo) if spec.peer else our_curve(run_dir)
     _write_curve(task_name, side, seed, curve)
     return dict(task=task_name, side=side, seed=seed, env_steps=task.steps, wall_s=f"{wall:.1f}",
-                cpu_s=cpu, mean_load=f"{load.mean():.2f}", sps=f"{task.steps / wall:.0f}",
+                cpu_s=cpu, mean_load=f"{load:.2f}", sps=f"{task.steps / wall:.0f}",
                 final_metric=f"{final_metric(curve):.2f}", evaluations=len(curve),
                 date=time.strftime("%Y-%m-%d"), commit=git_commit(), machine=machine(),
                 command=" ".join([os.path.basename(cmd[0]), *cmd[1:]]))
 
 
-class _LoadSampler:
-    """Samples the 1-minute load average every 5 s while a run lasts: about 2 on the 2-core machine means the run
-    had it to itself (both sides use both cores); more means other work shared it and slowed the wall time. A run
-    shorter than 5 s has no sample (nan)."""
+def _read_parts(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return json.load(f)
 
-    def __init__(self, period_s: float = 5.0):
-        self._period, self._samples, self._stop = period_s, [], threading.Event()
+
+class _PartMeter:
+    """Meters one part of a run (a launcher process, start to exit) every 5 s: its wall time, the CPU time of the
+    process (user + system, its finished children included; the exact figure, every descendant's, once it exits) and
+    the 1-minute load average. It rewrites `<run dir>.parts.json` (earlier parts, then this one) at every sample, so a
+    part that the end of a session kills still counts up to its last sample, and a resumed run's row sums its parts.
+    A load of about 2 on the 2-core machine means the run had it to itself (both sides use both cores); more means
+    other work shared it and slowed the wall time, which CPU time does not show. A part shorter than 5 s has no load
+    sample (nan)."""
+
+    def __init__(self, path: str, earlier: list[dict], period_s: float = 5.0):
+        self._path, self._earlier, self._period = path, earlier, period_s
+        self._loads, self._stop, self._proc = [], threading.Event(), None
         self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._t0 = self._cpu0 = 0.0
+
+    def watch(self, proc: subprocess.Popen) -> None:
+        self._proc = proc
 
     def _sample(self) -> None:
         while not self._stop.wait(self._period):
-            self._samples.append(os.getloadavg()[0])
+            self._loads.append(os.getloadavg()[0])
+            self._write(_process_cpu_s(self._proc.pid) if self._proc else 0.0)
 
-    def __enter__(self) -> _LoadSampler:
+    def _write(self, cpu_s: float) -> None:
+        part = dict(wall_s=time.perf_counter() - self._t0, cpu_s=cpu_s,
+                    mean_load=float(np.mean(self._loads)) if self._loads else float("nan"))
+        with open(self._path + ".tmp", "w") as f:
+            json.dump([*self._earlier, part], f)
+        os.replace(self._path + ".tmp", self._path)
+
+    def __enter__(self) -> _PartMeter:
+        self._t0, self._cpu0 = time.perf_counter(), _children_cpu_s()
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        self._write(_children_cpu_s() - self._cpu0)
 
-    def mean(self) -> float:
-        return float(np.mean(self._samples)) if self._samples else float("nan")
+
+def _process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process and its finished children (/proc/<pid>/stat); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def _children_cpu_s() -> float:
