@@ -87,10 +87,10 @@ from systems.common.config import preset
 from systems.hts.system import HTSConfig
 from systems.hts import system
 values = preset("classic", "ppo")
-values.update(num_envs=8, sync_interval=64, total_steps=150_000, learning_rate=1e-3)
+values.update(num_envs=8, sync_interval=64, total_steps=100_000, learning_rate=1e-3)
 config = HTSConfig(
     env_id="CartPole-v1", **values, num_actors=2, actor_devices="0", learner_devices="0,1", eval_episodes=10,
-    eval_every=50_000, eval_deterministic=True, quiet=True, logdir=sys.argv[1], seed=1,
+    eval_every=100_000 // 3, eval_deterministic=True, quiet=True, logdir=sys.argv[1], seed=1,
 )
 print(json.dumps(system.run(config)))
 """
@@ -98,11 +98,12 @@ print(json.dumps(system.run(config)))
 
 @pytest.mark.slow
 def test_hts_ppo_with_two_learner_replicas_solves_cartpole(tmp_path):
-    """HTS-PPO with its learner over 2 devices (each replica learns from 4 of the 8 envs, gradients averaged) reaches
-    the single-device HTS learning test's threshold (`tests/test_learning.py`) within the same 150k env steps."""
+    """HTS-PPO with its learner over 2 devices (each replica learns from 4 of the 8 envs, gradients averaged) ends at
+    the single-device HTS learning test's threshold (`tests/test_learning.py`) after the same 100k env steps (seeds
+    0-2 evaluated 500 there, 2026-11-29)."""
     run_dir = tmp_path / "run"
     out = run_python(f"import sys; sys.argv = ['x', {str(run_dir)!r}]\n" + _HTS, num_devices=2)
     summary = json.loads(out.strip().splitlines()[-1])
-    assert summary["env_steps"] <= 150_000 + 8 * 64
+    assert summary["env_steps"] <= 100_000 + 8 * 64
     assert summary["max_policy_lag"] == 1
     assert summary["last_eval_return"] >= 450, summary
