@@ -8,6 +8,7 @@ so the budgets carry margin: on the 2-core machine DQN (exploring over its first
 solves the task, so the tests ask for the threshold within the budget (the best evaluation), not at its end."""
 
 import csv
+import json
 import os
 
 import pytest
@@ -44,10 +45,20 @@ def test_pal_dqn_per_solves_cartpole(tmp_path):
 
 @pytest.mark.parametrize("algo", ["sac"])  # TD3 runs end to end in test_pal.py; its learning run cost 37 s
 def test_pal_continuous_reaches_minus_300_on_pendulum(tmp_path, algo):
-    summary, returns = _run(
-        tmp_path, env_id="Pendulum-v1", algo=algo, replay="per", envs_per_actor=1, total_steps=12_000,
-        batch_size=256, update_interval=1.0, learning_rate=1e-3, tau=0.005, max_grad_norm=0.0, opt_eps=1e-8,
-        eval_every=1_000, target_return=-300.0, stop_at_target=True,
-    )
-    assert summary["optimizer_steps"] > 0
-    assert max(returns) >= -300, returns
+    """In a child process at XLA's default optimization: its time is the updates' (batch 256, one per env step),
+    which the suite's quick-compile flags slow (conftest; 34-35 s under them, 30 s in the child)."""
+    from multidevice import run_python
+
+    out = run_python(f"""
+        import json, pathlib
+        from tests.test_learning_pal import _run
+        summary, returns = _run(
+            pathlib.Path({str(tmp_path)!r}), env_id="Pendulum-v1", algo={algo!r}, replay="per", envs_per_actor=1,
+            total_steps=12_000, batch_size=256, update_interval=1.0, learning_rate=1e-3, tau=0.005,
+            max_grad_norm=0.0, opt_eps=1e-8, eval_every=1_000, target_return=-300.0, stop_at_target=True,
+        )
+        print(json.dumps(dict(optimizer_steps=summary["optimizer_steps"], returns=returns)))
+        """, num_devices=1, optimized=True)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["optimizer_steps"] > 0
+    assert max(result["returns"]) >= -300, result["returns"]
