@@ -613,8 +613,9 @@ def _limit_file_size(limit: int):
 
 
 @pytest.mark.parametrize("module, flags, limit", [
-    # checkpoints of about 110 kB fit; progress.csv or the TensorBoard file reaches the limit first
-    ("launch.hts", ("--env=CartPole-v1", "--num_envs=4", "--sync_interval=16", "--checkpoint_every=640"), 150_000),
+    # checkpoints of about 3.5 kB fit; progress.csv or the TensorBoard file reaches the limit first
+    ("launch.hts", ("--env=CartPole-v1", "--num_envs=4", "--sync_interval=16", "--checkpoint_every=640",
+                    "--hidden_sizes=16"), 30_000),
     # weight files of about 5 kB and the 11 kB replay (a memfd: the limit holds for it too) fit
     ("launch.spreeze", ("--env=Pendulum-v1", "--num_samplers=1", "--hidden_sizes=16", "--buffer_size=300",
                         "--learning_starts=200", "--publish_every=20"), 13_000),
