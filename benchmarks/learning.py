@@ -357,7 +357,8 @@ NOTES = {
         "(resumed at 30k) spent 50k of their 300k steps on random actions and made 250k updates instead of 275k, "
         "and the SAC run (resumed at 150k) made 290k instead of 295k: they understate an uninterrupted run, TD3's "
         "most. From 2026-11-29 the benchmark saves PAL's replay buffer with each checkpoint (`--checkpoint_buffer`); "
-        "PAL's SAC seeds 1-2 and TD3 seed 2 run so in the benchmark worktree."
+        "PAL's SAC seeds 1-2 and TD3 seed 2 run so in the benchmark worktree; SB3's SAC seeds 1-2 and TD3 seed 2, "
+        "hours each on the 2 cores, run there too since 2026-11-29, resumable across sessions (`zoo_resumable.py`)."
     ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
@@ -365,7 +366,8 @@ NOTES = {
         "final metric (mean of the last ten evaluations) 1,345-1,506, with the evaluations still climbing steeply "
         "at the end (seed 0: 754 at 180k, 1,474 at 226k, 2,993 at 300k). The peer's rows are missing: SB3's SAC "
         "ran 20k env steps in 32 minutes at nice 19 beside the test suite and was stopped; alone it needs about "
-        "an hour a seed on the 2 cores."
+        "an hour a seed on the 2 cores. Since 2026-11-29 its seeds 0-2 are queued in the benchmark worktree after "
+        "the Hopper peers, resumable across sessions (`zoo_resumable.py`)."
     ),
     "LunarLander-v2 a2c": (
         "Re-measured at the doubled value weight (2026-11-28, a3fc416, niced, 5 seeds): GALA async 60.4 [-23.0, "
