@@ -32,7 +32,7 @@ Resumable: each finished run appends a row to `results/learning_cpu_runs.csv` an
 `results/learning/<task>/<side>-s<seed>.csv` (small files, committed as they land); finished runs are skipped; an
 interrupted run resumes from its checkpoint: ours with `--resume` (PAL's with its replay buffer, saved with each
 checkpoint since 2026-11-29: before, a resumed PAL run refilled `learning_starts` env steps of its budget with an
-empty buffer), the peer's through `zoo_resumable.py` (rl-zoo3's train script checkpointed every budget/10 steps with
+empty buffer), the peer's through `zoo_resumable.py` (rl-zoo3's train script checkpointed at every evaluation with
 its replay buffer, resumed by rl-zoo3's own continue-training path; its docstring says where a resumed run departs
 from an uninterrupted one; before 2026-11-29 an interrupted peer run started again). Each part of a run (one
 process, start to exit) is metered in `<run dir>.parts.json` (wall time, CPU time, load, rewritten every 5 s, so a
@@ -510,10 +510,11 @@ def our_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) ->
 
 
 def peer_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) -> list[str]:
-    """rl-zoo3's own train script, through `zoo_resumable.py`: the same run, checkpointed every budget/10 env steps
-    (a multiple of the evaluation period, so a resumed part keeps the evaluation grid)."""
+    """rl-zoo3's own train script, through `zoo_resumable.py`: the same run, checkpointed at every evaluation
+    (budget/20 env steps: a resumed part keeps the evaluation grid, and a slow one, SB3's SAC on MuJoCo beside other
+    work, loses at most one evaluation period to a session's end)."""
     return [
-        PEER_PYTHON, ZOO_RESUMABLE, f"--checkpoint_every={task.steps // 10}", *(["--resume"] if resume else []),
+        PEER_PYTHON, ZOO_RESUMABLE, f"--checkpoint_every={eval_every(task)}", *(["--resume"] if resume else []),
         "--algo", SIDE_SPECS[side].zoo_algo, "--env",
         PEER_ENV_IDS.get(task.env_id, task.env_id), "--seed", str(seed), "-n", str(task.steps), "--eval-freq",
         str(eval_every(task)), "--eval-episodes", "10", "--n-eval-envs", "1", "-f", run_dir, "--device", "cpu",
