@@ -687,7 +687,9 @@ def run_one(task_name: str, side: str, seed: int, work_dir: str) -> dict:
     parts = _read_parts(parts_file)
     wall = legacy_wall + sum(part["wall_s"] for part in parts)
     cpu = "" if resume and not earlier else f"{sum(part['cpu_s'] for part in parts):.1f}"
-    load = sum(part["mean_load"] * part["wall_s"] for part in parts) / max(sum(p["wall_s"] for p in parts), 1e-9)
+    sampled = [part for part in parts if np.isfinite(part["mean_load"])]  # a part under 5 s has no load sample
+    load = (sum(part["mean_load"] * part["wall_s"] for part in sampled) / sum(part["wall_s"] for part in sampled)
+            if sampled else float("nan"))
     curve = peer_curve(run_dir, spec.zoo_algo) if spec.peer else our_curve(run_dir)
     _write_curve(task_name, side, seed, curve)
     return dict(task=task_name, side=side, seed=seed, env_steps=task.steps, wall_s=f"{wall:.1f}",
