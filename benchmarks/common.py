@@ -76,6 +76,12 @@ def run_job(module: str, job: dict, timeout_s: float, env: dict | None = None) -
     return {"sps": None, "error": f"exit {proc.returncode}: {' | '.join(tail)}", **meta}
 
 
+def _stat_fields(pid: int | str) -> list[str]:
+    """/proc/<pid>/stat after the command name: fields[11:15] are utime, stime, cutime, cstime (clock ticks)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def cpu_ticks_by_pid() -> dict[int, int]:
     """utime + stime clock ticks of every process (Linux /proc); {} elsewhere."""
     ticks = {}
@@ -83,12 +89,20 @@ def cpu_ticks_by_pid() -> dict[int, int]:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            fields = _stat_fields(name)
             ticks[int(name)] = int(fields[11]) + int(fields[12])
         except (OSError, IndexError, ValueError):
             continue
     return ticks
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process and its finished children (Linux /proc); 0 once it is gone."""
+    try:
+        fields = _stat_fields(pid)
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def background_cores(before: dict, after: dict, wall: float, exclude: set) -> float | None:

@@ -59,7 +59,8 @@ import warnings
 
 import numpy as np
 
-from benchmarks.common import die_with_parent
+from benchmarks.common import die_with_parent, process_cpu_s
+from systems.common.atomic import write_atomic
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 RUNS_CSV = os.path.join(RESULTS, "learning_cpu_runs.csv")
@@ -727,14 +728,12 @@ class _PartMeter:
     def _sample(self) -> None:
         while not self._stop.wait(self._period):
             self._loads.append(os.getloadavg()[0])
-            self._write(_process_cpu_s(self._proc.pid) if self._proc else 0.0)
+            self._write(process_cpu_s(self._proc.pid) if self._proc else 0.0)
 
     def _write(self, cpu_s: float) -> None:
         part = dict(wall_s=time.perf_counter() - self._t0, cpu_s=cpu_s,
                     mean_load=float(np.mean(self._loads)) if self._loads else float("nan"))
-        with open(self._path + ".tmp", "w") as f:
-            json.dump([*self._earlier, part], f)
-        os.replace(self._path + ".tmp", self._path)
+        write_atomic(self._path, json.dumps([*self._earlier, part]))
 
     def __enter__(self) -> _PartMeter:
         self._t0, self._cpu0 = time.perf_counter(), _children_cpu_s()
@@ -745,16 +744,6 @@ class _PartMeter:
         self._stop.set()
         self._thread.join()
         self._write(_children_cpu_s() - self._cpu0)
-
-
-def _process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a live process and its finished children (/proc/<pid>/stat); 0 once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def _children_cpu_s() -> float:

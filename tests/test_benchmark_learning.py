@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from benchmarks import learning, zoo_resumable
+from benchmarks.common import process_cpu_s
 
 
 def _write_part(folder, eval_steps, returns, episode_ends):
@@ -87,7 +88,7 @@ def test_a_live_process_cpu_time_is_read_while_it_runs():
     try:
         cpu = 0.0
         for _ in range(100):  # until it has spun 0.4 CPU-s, then it sleeps
-            cpu = learning._process_cpu_s(proc.pid)
+            cpu = process_cpu_s(proc.pid)
             if cpu >= 0.4:
                 break
             subprocess.run(["sleep", "0.1"])
@@ -95,4 +96,4 @@ def test_a_live_process_cpu_time_is_read_while_it_runs():
     finally:
         proc.kill()
         proc.wait()
-    assert learning._process_cpu_s(proc.pid) == 0.0
+    assert process_cpu_s(proc.pid) == 0.0
