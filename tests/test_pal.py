@@ -130,6 +130,27 @@ def test_allocation_respects_the_core_budget_and_rejects_bad_input():
         choose_allocation({4: 1.0}, learners, cores=4, update_interval=1.0)
 
 
+@pytest.mark.parametrize("algo, env_id", [("dqn", "CartPole-v1"), ("sac", "Pendulum-v1"), ("td3", "Pendulum-v1")])
+def test_an_actors_step_acts_with_its_key_folded_with_the_step(tmp_path, algo, env_id):
+    """`act_at` (actors and Spreeze's samplers: the fold inside the program) picks exactly the actions of `act` with
+    the key folded outside it, so the actors' exploration keys stay (actor, step) as documented."""
+    import jax
+
+    from envs.factory import make_spec
+    from systems.offpolicy.agent import build_agent
+
+    spec = make_spec(env_id)
+    agent = build_agent(tiny_pal(tmp_path, algo=algo, env_id=env_id), spec)
+    params = agent.policy_params(agent.initial_state.agent)
+    key = jax.random.fold_in(agent.action_key, 1)
+    obs = np.random.default_rng(0).normal(size=(3, *spec.obs_shape)).astype(np.float32)
+    actions = [np.asarray(agent.act_at(params, obs, key, step, 0.5)) for step in (0, 7, 123_456)]
+    for step, got in zip((0, 7, 123_456), actions):
+        expected = np.asarray(agent.act(params, obs, jax.random.fold_in(key, step), 0.5))
+        assert got.dtype == expected.dtype and np.array_equal(got, expected), (step, got, expected)
+    assert not all(np.array_equal(actions[0], a) for a in actions[1:])  # the step does change the draw
+
+
 # ----------------------------------------------------------------------------------------------- runs
 
 

@@ -81,6 +81,7 @@ class OffPolicyAgent:
     initial_state: PALState
     update: Callable  # jitted (agent state, batch {f: [N, b, ...]}, weights [N, b]) -> (state, metrics, [N, b])
     act: Callable  # jitted (policy params, obs [E, ...], key, explore) -> actions [E] or [E, A]
+    act_at: Callable  # jitted (policy params, obs, key, step, explore): `act` with `step` folded into `key` inside
     eval_act: Callable  # jitted (policy params, obs, key) -> greedy / mean actions
     policy_params: Callable[[Any], Any]  # agent state -> the parameters the actors and the evaluator use
     action_key: jax.Array  # actors fold (actor, step) into it
@@ -124,6 +125,7 @@ def build_agent(config, spec: EnvSpec, *, abstract_state: bool = False) -> OffPo
         initial_state=initial,
         update=jax.jit(functools.partial(aggregated_update, update_fn=parts.update)),
         act=jax.jit(parts.act),
+        act_at=jax.jit(functools.partial(_act_at, act=parts.act)),
         eval_act=jax.jit(parts.eval_act),
         policy_params=parts.policy_params,
         action_key=jax.random.fold_in(run_key, _ACTIONS),
@@ -249,6 +251,12 @@ def _example_transition(spec: EnvSpec, action: np.ndarray) -> dict:
         "next_obs": np.zeros(spec.obs_shape, spec.obs_dtype),
         "done": np.zeros((), np.float32),
     }
+
+
+def _act_at(params, obs, key, step, explore, *, act):
+    """An actor's step `step`: its key folded with the step inside the program, where `jax.random.fold_in` run op
+    by op outside it cost more than the small policy's forward pass (0.27 against 0.19 ms on the 2-core CPU)."""
+    return act(params, obs, jax.random.fold_in(key, step), explore)
 
 
 def _epsilon_greedy(params, obs, key, epsilon, *, apply_fn):

@@ -168,9 +168,8 @@ class Actor:
         self.version, params = self.store.latest()
         collected = self.gate.collected
         if self.agent.discrete or collected >= self.random_until:
-            key = jax.random.fold_in(self.key, self.steps)
             with stage("inference"):
-                actions = np.asarray(self.agent.act(params, self.obs, key, self.explore(collected)))
+                actions = np.asarray(self.agent.act_at(params, self.obs, self.key, self.steps, self.explore(collected)))
         else:
             actions = self.rng.uniform(self.spec.action_low, self.spec.action_high,
                                        (self.num_envs, self.spec.action_dim)).astype(np.float32)

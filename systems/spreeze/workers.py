@@ -164,7 +164,6 @@ class _SamplerPolicy:
 
     def actions(self, params, obs, step: int, steps):
         """Actions [E] or [E, A] for `obs` at this sampler's `step`; `steps`: every sampler's env steps."""
-        import jax
         import numpy as np
 
         config, spec, agent = self.config, self.spec, self.agent
@@ -175,7 +174,7 @@ class _SamplerPolicy:
             return self.rng.uniform(spec.action_low, spec.action_high, (num_envs, spec.action_dim)).astype(
                 self.action_dtype)
         explore = config.action_noise if not agent.discrete else config.epsilon_end
-        return np.asarray(agent.act(params, obs, jax.random.fold_in(self.key, step), explore))
+        return np.asarray(agent.act_at(params, obs, self.key, step, explore))
 
 
 def _insert_real(replay, real, obs, actions, rewards, next_obs, term, action_dtype) -> None:
