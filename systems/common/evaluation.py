@@ -42,6 +42,18 @@ def policy_act_fn(apply_fn: Callable, *, deterministic: bool) -> Callable:
     return jax.jit(act)
 
 
+def split_and_act(act: Callable) -> Callable:
+    """Jitted `(params, obs, key) -> (next key, act(params, obs, subkey))` with `next key, subkey = split(key)`: the
+    pooled loops' key chain inside the program, where `jax.random.split` and the unpacking of its result, run op by
+    op, cost more than a small policy's whole call (about 0.4 against 0.2 ms a step on a 2-core CPU)."""
+
+    def step(params, obs, key):
+        key, subkey = jax.random.split(key)
+        return key, act(params, obs, subkey)
+
+    return jax.jit(step)
+
+
 @functools.cache
 def _jitted_episodes(env_id: str, env_kwargs: str, act: Callable, low: tuple | None, high: tuple | None):
     """`run(params, env_keys, act_key) -> (env_keys, act_key, returns)`: the pooled protocol of `Evaluator.run` on JAX
@@ -109,6 +121,7 @@ class Evaluator:
         self._key = jax.random.PRNGKey(seed)
         self._deterministic = deterministic
         self._act = act_fn if act_fn is not None else policy_act_fn(apply_fn, deterministic=deterministic)
+        self._split_and_act = split_and_act(self._act)
         self._jitted = None
         if jitted and jax_pool.is_jax_env(spec.env_id):
             self._jitted = _jax_env_evaluation(spec, self._act)
@@ -132,8 +145,8 @@ class Evaluator:
         finished = np.zeros(self.episodes, bool)
         obs, _ = self._pool.reset()
         while not finished.all():
-            self._key, key = jax.random.split(self._key)
-            actions = np.asarray(self._act(params, obs, key))
+            self._key, actions = self._split_and_act(params, obs, self._key)
+            actions = np.asarray(actions)
             if self.spec.continuous:
                 actions = np.clip(actions, self.spec.action_low, self.spec.action_high)
             obs, rewards, terminated, truncated, info = self._pool.step(actions)
