@@ -346,7 +346,9 @@ def _snapshot_state(snapshot: _LearnersSnapshot, update_step: int) -> GossipStat
 
 
 def _stack(trees: list):
-    return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(np.asarray(x)) for x in xs]), *trees)
+    """The learners' trees stacked leafwise on the host ([n, ...] numpy leaves): one device-to-host copy of them all,
+    no op-by-op dispatch per leaf and learner (the main thread holds the GIL the learners need meanwhile)."""
+    return jax.tree.map(lambda *xs: np.stack(xs), *jax.device_get(list(trees)))
 
 
 def _async_snapshot(slots: list[_LearnerSlot], update_step: int) -> GossipState:
