@@ -43,6 +43,7 @@ import time
 from absl import app, flags
 
 from benchmarks.common import background_cores, cpu_ticks_by_pid, die_with_parent, git_commit, machine
+from systems.common.atomic import write_atomic
 
 _PARTS = flags.DEFINE_list(
     "parts", "table4,table5,fig4_variance,fig4_envs,time_to_score", "Parts to run (module docstring)."
@@ -227,9 +228,7 @@ def main(argv):
     ])
     os.makedirs(_OUT_DIR.value, exist_ok=True)
     path = os.path.join(_OUT_DIR.value, f"{_NAME.value}.md")
-    with open(path + ".tmp", "w") as f:
-        f.write(header + "\n" + "\n\n".join(sections) + "\n")
-    os.replace(path + ".tmp", path)
+    write_atomic(path, header + "\n" + "\n\n".join(sections) + "\n")
     print(f"[hts_paper] wrote {path}")
 
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import glob
+import io
 import json
 import os
 import resource
@@ -629,11 +630,11 @@ def read_runs(path: str = RUNS_CSV) -> list[dict]:
 def _append_run(row: dict, path: str = RUNS_CSV) -> None:
     """Rewrites the file with every row (older files lack newer columns; rows are few), atomically."""
     rows = read_runs(path) + [row]
-    with open(path + ".tmp", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=RUN_FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(path + ".tmp", path)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=RUN_FIELDS)
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(path, text.getvalue())
 
 
 def _dir_name(task_name: str) -> str:

@@ -145,7 +145,7 @@ def test_an_actors_step_acts_with_its_key_folded_with_the_step(tmp_path, algo, e
     key = jax.random.fold_in(agent.action_key, 1)
     obs = np.random.default_rng(0).normal(size=(3, *spec.obs_shape)).astype(np.float32)
     actions = [np.asarray(agent.act_at(params, obs, key, step, 0.5)) for step in (0, 7, 123_456)]
-    for step, got in zip((0, 7, 123_456), actions):
+    for step, got in zip((0, 7, 123_456), actions, strict=True):
         expected = np.asarray(agent.act(params, obs, jax.random.fold_in(key, step), 0.5))
         assert got.dtype == expected.dtype and np.array_equal(got, expected), (step, got, expected)
     assert not all(np.array_equal(actions[0], a) for a in actions[1:])  # the step does change the draw
