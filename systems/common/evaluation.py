@@ -44,8 +44,8 @@ def policy_act_fn(apply_fn: Callable, *, deterministic: bool) -> Callable:
 
 def split_and_act(act: Callable) -> Callable:
     """Jitted `(params, obs, key) -> (next key, act(params, obs, subkey))` with `next key, subkey = split(key)`: the
-    pooled loops' key chain inside the program, where `jax.random.split` and the unpacking of its result, run op by
-    op, cost more than a small policy's whole call (about 0.4 against 0.2 ms a step on a 2-core CPU)."""
+    pooled loop's key chain inside the program; the split and the unpacking of its result, run op by op, cost more
+    than a small policy's whole call (benchmarks/results/small_policy_overhead_cpu.md)."""
 
     def step(params, obs, key):
         key, subkey = jax.random.split(key)

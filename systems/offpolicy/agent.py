@@ -254,8 +254,8 @@ def _example_transition(spec: EnvSpec, action: np.ndarray) -> dict:
 
 
 def _act_at(params, obs, key, step, explore, *, act):
-    """An actor's step `step`: its key folded with the step inside the program, where `jax.random.fold_in` run op
-    by op outside it cost more than the small policy's forward pass (0.27 against 0.19 ms on the 2-core CPU)."""
+    """An actor's step `step`: its key folded with the step inside the program; `jax.random.fold_in` run op by op
+    before the call cost more than a small policy's whole call (benchmarks/results/small_policy_overhead_cpu.md)."""
     return act(params, obs, jax.random.fold_in(key, step), explore)
 
 
