@@ -367,7 +367,12 @@ NOTES = {
         "seeds 0-1 PAL's SAC ends at 2,697.7 against SB3's SAC's 750.1 (seed 0 only); over seeds 0-2 PAL's TD3 at "
         "1,471.7 [838.5, 2,177.4] against SB3's TD3's 2,101.1 (seeds 0-1). SB3's SAC seeds 1-2 and TD3 seed 2, "
         "hours each on the 2 cores, are queued in the benchmark worktree, resumable across sessions since "
-        "2026-11-29 (`zoo_resumable.py`); PAL's SAC seed 2 runs there."
+        "2026-11-29 (`zoo_resumable.py`). PAL's SAC seed 2 (2026-11-29, the same tree and flag, nice 19, beside one "
+        "SB3 run, the test suite and experiments, then alone, resumed once with its buffer at 90k, so its CPU time is"
+        " not recorded): 258-306 to 30k steps, 1,523 at 45k, 63-2,383 from 60k to 165k, 2,856 at 180k, 3,032-3,563 "
+        "from 195k to the end (final 3,196.4). Over seeds 0-2 PAL's SAC ends at 2,863.9 [2,546.1, 3,196.4], each seed"
+        " far above SB3's SAC's one seed (750.1); SB3's SAC seeds 1-2 will say whether that seed was the peer's "
+        "worst."
     ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
