@@ -372,7 +372,12 @@ NOTES = {
         " not recorded): 258-306 to 30k steps, 1,523 at 45k, 63-2,383 from 60k to 165k, 2,856 at 180k, 3,032-3,563 "
         "from 195k to the end (final 3,196.4). Over seeds 0-2 PAL's SAC ends at 2,863.9 [2,546.1, 3,196.4], each seed"
         " far above SB3's SAC's one seed (750.1); SB3's SAC seeds 1-2 will say whether that seed was the peer's "
-        "worst."
+        "worst. PAL's TD3 seed 0 again at the present preset, uninterrupted with its buffer (2026-11-29, d5472fc with"
+        " the flag, nice 19 beside SB3's run for 44 minutes, then alone; its row replaces the one resumed without its"
+        " buffer, final 2,177.4): 18-539 to 195k steps, 764-789 at 210-225k, 1,799-2,395 at 240-255k, 2,866-3,290 "
+        "from 270k to the end (final 1,642.5: the mean of the last ten evaluations lags a run that climbs late). Over"
+        " seeds 0-2 PAL's TD3 now ends at 1,293.3 [838.5, 1,642.5]; seed 1 is still the run resumed without its "
+        "buffer."
     ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
