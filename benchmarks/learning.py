@@ -390,7 +390,11 @@ NOTES = {
     ),
     "LunarLander-v2 a2c": (
         "Re-measured at the doubled value weight (2026-11-28, a3fc416, niced, 5 seeds): GALA async 60.4 [-23.0, "
-        "136.6], solving seeds 1, 3 and 4 where the peer solves 0, 3 and 4 (seed 0 peaks at 192, seed 2 at -24); "
+        "136.6], solving seeds 1, 3 and 4 where the peer solves 0, 3 and 4 (seed 0 peaks at 192, seed 2 at -24). "
+        "Async GALA's learner threads make a run depend on their timing, not only on the seed: seed 0 run again "
+        "three times (2026-11-29, 36d00d7, the benchmark's command, beside two nice-19 benchmarks, not table rows) "
+        "peaked at 193, 210 and 162 (means of their last ten evaluations 49, 121 and 82), solving the task once, "
+        "so which seeds of async GALA solve it is chance as much as the seed; "
         "GALA pmap 75.2 [1.8, 148.7], 2 of 5; all-reduce A2C -17.7; BA3C's large-batch Adam 41.6 at batch 320 and "
         "-13.1 at 1280, none solved; at batch 80 -46.8 [-88.9, -4.6] (0 of 5; -67.8 and 1 of 5 at the half weight); "
         "plain Adam 17.5 / 59.1 / -196.9 at batches 80 / 320 / 1280 (-80.6 / 72.0 / -170.7 at the half weight; "
