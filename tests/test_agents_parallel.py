@@ -40,6 +40,32 @@ def test_ordered_mean_adds_replicas_left_to_right():
     np.testing.assert_allclose(ordered, pmean, rtol=1e-6, atol=1e-6 * float(jnp.max(jnp.abs(values))))
 
 
+@pytest.mark.parametrize("ordered", [False, True], ids=["pmean", "ordered"])
+def test_a_tree_is_averaged_in_one_collective_per_dtype_with_each_leafs_own_values(ordered):
+    """Across processes each collective costs a round of messages, so the leaves of a dtype travel together; every
+    leaf keeps its shape and dtype and gets exactly the values a collective of its own would give it."""
+    rng = np.random.default_rng(1)
+    tree = {"kernel": jnp.asarray(rng.normal(size=(4, 3, 5)), jnp.float32),
+            "bias": jnp.asarray(rng.normal(size=(4, 5)), jnp.float32),
+            "loss": jnp.asarray(rng.normal(size=(4,)), jnp.float32),
+            "count": jnp.asarray(rng.integers(0, 9, size=(4, 2)), jnp.int32)}
+
+    def fused(t):
+        return agents.mean_over_axis(t, "r", ordered=ordered)
+
+    def per_leaf(t):
+        return jax.tree.map(lambda x: agents.mean_over_axis(x, "r", ordered=ordered), t)
+
+    one_replica = jax.tree.map(lambda x: x[0], tree)
+    jaxpr = str(jax.make_jaxpr(fused, axis_env=[("r", 4)])(one_replica))
+    collective = "all_gather" if ordered else "psum"
+    assert jaxpr.count(f"{collective}[") == 2, jaxpr  # float32 and int32
+    out, expected = jax.vmap(fused, axis_name="r")(tree), jax.vmap(per_leaf, axis_name="r")(tree)
+    for name in tree:
+        assert out[name].shape == tree[name].shape and out[name].dtype == expected[name].dtype, name
+        np.testing.assert_array_equal(out[name], expected[name], err_msg=name)
+
+
 def _rollout(net, params, rng, num_steps, num_envs):
     obs = jnp.asarray(rng.normal(size=(num_steps + 1, num_envs, 4)), jnp.float32)
     keys = jax.random.split(jax.random.key(7), num_steps * num_envs).reshape(num_steps, num_envs)
