@@ -29,7 +29,7 @@ def mean_over_axis(tree, axis_name: str | None, *, ordered: bool = False):
     if axis_name is None:
         return tree
     if not ordered:
-        return _one_collective_per_dtype(lambda x: jax.lax.pmean(x, axis_name), tree)
+        return one_collective_per_dtype(lambda x: jax.lax.pmean(x, axis_name), tree)
 
     def ordered_mean(x):
         gathered = jax.lax.all_gather(x, axis_name)  # [R, ...], row r from replica r
@@ -38,14 +38,14 @@ def mean_over_axis(tree, axis_name: str | None, *, ordered: bool = False):
             total = total + gathered[r]
         return total / gathered.shape[0]
 
-    return _one_collective_per_dtype(ordered_mean, tree)
+    return one_collective_per_dtype(ordered_mean, tree)
 
 
-def _one_collective_per_dtype(reduce_fn, tree):
-    """``jax.tree.map(reduce_fn, tree)`` for an elementwise collective, done as one call on the concatenation of
-    the leaves of each dtype. Each element is reduced as before; what changes is the number of collectives: a
-    network's gradients and metrics are a dozen or more leaves, and across processes (gloo on CPU) each collective
-    is a round of messages and thread wake-ups, which XLA CPU does not combine."""
+def one_collective_per_dtype(reduce_fn, tree):
+    """``jax.tree.map(reduce_fn, tree)`` for an elementwise collective (a mean, a sum, a ``ppermute``), done as one
+    call on the concatenation of the leaves of each dtype. Each element is reduced as before; what changes is the
+    number of collectives: a network's gradients and metrics are a dozen or more leaves, and across processes (gloo
+    on CPU) each collective is a round of messages and thread wake-ups, which XLA CPU does not combine."""
     leaves, treedef = jax.tree.flatten(tree)
     if len(leaves) <= 1:
         return jax.tree.map(reduce_fn, tree)

@@ -11,8 +11,9 @@ import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 
-from agents import LEARNER_AXIS, TrainState
+from agents import LEARNER_AXIS, TrainState, mean_over_axis
 from agents.gossip import ConsensusBound, make_topology, mix, pairwise_cosine
+from agents.parallel import one_collective_per_dtype
 from envs.executor import Executor
 from envs.step_time import parse_step_time
 from systems.common import config as config_lib
@@ -42,27 +43,34 @@ def _gossip_step(state: TrainState, rollout, inbox, *, update_fn, shifts, num_le
     new_state, metrics = update_fn(state, state.params, rollout)
     updated = new_state.params
     mixed = mix(updated, list(inbox))
-    outbox = tuple(
-        jax.lax.ppermute(updated, LEARNER_AXIS, perm=[(i, (i + s) % num_learners) for i in range(num_learners)])
-        for s in shifts
-    )
-    stats = {
-        "consensus_distance": _axis_consensus_distance(mixed),
-        "update_norm_total": jnp.sqrt(jax.lax.psum(jnp.square(metrics["update_norm"]), LEARNER_AXIS)),
-    }
+    outbox = tuple(_shift(updated, s, num_learners) for s in shifts)
+    update_norm_sq, consensus_sq = _sum_over_learners(jnp.square(metrics["update_norm"]), _consensus_sq(mixed))
+    stats = {"consensus_distance": jnp.sqrt(consensus_sq), "update_norm_total": jnp.sqrt(update_norm_sq)}
     if with_cosine:
         grads = metrics.pop("grads")
         flat = jax.flatten_util.ravel_pytree(grads)[0]
         stats["grad_cosine"] = pairwise_cosine(jax.lax.all_gather(flat, LEARNER_AXIS))
-    metrics = jax.lax.pmean(metrics, LEARNER_AXIS)  # logged: the learners' mean losses
+    metrics = mean_over_axis(metrics, LEARNER_AXIS)  # logged: the learners' mean losses
     return new_state._replace(params=mixed), outbox, metrics, stats
 
 
-def _axis_consensus_distance(params) -> jax.Array:
-    """||X - mean(X)|| over the learner axis, inside pmap."""
-    mean = jax.lax.pmean(params, LEARNER_AXIS)
-    sq = sum(jnp.sum(jnp.square(x - m)) for x, m in zip(jax.tree.leaves(params), jax.tree.leaves(mean), strict=True))
-    return jnp.sqrt(jax.lax.psum(sq, LEARNER_AXIS))
+# The messages and statistics of an iteration travel as one collective per dtype (`one_collective_per_dtype`), not one
+# per leaf: across processes (gloo on a CPU) each collective is a round of messages, which XLA CPU does not combine.
+def _shift(params, s: int, num_learners: int):
+    """Learner i's `params` delivered to learner (i + s) mod n (one `ppermute`)."""
+    perm = [(i, (i + s) % num_learners) for i in range(num_learners)]
+    return one_collective_per_dtype(lambda x: jax.lax.ppermute(x, LEARNER_AXIS, perm=perm), params)
+
+
+def _consensus_sq(params) -> jax.Array:
+    """This learner's share of ||X - mean(X)||^2 over the learner axis, inside pmap."""
+    mean = mean_over_axis(params, LEARNER_AXIS)
+    return sum(jnp.sum(jnp.square(x - m)) for x, m in zip(jax.tree.leaves(params), jax.tree.leaves(mean), strict=True))
+
+
+def _sum_over_learners(*scalars):
+    """The learners' sums of float32 scalars, in one `psum`."""
+    return tuple(jax.lax.psum(jnp.stack(scalars), LEARNER_AXIS))
 
 
 def run_pmap(config: GALAConfig, run_plan: Plan) -> dict:
