@@ -27,6 +27,7 @@ Wall time is the launcher process's, start to exit, evaluation included on both 
 
     PYTHONPATH=. python -m benchmarks.learning --tasks="CartPole-v1 a2c" --seeds=0,1,2,3,4   # what is missing
     PYTHONPATH=. python -m benchmarks.learning --report_only
+    PYTHONPATH=. python -m benchmarks.learning --land_from=../wt --tasks="Hopper-v4 sac" --sides=sb3_sac --seeds=1
 
 Resumable: each finished run appends a row to `results/learning_cpu_runs.csv` and writes its curve to
 `results/learning/<task>/<side>-s<seed>.csv` (small files, committed as they land); finished runs are skipped; an
@@ -37,7 +38,8 @@ its replay buffer, resumed by rl-zoo3's own continue-training path; its docstrin
 from an uninterrupted one; before 2026-11-29 an interrupted peer run started again). Each part of a run (one
 process, start to exit) is metered in `<run dir>.parts.json` (wall time, CPU time, load, rewritten every 5 s, so a
 part cut off by a kill counts to its last sample), and a resumed run's row sums its parts. The run directories
-themselves live under `--work_dir` (default `runs/learning`, not committed).
+themselves live under `--work_dir` (default `runs/learning`, not committed). Long runs go in a `git worktree` of a
+fixed commit; `--land_from` copies its finished rows and curves into this checkout (a row replaces its run's row).
 
 Peer wall-time curves: SB3 logs the wall time of training episodes (`*.monitor.csv`), not of its evaluations; an
 evaluation's wall time is interpolated from the env steps completed by each logged episode end.
@@ -66,6 +68,7 @@ from systems.common.atomic import write_atomic
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 RUNS_CSV = os.path.join(RESULTS, "learning_cpu_runs.csv")
 CURVES_DIR = os.path.join(RESULTS, "learning")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout
 REPORT_MD = os.path.join(RESULTS, "learning_cpu.md")
 RANDOM_CSV = os.path.join(RESULTS, "learning_random_returns.csv")  # each task's uniformly random policy
 IQM_FIGURE = os.path.join(CURVES_DIR, "iqm_{family}.png")
@@ -633,7 +636,8 @@ def final_metric(curve: np.ndarray) -> float | None:
 # ------------------------------------------------------------------------------------------------ bookkeeping
 
 
-def read_runs(path: str = RUNS_CSV) -> list[dict]:
+def read_runs(path: str | None = None) -> list[dict]:
+    path = path or RUNS_CSV  # read when called, so a test can point it elsewhere
     if not os.path.exists(path):
         return []
     with open(path) as f:
@@ -641,9 +645,13 @@ def read_runs(path: str = RUNS_CSV) -> list[dict]:
     return [dict(row, machine=row["machine"] or EARLIER_MACHINE) for row in rows]
 
 
-def _append_run(row: dict, path: str = RUNS_CSV) -> None:
-    """Rewrites the file with every row (older files lack newer columns; rows are few), atomically."""
-    rows = read_runs(path) + [row]
+def _append_run(row: dict, path: str | None = None) -> None:
+    _write_runs(read_runs(path) + [row], path)
+
+
+def _write_runs(rows: list[dict], path: str | None = None) -> None:
+    """Rewrites the file with `rows` (older files lack newer columns; rows are few), atomically, as csv writes it."""
+    path = path or RUNS_CSV
     text = io.StringIO(newline="")
     writer = csv.DictWriter(text, fieldnames=RUN_FIELDS)
     writer.writeheader()
@@ -669,6 +677,30 @@ def read_curve(task: str, side: str, seed: int) -> np.ndarray:
     with open(path) as f:
         rows = list(csv.DictReader(f))
     return np.array([(float(r["env_steps"]), float(r["wall_time"]), float(r["mean_return"])) for r in rows])
+
+
+def _run_key(row: dict) -> tuple[str, str, int]:
+    return row["task"], row["side"], int(row["seed"])
+
+
+def land_runs(source_root: str, keys: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """Copies the finished runs `keys` (task, side, seed) from another checkout's results (a benchmark worktree) into
+    this one's: each row replaces this file's row of the same run, or is added, and its curve file is copied.
+    Returns the keys landed; a key the source has not finished is skipped."""
+    source_runs = os.path.join(source_root, os.path.relpath(RUNS_CSV, ROOT))
+    source_curves = os.path.join(source_root, os.path.relpath(CURVES_DIR, ROOT))
+    found = {_run_key(r): r for r in read_runs(source_runs)}
+    landed = [key for key in keys if key in found]
+    here = read_runs()
+    rows = [found[_run_key(r)] if _run_key(r) in landed else r for r in here]  # a landed run keeps its place
+    rows += [found[key] for key in landed if key not in {_run_key(r) for r in here}]
+    for task, side, seed in landed:
+        name = os.path.join(_dir_name(task), f"{side}-s{seed}.csv")
+        os.makedirs(os.path.join(CURVES_DIR, _dir_name(task)), exist_ok=True)
+        with open(os.path.join(source_curves, name), "rb") as f:
+            write_atomic(os.path.join(CURVES_DIR, name), f.read())
+    _write_runs(rows)
+    return landed
 
 
 def run_one(task_name: str, side: str, seed: int, work_dir: str) -> dict:
@@ -985,12 +1017,22 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--seeds", default="", help="comma-separated seeds (default: the task's)")
     parser.add_argument("--work_dir", default="runs/learning", help="run directories (not committed)")
     parser.add_argument("--report_only", action="store_true")
+    parser.add_argument("--land_from", default="", help="another checkout (a benchmark worktree): copy its finished "
+                        "runs of --tasks, --sides and --seeds, with their curves, over this checkout's, then report")
     args = parser.parse_args(argv)
     unknown = [t for t in args.tasks.split(",") if t not in TASKS]
     if unknown:
         sys.exit(f"error: unknown task(s) {', '.join(unknown)}; known: {', '.join(TASKS)}")
     os.makedirs(RESULTS, exist_ok=True)
-    if not args.report_only:
+    if args.land_from:
+        if not os.path.isfile(os.path.join(args.land_from, os.path.relpath(RUNS_CSV, ROOT))):
+            sys.exit(f"error: --land_from={args.land_from} has no {os.path.relpath(RUNS_CSV, ROOT)}")
+        keys = [(name, side, seed) for name in args.tasks.split(",") for side in (args.sides.split(",") if args.sides
+                else TASKS[name].all_sides) for seed in ([int(s) for s in args.seeds.split(",")] if args.seeds
+                else TASKS[name].seeds)]
+        for task, side, seed in land_runs(args.land_from, keys):
+            print(f"[learning] landed {task} {side} seed {seed}", flush=True)
+    elif not args.report_only:
         requested = args.sides.split(",") if args.sides else None
         unknown_sides = [side for side in requested or () if side not in SIDE_SPECS]
         if unknown_sides:

@@ -97,3 +97,36 @@ def test_a_live_process_cpu_time_is_read_while_it_runs():
         proc.kill()
         proc.wait()
     assert process_cpu_s(proc.pid) == 0.0
+
+
+def _results(root, monkeypatch):
+    results = root / "benchmarks" / "results"
+    (results / "learning").mkdir(parents=True)
+    monkeypatch.setattr(learning, "ROOT", str(root))
+    monkeypatch.setattr(learning, "RUNS_CSV", str(results / "learning_cpu_runs.csv"))
+    monkeypatch.setattr(learning, "CURVES_DIR", str(results / "learning"))
+    return results
+
+
+def _row(task, side, seed, final):
+    return dict({field: "" for field in learning.RUN_FIELDS}, task=task, side=side, seed=str(seed),
+                final_metric=str(final), machine="AMD EPYC, 2 cores")
+
+
+def test_landing_a_worktrees_runs_replaces_them_in_place_with_their_curves(tmp_path, monkeypatch):
+    here = _results(tmp_path / "main", monkeypatch)
+    there = tmp_path / "worktree" / "benchmarks" / "results"
+    (there / "learning" / "Hopper-v4_sac").mkdir(parents=True)
+    learning._write_runs([_row("Hopper-v4 sac", "pal_td3", 0, 1.0), _row("Hopper-v4 sac", "pal_td3", 1, 2.0)])
+    learning._write_runs([_row("Hopper-v4 sac", "pal_td3", 0, 10.0), _row("Hopper-v4 sac", "pal_td3", 2, 30.0),
+                          _row("Hopper-v4 sac", "pal_sac", 0, 99.0)], str(there / "learning_cpu_runs.csv"))
+    for seed in (0, 2):
+        (there / "learning" / "Hopper-v4_sac" / f"pal_td3-s{seed}.csv").write_bytes(b"env_steps\r\n%d\r\n" % seed)
+
+    keys = [("Hopper-v4 sac", "pal_td3", seed) for seed in (0, 1, 2)]
+    assert learning.land_runs(str(tmp_path / "worktree"), keys) == [keys[0], keys[2]]  # seed 1 unfinished there
+
+    rows = learning.read_runs()
+    assert [(r["seed"], r["final_metric"]) for r in rows] == [("0", "10.0"), ("1", "2.0"), ("2", "30.0")]
+    assert b"\n" not in (here / "learning_cpu_runs.csv").read_bytes().replace(b"\r\n", b"")  # csv's own endings
+    assert (here / "learning" / "Hopper-v4_sac" / "pal_td3-s2.csv").read_bytes() == b"env_steps\r\n2\r\n"
