@@ -138,8 +138,6 @@ SIDE_SPECS = {
                         ("--algo=td3", "--replay=uniform", "--learning_rate=1e-3", "--hidden_sizes=400,300",
                          "--learning_starts=10000")),
     # ... and both with PyTorch's initialisation (SB3's), after the rl-zoo3 setting's seed 0 with Flax's collapsed.
-    "pal_td3_torch": Side("PAL TD3, PyTorch's initialisation, 5k random steps (ours)", "pal",
-                          ("--algo=td3", "--network_init=torch", "--learning_starts=5000")),
     "pal_td3_zoo_torch": Side("PAL TD3 with rl-zoo3's MuJoCo hyperparameters as flags, uniform replay, PyTorch's "
                               "initialisation (ours)", "pal",
                               ("--algo=td3", "--replay=uniform", "--learning_rate=1e-3", "--hidden_sizes=400,300",
@@ -149,6 +147,11 @@ SIDE_SPECS = {
                            ("--algo=td3", "--learning_starts=5000", "--network_init=flax")),
     "pal_sac_former": Side("PAL SAC, the former preset: critics at 3e-4 (ours)", "pal",
                            ("--algo=sac", "--critic_learning_rate=3e-4")),
+    # TD3's MuJoCo preset from 2026-11-28 to 11-30 (d5472fc..0055e80): CleanRL's 25k random steps. Its rows were the
+    # default side's then; the default's rows since are the runs at 5k random steps with PyTorch's initialisation
+    # (until 2026-11-30 the side `pal_td3_torch`, whose flags are now the preset's).
+    "pal_td3_25k": Side("PAL TD3, the preset of 2026-11-28: 25k random steps, PyTorch's initialisation (ours)", "pal",
+                        ("--algo=td3", "--learning_starts=25000", "--network_init=torch")),
     "spreeze": Side("Spreeze SAC, defaults (ours)", "spreeze"),
 }
 PPO_SIDES = ("hts", "sb3", "sync", "hts_zoo", "hts_family", "sync_family")  # run in this order per seed
@@ -380,7 +383,15 @@ NOTES = {
         " buffer, final 2,177.4): 18-539 to 195k steps, 764-789 at 210-225k, 1,799-2,395 at 240-255k, 2,866-3,290 "
         "from 270k to the end (final 1,642.5: the mean of the last ten evaluations lags a run that climbs late). Over"
         " seeds 0-2 PAL's TD3 now ends at 1,293.3 [838.5, 1,642.5]; seed 1 is still the run resumed without its "
-        "buffer."
+        "buffer. On 2026-11-30 the rows of PAL's TD3 at 5k random steps with PyTorch's initialisation (until then the "
+        "side `pal_td3_torch`) got their seed 2 (36d00d7 with the flag, nice 19 beside two other benchmarks, loads "
+        "about 7.5; resumed once with its buffer, CPU time from its parts): 956-1,073 from 90k to 120k steps, 2,428 at "
+        "180k, 850-1,000 at 225-240k, 3,118 at 270k (final 1,782.6). Over seeds 0-2 that setting ends at 2,175.0, "
+        "against 1,293.3 for 25k random steps, higher in each seed (2,529.7 / 1,642.5, 2,212.9 / 1,399.0, 1,782.6 / "
+        "838.5), and level with SB3's TD3 (2,101.1, seeds 0-1): at a 300k budget CleanRL's 25k random steps (8% of "
+        "it) were the rest of the gap. launch.pal's MuJoCo TD3 preset now acts at random for 5k steps, so those runs "
+        "are the default side's rows (`pal_td3`), and the 25k rows are the side `pal_td3_25k` (\"the present "
+        "preset\" above)."
     ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
@@ -503,8 +514,8 @@ TASKS = {
     "Pendulum-v1 sac": Task("Pendulum-v1", 20_000, FIVE_SEEDS, ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3",
                                                                   "spreeze"), family="sac"),
     "Hopper-v4 sac": Task("Hopper-v4", 300_000, (0, 1, 2), ("sb3_sac", "sb3_td3", "pal_sac", "pal_td3"),
-                          extra_sides=("pal_td3_uniform", "pal_td3_zoo", "pal_td3_torch", "pal_td3_zoo_torch",
-                                       "pal_td3_former", "pal_sac_former"),
+                          extra_sides=("pal_td3_uniform", "pal_td3_zoo", "pal_td3_zoo_torch", "pal_td3_former",
+                                       "pal_sac_former", "pal_td3_25k"),
                           family="sac"),
     "HalfCheetah-v4 sac": Task("HalfCheetah-v4", 300_000, (0, 1, 2), ("sb3_sac", "spreeze"), family="sac"),
 }
