@@ -208,7 +208,10 @@ NOTES = {
         "every HTS-PPO seed with our preset (CleanRL's settings) evaluates at 500 over its last four to eight "
         "evaluations, but seeds 0 and 2 dip to 200-330 for three to five evaluations in the second half, inside the "
         "ten the final metric averages; with the peer's hyperparameters every seed stays at 500 from its second "
-        "evaluation on."
+        "evaluation on. HTS's rows here (and on Acrobot-v1) ran its former half batches; since 2026-11-30 a default "
+        "run steps all envs in one EnvPool batch and one forward pass (results/hts_batches_cpu.md: 1.4-1.6x the "
+        "SPS), which on CartPole-v1 changes the runs' bits (not on Acrobot-v1). These rows are not re-measured: pass "
+        "--env_batch_size and --inference_batch at half of --num_envs to repeat one."
     ),
     "Hopper-v4": (
         "the peer's greedy policy settles on standing still for the whole 1,000-step episode (returns of 980-1,020 "

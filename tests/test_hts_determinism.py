@@ -35,3 +35,20 @@ def test_atari_bit_identical_across_actors_and_batch_sizes(tmp_path):
     first = _fingerprint(tmp_path, "Breakout-v5", num_actors=1, env_batch_size=2, sync_interval=8, rounds=3)
     second = _fingerprint(tmp_path, "Breakout-v5", num_actors=3, env_batch_size=4, sync_interval=8, rounds=3)
     assert first == second
+
+
+@pytest.mark.parametrize("env_id, step_time, num_actors, processes, expected", [
+    ("CartPole-v1", "none", 1, 1, (8, 8)),  # a microsecond simulator: every env in one batch and one forward pass
+    ("LunarLander-v2", "none", 2, 1, (4, 8)),  # each actor thread its share; the forward pass stays all envs
+    ("CartPole-v1", "none", 1, 2, (4, 8)),  # a process steps its own envs; the forward pass is the run's, not its
+    ("CartPole-v1", "exp:0.004", 1, 1, (4, 8)),  # injected step times: section 4.1's overlap of halves
+    ("Breakout-v5", "none", 1, 1, (4, 4)),  # a pixel simulator: halves
+    ("gymnasium/CartPole-v1", "none", 1, 1, (4, 4)),  # a user's own env: halves
+])
+def test_batches_default_to_every_env_only_for_microsecond_simulators(env_id, step_time, num_actors, processes,
+                                                                      expected):
+    config = HTSConfig(env_id=env_id, num_envs=8, step_time=step_time, num_actors=num_actors,
+                       num_processes=processes)
+    assert (hts.env_batch_size(config), hts.inference_batch(config)) == expected
+    given = HTSConfig(env_id=env_id, num_envs=8, env_batch_size=2, inference_batch=2, num_processes=processes)
+    assert (hts.env_batch_size(given), hts.inference_batch(given)) == (2, 2)  # a flag wins

@@ -106,8 +106,8 @@ print(json.dumps(system.run(config)))
 @pytest.mark.slow
 def test_hts_ppo_with_two_learner_replicas_solves_cartpole(tmp_path):
     """HTS-PPO with its learner over 2 devices (each replica learns from 4 of the 8 envs, gradients averaged) ends at
-    the single-device HTS learning test's threshold (`tests/test_learning.py`) after the same 100k env steps (seeds
-    0-2 evaluated 500 there, 2026-11-29)."""
+    the single-device HTS learning test's threshold (`tests/test_learning.py`) after the same 100k env steps (its
+    docstring says which seeds end there)."""
     run_dir = tmp_path / "run"
     out = run_python(f"import sys; sys.argv = ['x', {str(run_dir)!r}]\n" + _HTS, num_devices=2)
     summary = json.loads(out.strip().splitlines()[-1])

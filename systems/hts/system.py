@@ -83,10 +83,11 @@ def _resolve_layout(config: HTSConfig) -> tuple[HTSConfig, layout_lib.Layout]:
     return distributed.per_process_config(config), layout
 
 
-def _plan(layout: layout_lib.Layout) -> dict:
-    """config.json's plan: the devices the layout chose, as the flags would name them."""
+def _plan(config: HTSConfig, layout: layout_lib.Layout) -> dict:
+    """config.json's plan: the devices the layout chose, as the flags would name them, and the batches used."""
     return dict(actor_devices=layout_lib.indices_text(layout.actor_devices),
-                learner_devices=layout_lib.indices_text(layout.learner_devices), learner_replicas=layout.num_replicas)
+                learner_devices=layout_lib.indices_text(layout.learner_devices), learner_replicas=layout.num_replicas,
+                batches=dict(env=env_batch_size(config), inference=inference_batch(config)))
 
 
 def accelerator_hint(num_envs: int, sync_interval: int, layout: layout_lib.Layout) -> str:
@@ -111,7 +112,7 @@ def run(config: HTSConfig) -> dict:
     config, layout = _resolve_layout(config)
     header = layout.describe() + accelerator_hint(config.num_envs, config.sync_interval, layout)
     ctx = start_run(SYSTEM, config, may_change_on_resume=MAY_CHANGE_ON_RESUME, header=header,
-                    plan=_plan(layout), profile=hts_profile())
+                    plan=_plan(config, layout), profile=hts_profile())
     monitor, start_round = ctx.monitor, ctx.start_round
     if start_round >= ctx.total_rounds:
         return monitor.finish()
