@@ -52,7 +52,7 @@ def local_envs(config: HTSConfig) -> int:
 
 # Families whose EnvPool simulators step in microseconds, well under one forward pass of the policy (~0.2-0.4 ms on a
 # CPU). There the default halves (the actor steps one half of the envs while it infers for the other, section 4.1's
-# overlap) only double the calls: full batches ran 1.3-1.8x the SPS on CartPole-v1 and Acrobot-v1
+# overlap) only double the calls: full batches ran 1.4-1.6x the SPS on CartPole-v1, Acrobot-v1 and LunarLander-v2
 # (results/hts_batches_cpu.md). Pixel simulators and a user's own envs keep the halves, and so does EnvPool's batch
 # under an injected `--step_time` (the overlap is what the paper's claims measure).
 _FULL_BATCH_FAMILIES = frozenset({"classic", "box2d"})
