@@ -105,6 +105,10 @@ SIDE_SPECS = {
     # The env family's preset (CleanRL's) where the task has its own (`systems.common.config.TASK_PRESETS`); the
     # default rows of such tasks before 2026-11-25 (commit 8984870 and earlier) ran it, as the default then.
     "hts_family": Side("HTS-PPO, family preset (ours)", "hts", ("--preset=family",)),
+    # CartPole-v1's default rows before 2026-11-30: HTS's former half batches of its 8 envs (the default since steps
+    # all envs in one EnvPool batch and one forward pass, results/hts_batches_cpu.md; other bits on this task).
+    "hts_half": Side("HTS-PPO, default preset at the former half batches (ours)", "hts",
+                     ("--env_batch_size=4", "--inference_batch=4")),
     "sync_family": Side("sync-PPO, family preset (ours)", "sync", ("--preset=family",)),
     "sb3_a2c": Side("SB3 A2C, rl-zoo3 tuned (peer)", zoo_algo="a2c"),
     "gala_async": Side("GALA async, 4 learners x 16 envs (ours)", "gala", ("--gossip=async",)),
@@ -208,10 +212,15 @@ NOTES = {
         "every HTS-PPO seed with our preset (CleanRL's settings) evaluates at 500 over its last four to eight "
         "evaluations, but seeds 0 and 2 dip to 200-330 for three to five evaluations in the second half, inside the "
         "ten the final metric averages; with the peer's hyperparameters every seed stays at 500 from its second "
-        "evaluation on. HTS's rows here (and on Acrobot-v1) ran its former half batches; since 2026-11-30 a default "
-        "run steps all envs in one EnvPool batch and one forward pass (results/hts_batches_cpu.md: 1.4-1.6x the "
-        "SPS), which on CartPole-v1 changes the runs' bits (not on Acrobot-v1). These rows are not re-measured: pass "
-        "--env_batch_size and --inference_batch at half of --num_envs to repeat one."
+        "evaluation on. Since 2026-11-30 a default HTS run steps all envs in one EnvPool batch and one forward pass "
+        "(results/hts_batches_cpu.md: 1.4-1.6x the SPS), which on CartPole-v1 changes the runs' bits (on Acrobot-v1 "
+        "and LunarLander-v2 it did not, over 100k steps). The default rows were re-measured then (02d1955, beside "
+        "two nice-19 SB3 runs, loads 5.7-6.2): seeds 0 and 1 end at 500; seed 2 evaluates 500 from 75k to 300k "
+        "steps, then falls to 160 by the end (final 362.5), so 454.2 [362.5, 500.0] against 500.0 for the same "
+        "seeds at the former half batches (side `hts_half`, 2026-11-27: another forward-pass shape, other bits). "
+        "The rows with rl-zoo3's hyperparameters as flags (`hts_zoo`, the same settings as the default preset) and "
+        "the family preset's HTS rows, and HTS's rows on Acrobot-v1, ran the former half batches and are not "
+        "re-measured: pass --env_batch_size and --inference_batch at half of --num_envs to repeat one."
     ),
     "Hopper-v4": (
         "the peer's greedy policy settles on standing still for the whole 1,000-step episode (returns of 980-1,020 "
@@ -492,7 +501,7 @@ TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v2": 200.0, 
            "Hopper-v4": 3800.0, "HalfCheetah-v4": 4800.0}
 FIVE_SEEDS = (0, 1, 2, 3, 4)
 TASKS = {
-    "CartPole-v1": Task("CartPole-v1", 500_000),
+    "CartPole-v1": Task("CartPole-v1", 500_000, extra_sides=("hts_half",)),
     "Acrobot-v1": Task("Acrobot-v1", 500_000),
     "Hopper-v4": Task("Hopper-v4", 1_000_000),
     "HalfCheetah-v4": Task("HalfCheetah-v4", 1_000_000),
