@@ -218,6 +218,8 @@ NOTES = {
         "two nice-19 SB3 runs, loads 5.7-6.2): seeds 0 and 1 end at 500; seed 2 evaluates 500 from 75k to 300k "
         "steps, then falls to 160 by the end (final 362.5), so 454.2 [362.5, 500.0] against 500.0 for the same "
         "seeds at the former half batches (side `hts_half`, 2026-11-27: another forward-pass shape, other bits). "
+        "Seeds 3 and 4 with the same command (2026-11-30, not table rows) end at 500.0 at both batches, so over seeds "
+        "0-4 the full batches end at 500 in four of five. "
         "The rows with rl-zoo3's hyperparameters as flags (`hts_zoo`, the same settings as the default preset) and "
         "the family preset's HTS rows, and HTS's rows on Acrobot-v1, ran the former half batches and are not "
         "re-measured: pass --env_batch_size and --inference_batch at half of --num_envs to repeat one."
