@@ -720,8 +720,10 @@ def land_runs(source_root: str, keys: list[tuple[str, str, int]]) -> list[tuple[
     found = {_run_key(r): r for r in read_runs(source_runs)}
     landed = [key for key in keys if key in found]
     here = read_runs()
-    rows = [found[_run_key(r)] if _run_key(r) in landed else r for r in here]  # a landed run keeps its place
-    rows += [found[key] for key in landed if key not in {_run_key(r) for r in here}]
+    here_keys = [_run_key(r) for r in here]
+    rows = [found[key] if key in landed else r for key, r in zip(here_keys, here, strict=True)]  # in place
+    existing = set(here_keys)
+    rows += [found[key] for key in landed if key not in existing]
     for task, side, seed in landed:
         name = os.path.join(_dir_name(task), f"{side}-s{seed}.csv")
         os.makedirs(os.path.join(CURVES_DIR, _dir_name(task)), exist_ok=True)
@@ -1051,23 +1053,24 @@ def main(argv: list[str]) -> None:
     unknown = [t for t in args.tasks.split(",") if t not in TASKS]
     if unknown:
         sys.exit(f"error: unknown task(s) {', '.join(unknown)}; known: {', '.join(TASKS)}")
+    requested = args.sides.split(",") if args.sides else None
+    unknown_sides = [side for side in requested or () if side not in SIDE_SPECS]
+    if unknown_sides:
+        sys.exit(f"error: unknown side(s) {', '.join(unknown_sides)}; known: {', '.join(SIDES)}")
+    given_seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
     os.makedirs(RESULTS, exist_ok=True)
     if args.land_from:
-        if not os.path.isfile(os.path.join(args.land_from, os.path.relpath(RUNS_CSV, ROOT))):
-            sys.exit(f"error: --land_from={args.land_from} has no {os.path.relpath(RUNS_CSV, ROOT)}")
-        keys = [(name, side, seed) for name in args.tasks.split(",") for side in (args.sides.split(",") if args.sides
-                else TASKS[name].all_sides) for seed in ([int(s) for s in args.seeds.split(",")] if args.seeds
-                else TASKS[name].seeds)]
+        runs_file = os.path.relpath(RUNS_CSV, ROOT)
+        if not os.path.isfile(os.path.join(args.land_from, runs_file)):
+            sys.exit(f"error: --land_from={args.land_from} has no {runs_file}")
+        keys = [(name, side, seed) for name in args.tasks.split(",") for side in requested or TASKS[name].all_sides
+                for seed in given_seeds or TASKS[name].seeds]
         for task, side, seed in land_runs(args.land_from, keys):
             print(f"[learning] landed {task} {side} seed {seed}", flush=True)
     elif not args.report_only:
-        requested = args.sides.split(",") if args.sides else None
-        unknown_sides = [side for side in requested or () if side not in SIDE_SPECS]
-        if unknown_sides:
-            sys.exit(f"error: unknown side(s) {', '.join(unknown_sides)}; known: {', '.join(SIDES)}")
         for name in args.tasks.split(","):
             task = TASKS[name]
-            seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else task.seeds
+            seeds = given_seeds or task.seeds
             chosen = [s for s in task.all_sides if (s in requested if requested else s in task.sides)]
             for seed in seeds:  # seed-major, so a partial run has every side at its first seeds
                 for side in (s for s in chosen if applies(s, task)):
