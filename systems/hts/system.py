@@ -267,15 +267,17 @@ class _Handover:
 
     def on_round_complete(self, storage: RoundStorage, last: bool):
         """The collector's call at the end of a round: the behaviour parameters of the next round, or None."""
-        # The learner must be done with every batch handed to it before the roles of the storages swap.
+        # The learner must be done with every batch handed to it before the roles of the storages swap; the version
+        # it has then is the next round's (theta_{r-1}). Not the store's latest after the hand-over: a learner quick
+        # enough to learn from this storage first would make the next round's parameters depend on thread timing.
+        version = self._start_round + self._submitted
         with stage("wait_for_learner"):
-            self.store.wait_for(self._start_round + self._submitted, self._stopping)
+            published = self.store.wait_for(version, self._stopping)
         self._jobs.put(storage)
         self._submitted += 1
         if last:
             self._jobs.put(None)
             return None
-        version, published = self.store.latest()
         return version, published.actors
 
     def next_batch(self) -> RoundStorage | None:
@@ -312,7 +314,9 @@ def _learner_loop(handover: _Handover, learner: _Learner, wait_for_compile: Call
                 storage = handover.next_batch()
             if storage is None:
                 break
-            behaviour_params = handover.store.get(storage.behaviour_version).learner
+            # Read before publishing: once the new version is out the actors may refill this storage for a later round.
+            behaviour_version = storage.behaviour_version
+            behaviour_params = handover.store.get(behaviour_version).learner
             with stage("compile"):
                 wait_for_compile()
             with stage("update"):  # ends when the metrics are on the host: the update has run
@@ -320,7 +324,7 @@ def _learner_loop(handover: _Handover, learner: _Learner, wait_for_compile: Call
                 metrics = jax.device_get(learner.host_view(metrics))
             with stage("publish"):
                 handover.store.publish(learner.published(state.params), learner_version + 1)
-            reports.put(LearnerReport(learner.host_view(state), metrics, storage.behaviour_version, learner_version))
+            reports.put(LearnerReport(learner.host_view(state), metrics, behaviour_version, learner_version))
             learner_version += 1
 
 
