@@ -79,3 +79,22 @@ def test_state_buffer_min_items_wakes_when_the_last_needed_row_is_ready():
     results = buffer.take(max_items=4, min_items=4, timeout=5.0)
     assert results is not None and results.env_ids.tolist() == [0, 1, 2, 3]
     assert time.perf_counter() - now < 2.0  # the bug waited for the full 5 s timeout
+
+
+def test_state_buffer_hands_out_rows_in_insertion_order_across_batches_and_splits():
+    """Rows ready at once come out in the order they were put, whatever batches they came in and however many an
+    actor takes at a time (a batch split by `max_items` keeps its place), with their own columns."""
+    buffer = StateBuffer()
+    now = time.perf_counter()
+    for first, n in [(0, 3), (3, 4), (7, 1)]:
+        ids = np.arange(first, first + n)
+        buffer.put_rows(np.full(n, now), ids, ids[:, None] * 10.0, ids * 1.0, ids % 2, ids % 3 == 0)
+    taken = [buffer.take(max_items=k, timeout=0.0) for k in (2, 3, 5)]
+    assert [t.env_ids.tolist() for t in taken] == [[0, 1], [2, 3, 4], [5, 6, 7]]
+    for t in taken:
+        assert t.env_ids.dtype == np.int32 and t.rewards.dtype == np.float32
+        np.testing.assert_array_equal(t.obs[:, 0], t.env_ids * 10.0)
+        np.testing.assert_array_equal(t.rewards, t.env_ids)
+        np.testing.assert_array_equal(t.terminations, t.env_ids % 2)
+        np.testing.assert_array_equal(t.truncations, t.env_ids % 3 == 0)
+    assert buffer.take(max_items=8, timeout=0.0) is None
