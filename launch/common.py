@@ -12,6 +12,7 @@ import dataclasses
 import os
 import signal
 import sys
+import traceback
 import warnings
 from collections.abc import Callable
 
@@ -210,15 +211,15 @@ def run_main(
         _exit_without_finalizing(EXIT_UNAVAILABLE)
     except config_lib.ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
+        _exit(EXIT_BAD_INPUT)
     except NonFiniteError as error:
         print(f"error: {error}", file=sys.stderr)
-        sys.exit(EXIT_NON_FINITE)
+        _exit(EXIT_NON_FINITE)
     except OSError as error:  # the run's directory became unwritable: earlier checkpoints are whole (atomic writes)
         what = f"cannot write {error.filename}: " if error.filename else ""
         print(f"error: {what}{error.strerror or error}; the run stopped (any checkpoint it wrote before is whole)",
               file=sys.stderr)
-        sys.exit(EXIT_IO_ERROR)
+        _exit(EXIT_IO_ERROR)
     except KeyboardInterrupt as stop:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the exit below must not be interrupted in turn
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -238,6 +239,25 @@ def run_main(
         if checkpoint and not _multi_process():  # stopped cleanly: a normal exit runs multiprocessing's finalizers
             sys.exit(status)
         _exit_without_finalizing(status)
+    except Exception:  # a bug, not a user's mistake: its traceback, then the exit a multi-process job needs
+        if not _multi_process():
+            raise
+        traceback.print_exc()
+        print(f"error: process {_process_index()} of this job failed (above); the others stop when they miss it",
+              file=sys.stderr)
+        _exit_without_finalizing(1)
+
+
+def _exit(status: int) -> None:
+    """A failed run's exit: a normal one, or in a multi-process job one that does not wait at JAX's shutdown barrier
+    for peers blocked in a collective this process will never join (they would wait 5 minutes, then abort)."""
+    if _multi_process():
+        _exit_without_finalizing(status)
+    sys.exit(status)
+
+
+def _process_index() -> int:
+    return sys.modules["jax"].process_index()
 
 
 def _multi_process() -> bool:

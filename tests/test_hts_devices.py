@@ -223,3 +223,54 @@ def test_hts_own_fields_are_ignored_when_another_system_restores_a_run():
 
     own = {f.name for f in dataclasses.fields(HTSConfig)} - {f.name for f in dataclasses.fields(TrainConfig)}
     assert own <= RETIRED_HTS_FIELDS, own - RETIRED_HTS_FIELDS
+
+
+_FAILING_JOB_PROCESS = """
+import runpy, sys
+from systems.hts import system
+learn, calls = system._Learner.learn, []
+def learn_then_fail(self, *args):
+    calls.append(1)
+    if len(calls) == 3:
+        raise RuntimeError("injected failure of the third update")
+    return learn(self, *args)
+if {pid} == 1:
+    system._Learner.learn = learn_then_fail
+sys.argv = ["launch.hts", *{args!r}]
+runpy.run_module("launch.hts", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_a_bug_in_one_process_ends_the_job_in_seconds_not_at_jaxs_shutdown_deadline(tmp_path):
+    """A bug in one process of a job (here its third update raises) ends the job at once: that process prints its
+    traceback and exits 1 without waiting at JAX's shutdown barrier for a peer that is blocked in a collective it
+    will never join; the peer's collective fails, and it checkpoints and exits 130, as when a peer is stopped.
+    (Both used to wait out JAX's 5-minute shutdown deadline and then abort.)"""
+    import subprocess
+    import sys
+    import time
+
+    from multidevice import ROOT, device_env
+
+    port, procs = free_port(), []
+    for pid in range(2):
+        args = ["--env=CartPole-v1", "--num_envs=8", "--sync_interval=16", "--total_steps=400000", "--eval_every=0",
+                "--quiet", "--learner_devices=0,1", "--actor_devices=0", "--num_processes=2", f"--process_id={pid}",
+                f"--coordinator_address=127.0.0.1:{port}", f"--logdir={tmp_path / 'run'}"]
+        log = open(tmp_path / f"p{pid}.log", "w")
+        procs.append(subprocess.Popen([sys.executable, "-c", _FAILING_JOB_PROCESS.format(pid=pid, args=args)],
+                                      cwd=ROOT, env=device_env(2), stdout=log, stderr=subprocess.STDOUT))
+    start = time.monotonic()
+    try:
+        codes = [proc.wait(timeout=240) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    logs = [(tmp_path / f"p{pid}.log").read_text() for pid in range(2)]
+    assert codes == [130, 1], (codes, logs)
+    assert time.monotonic() - start < 120, logs  # JAX's shutdown deadline is 300 s
+    assert "RuntimeError: injected failure of the third update" in logs[1]
+    assert logs[1].rstrip().endswith("error: process 1 of this job failed (above); the others stop when they miss it")
+    assert "the newest parameters are saved" in logs[0]
