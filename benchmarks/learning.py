@@ -430,6 +430,17 @@ NOTES = {
         "Spreeze's whole run. The task `HalfCheetah-v4 sac long` runs Spreeze's defaults on to 1.5M steps, to "
         "compare them where the peer's curve is."
     ),
+    "HalfCheetah-v4 sac long": (
+        "Spreeze's defaults to 1.5M env steps, seed 0 (2026-12-01, 4b958c8, beside two nice-19 SB3 runs; load 8.5 "
+        "with its own processes): 2,757 at 301k steps (175 s), 4,854 at 526k (4.8 min), 6,345 at 901k (7.8 min), "
+        "7,757 at 1.5M (12.8 min; final 6,805.3). The peer's SAC on `HalfCheetah-v4 sac` (seed 0) first evaluated "
+        "4,800 or more at 120k steps, 28.6 minutes into its run (49 CPU-minutes for the whole run, one PyTorch "
+        "thread, niced beside other work), and ended at 7,008.7 (7,885 at 300k, after 70 minutes). So on the wall "
+        "clock Spreeze's defaults reach the peer's end in about a fifth of the peer's CPU time, with 5x the env "
+        "steps: Spreeze's claim (seed 002) holds here; at equal env steps they are far behind. The CPU column of "
+        "Spreeze's rows (8.7 minutes for 12.8 minutes on two busy cores) looks low: the harness counts the "
+        "processes its child waits for, and Spreeze's samplers may escape it (not checked)."
+    ),
     "LunarLander-v2 a2c": (
         "Re-measured at the doubled value weight (2026-11-28, a3fc416, niced, 5 seeds): GALA async 60.4 [-23.0, "
         "136.6], solving seeds 1, 3 and 4 where the peer solves 0, 3 and 4 (seed 0 peaks at 192, seed 2 at -24). "
