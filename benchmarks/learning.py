@@ -438,8 +438,10 @@ NOTES = {
         "thread, niced beside other work), and ended at 7,008.7 (7,885 at 300k, after 70 minutes). So on the wall "
         "clock Spreeze's defaults reach the peer's end in about a fifth of the peer's CPU time, with 5x the env "
         "steps: Spreeze's claim (seed 002) holds here; at equal env steps they are far behind. The CPU column of "
-        "Spreeze's rows (8.7 minutes for 12.8 minutes on two busy cores) looks low: the harness counts the "
-        "processes its child waits for, and Spreeze's samplers may escape it (not checked)."
+        "Spreeze's rows (8.7 minutes for 12.8 minutes on two busy cores) is low: the harness counts the "
+        "processes its child waits for, and until 2026-12-01 Spreeze's forkserver, which reaps its samplers, was "
+        "reaped by init instead (a 60k-step run: 26.6 CPU-s counted of 86 spent). Spreeze's rows measured before "
+        "that fix undercount their CPU time about threefold; its wall time is unaffected."
     ),
     "LunarLander-v2 a2c": (
         "Re-measured at the doubled value weight (2026-11-28, a3fc416, niced, 5 seeds): GALA async 60.4 [-23.0, "

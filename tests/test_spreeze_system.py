@@ -209,3 +209,27 @@ def test_forkserver_preload_starts_no_jax_backend_and_no_thread():
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0", "1"], result.stdout
+
+
+_FORKSERVER_CPU = """
+import resource
+from systems.spreeze.system import _stop_forkserver, child_context
+child = child_context().Process(target=sum, args=(range(30_000_000),))  # about a second of CPU in the child
+child.start()
+child.join()
+before = resource.getrusage(resource.RUSAGE_CHILDREN)
+_stop_forkserver()  # what the process does at exit
+after = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+"""
+
+
+@pytest.mark.slow
+def test_the_cpu_time_of_spreezes_children_reaches_the_launchers_parent():
+    """Spreeze's children are forked by a forkserver, which reaps them: the launcher waits for the forkserver at exit,
+    so a parent's `wait4` (`time`, the benchmarks' CPU column) counts the children's CPU time. Left to init, it
+    counted none of it (a HalfCheetah run: 26 CPU-s reported of the 86 its processes spent)."""
+    from multidevice import run_python
+
+    counted = float(run_python(_FORKSERVER_CPU, num_devices=1).strip().splitlines()[-1])
+    assert counted > 0.3, counted

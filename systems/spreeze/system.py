@@ -25,6 +25,7 @@ with their last process, even after a SIGKILL of the whole group (`systems.spree
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import multiprocessing
 import os
@@ -77,7 +78,25 @@ def child_context():
     it serves every later run of the same process), not the environment of the moment it is forked."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(CHILD_PRELOAD)
+    global _stop_registered
+    if not _stop_registered:
+        atexit.register(_stop_forkserver)
+        _stop_registered = True
     return ctx
+
+
+_stop_registered = False
+
+
+def _stop_forkserver() -> None:
+    """At exit: stops the forkserver and waits for it. It reaps the children it forked, so their CPU time is in its
+    own; left to end after this process, it is reaped by init and a parent's `wait4` / `time` counted none of it
+    (a Spreeze run's CPU time read a third of what the machine spent). CPython's own stop, a private method."""
+    from multiprocessing import forkserver
+
+    stop = getattr(forkserver._forkserver, "_stop", None)
+    if stop is not None:
+        stop()
 
 
 class Children:
