@@ -327,7 +327,8 @@ NOTES = {
         "SAC (-143.5 and -145.8 against -141.3; intervals overlap). SB3's TD3 runs rl-zoo3's setting of 10k random "
         "steps before learning, so the last ten evaluations (11k-20k steps) include its first: its final metric "
         "(-474) says little; it reached -200 at 15k steps in every seed. The peer's wall time is interpolated from "
-        "its training episodes' clock (module doc)."
+        "its training episodes' clock (module doc). Spreeze's CPU column here undercounts (its sampler processes' "
+        "time was not counted before 2026-12-01; see `HalfCheetah-v4 sac long`)."
     ),
     "Hopper-v4 sac": (
         "Seed 0 of PAL's SAC and TD3 and SB3's SAC ran on 2026-11-27 (from e3c3690, each at autogroup nice 19 beside "
