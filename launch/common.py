@@ -223,7 +223,11 @@ def run_main(
     except KeyboardInterrupt as stop:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the exit below must not be interrupted in turn
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        name = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
+        from systems.common.distributed import PeerStopped  # JAX starts after the XLA flags
+
+        name = ("terminated (SIGTERM)" if isinstance(stop, Terminated) else
+                "stopped: another process of the job stopped or failed" if isinstance(stop, PeerStopped) else
+                "interrupted")
         checkpoint = getattr(stop, "checkpoint", None)  # set by Monitor.saved once the run has saved
         if checkpoint:
             print(f"{name}; the newest parameters are saved in {checkpoint} (continue with --resume "

@@ -273,4 +273,4 @@ def test_a_bug_in_one_process_ends_the_job_in_seconds_not_at_jaxs_shutdown_deadl
     assert time.monotonic() - start < 120, logs  # JAX's shutdown deadline is 300 s
     assert "RuntimeError: injected failure of the third update" in logs[1]
     assert logs[1].rstrip().endswith("error: process 1 of this job failed (above); the others stop when they miss it")
-    assert "the newest parameters are saved" in logs[0]
+    assert "stopped: another process of the job stopped or failed; the newest parameters are saved" in logs[0]

@@ -184,7 +184,7 @@ def run(config: AnakinConfig) -> dict:
         reason = str(error).strip().splitlines()[0]
         monitors[0].outputs.print(f"[{SYSTEM}] a collective with the other processes failed ({reason}): another "
                                   "process stopped; saving a checkpoint of every agent's newest parameters")
-        interrupted = KeyboardInterrupt()
+        interrupted = distributed.PeerStopped()
     summaries = [m.finish(interrupted=interrupted is not None) for m in monitors[::-1]][::-1]
     if interrupted is not None:
         stop = monitors[0].saved(interrupted)

@@ -28,6 +28,11 @@ class JobDidNotStart(RuntimeError):
     thread still waiting inside JAX cannot be stopped."""
 
 
+class PeerStopped(KeyboardInterrupt):
+    """Another process of the job stopped (Ctrl-C, SIGTERM, a failure) and this one's collective with it failed: this
+    process stops as after a Ctrl-C (newest checkpoint, exit 130), and the launcher's last line names the cause."""
+
+
 def check_address(address: str) -> None:
     """HOST:PORT with a port in 1-65535 (JAX takes `nohostport` to an IndexError and `localhost:notaport` to a
     segmentation fault)."""

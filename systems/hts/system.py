@@ -353,7 +353,7 @@ def _train(workers: list[tuple[str, Callable[[], None]]], group: ThreadGroup, ex
         reason = str(error).strip().splitlines()[0]
         monitor.outputs.print(f"[hts] a collective with the other processes failed ({reason}): another process "
                               "stopped; saving a checkpoint of the newest parameters")
-        stopped = KeyboardInterrupt()
+        stopped = distributed.PeerStopped()
     finally:
         # Joins the learner: an update (or its collective) under way completes (or fails) first.
         group.stop(waiting=lambda names: monitor.outputs.print(
