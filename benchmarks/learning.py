@@ -412,9 +412,10 @@ NOTES = {
         "preset\" above). SB3's SAC seed 1 (2026-12-01, c996af5 with `--peer_threads=1`, nice 19 beside this "
         "session's work and a second SB3 run, load about 3.1; 49 CPU-minutes, 9.4 ms a step on one thread alone): "
         "197-605 to 75k steps, 893-2,982 from 90k to 195k, 1,085-2,535 from 210k to 285k and 3,150 at 300k (final "
-        "2,154.8). Over seeds 0-1 the peer's SAC ends at 1,452.5 [750.1, 2,154.8], below PAL's SAC in both seeds "
-        "(2,546.1 and 2,849.3), with PAL's at 2,863.9 over seeds 0-2; SB3's SAC seed 2 and TD3 seed 2 are still "
-        "missing."
+        "2,154.8). Seed 2 (the same day and setting, load about 4.0): 204-986 to 135k steps, 1,392-2,570 from 150k "
+        "to 210k, 859-3,156 from 225k to the end (final 2,152.8). Over seeds 0-2 the peer's SAC ends at 1,685.9 "
+        "[750.1, 2,154.8], below PAL's SAC in each seed (2,546.1 / 750.1, 2,849.3 / 2,154.8, 3,196.4 / 2,152.8; PAL's "
+        "2,863.9 [2,546.1, 3,196.4]). SB3's TD3 seed 2 is still missing."
     ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-11-27, from e3c3690, loads 4.3-4.8: beside this session's tests for the first seed, "
@@ -423,7 +424,8 @@ NOTES = {
         "at the end (seed 0: 754 at 180k, 1,474 at 226k, 2,993 at 300k). SB3's SAC seed 0 (2026-12-01, c996af5 "
         "with `--peer_threads=1`, nice 19 beside this session's work, the test suite for 15 minutes and a second SB3 "
         "run; 49 CPU-minutes, 70 minutes of wall time): 1,104 at 30k steps, 4,272 at 90k, 5,913 at 150k, 7,885 at "
-        "300k (final 7,008.7; 4,800 first at 120k). At equal env steps Spreeze's defaults are far behind: they "
+        "300k (final 7,008.7; 4,800 first at 120k). Seed 1 (the same setting, load about 4.1): 2,419 at 45k, "
+        "4,978 at 120k, 7,159 at 300k (final 6,491.0); over seeds 0-1 6,749.8 [6,491.0, 7,008.7]. At equal env steps Spreeze's defaults are far behind: they "
         "update on a large batch at the pace the learner keeps, not once per env step (Spreeze's trade, seed 002), "
         "and reach at 300k (seed 0's last evaluations 2,085-2,993) what the peer reaches by 45k (2,563). On the "
         "wall clock they lead at first: the peer's first 15k steps took 49 s, and at SB3's SAC speed alone on one "
