@@ -1010,9 +1010,13 @@ def write_report(rows: list[dict]) -> None:
         "and the `hts_zoo` flags at c itself, half the source's weight; the presets and flags now double it. A row's",
         "commit (`learning_cpu_runs.csv`) says which it ran.",
         "",
+        "Machine: where a row's seeds ran (the processor's name; `learning_cpu_runs.csv` has each run's). Steps-paced",
+        "sides end at the same metric on any machine, up to thread timing; Spreeze learns per second, so its",
+        "figures at a fixed step budget depend on the machine.",
+        "",
         "| task | steps | side | seeds | final metric [95% CI] | solved (median first: steps, time) | wall time (min) "
-        "| CPU time (min) | SPS | load |",
-        "| --- | ---: | --- | ---: | --- | --- | ---: | ---: | ---: | --- |",
+        "| CPU time (min) | SPS | load | machine |",
+        "| --- | ---: | --- | ---: | --- | --- | ---: | ---: | ---: | --- | --- |",
     ]
     for name, task in TASKS.items():
         task_rows = [r for r in rows if r["task"] == name]
@@ -1032,7 +1036,8 @@ def write_report(rows: list[dict]) -> None:
             load = ", ".join(r["mean_load"] or "n/a" for r in sorted(side_rows, key=lambda r: int(r["seed"])))
             solved = _solved(name, side, [int(r["seed"]) for r in side_rows])
             lines.append(f"| {name} | {task.steps:,} | {SIDE_LABELS[side]} | {len(side_rows)} | "
-                         f"{stat.mean:.1f}{interval} | {solved} | {wall:.1f} | {cpu} | {sps:,.0f} | {load} |")
+                         f"{stat.mean:.1f}{interval} | {solved} | {wall:.1f} | {cpu} | {sps:,.0f} | {load} | "
+                         f"{machines_text(side_rows)} |")
             groups.append(_group(name, side, [int(r["seed"]) for r in side_rows]))
         figure = os.path.join(CURVES_DIR, f"{_dir_name(name)}.png")
         plots.plot_curves(groups, figure)
@@ -1045,6 +1050,24 @@ def write_report(rows: list[dict]) -> None:
               "per-run rows: `results/learning_cpu_runs.csv`; per-run curves: `results/learning/<task>/`."]
     with open(REPORT_MD, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def short_machine(machine: str) -> str:
+    """A run's machine as the table names it: the processor's name without trademarks, model numbers or core count
+    ("Intel(R) Xeon(R) Processor (family 6 model 167, AVX512F), 2 cores" -> "Intel Xeon")."""
+    name = machine.split(" (")[0].split(",")[0].replace("(R)", "").replace("(TM)", "").replace(" Processor", "")
+    return " ".join(name.split()) or "n/a"
+
+
+def machines_text(rows: list[dict]) -> str:
+    """The machines of a side's seeds: one name, or each with its count of seeds ("AMD EPYC x2, Intel Xeon x1")."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        name = short_machine(row.get("machine", ""))
+        counts[name] = counts.get(name, 0) + 1
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{name} x{count}" for name, count in sorted(counts.items()))
 
 
 def _targets_text() -> str:

@@ -130,3 +130,14 @@ def test_landing_a_worktrees_runs_replaces_them_in_place_with_their_curves(tmp_p
     assert [(r["seed"], r["final_metric"]) for r in rows] == [("0", "10.0"), ("1", "2.0"), ("2", "30.0")]
     assert b"\n" not in (here / "learning_cpu_runs.csv").read_bytes().replace(b"\r\n", b"")  # csv's own endings
     assert (here / "learning" / "Hopper-v4_sac" / "pal_td3-s2.csv").read_bytes() == b"env_steps\r\n2\r\n"
+
+
+def test_the_table_names_each_sides_machines():
+    xeon = "Intel(R) Xeon(R) Processor (family 6 model 167, AVX512F), 2 cores"
+    assert learning.short_machine(xeon) == "Intel Xeon"
+    assert learning.short_machine("AMD EPYC (family 25 model 1, AVX2), 2 cores") == "AMD EPYC"
+    assert learning.short_machine("AMD EPYC, 2 cores") == "AMD EPYC"
+    assert learning.short_machine("") == "n/a"
+    rows = [dict(machine=xeon), dict(machine="AMD EPYC, 2 cores"), dict(machine="AMD EPYC (family 25 model 1)")]
+    assert learning.machines_text(rows[:1]) == "Intel Xeon"
+    assert learning.machines_text(rows) == "AMD EPYC x2, Intel Xeon x1"
