@@ -423,7 +423,12 @@ NOTES = {
         "2,154.8). Seed 2 (the same day and setting, load about 4.0): 204-986 to 135k steps, 1,392-2,570 from 150k "
         "to 210k, 859-3,156 from 225k to the end (final 2,152.8). Over seeds 0-2 the peer's SAC ends at 1,685.9 "
         "[750.1, 2,154.8], below PAL's SAC in each seed (2,546.1 / 750.1, 2,849.3 / 2,154.8, 3,196.4 / 2,152.8; PAL's "
-        "2,863.9 [2,546.1, 3,196.4]). SB3's TD3 seed 2 is still missing."
+        "2,863.9 [2,546.1, 3,196.4]). SB3's TD3 seed 2 (c996af5 with `--peer_threads=1`, resumed at 15k from the "
+        "session before, then 2026-12-01 at nice 19 beside this session's work and a second SB3 run, load about "
+        "3.8; 78 CPU-minutes over its two parts): 174 at 15k steps, 348 at 45k, 860-1,642 from 75k to 195k, 3,260 at "
+        "225k, 2,468 at 255k, 3,515 at 285k (final 2,319.2). Over seeds 0-2 the peer's TD3 ends at 2,173.8 "
+        "[1,567.8, 2,634.4], level with PAL's TD3 (2,175.0 [1,782.6, 2,529.7]; per seed 2,529.7 / 1,567.8, "
+        "2,212.9 / 2,634.4, 1,782.6 / 2,319.2)."
     ),
     "HalfCheetah-v4 sac": (
         "Spreeze's defaults (2026-12-01, ae93656, on the Intel Xeon that ran the peer's seeds, beside the two niced "
