@@ -1018,7 +1018,7 @@ def write_report(rows: list[dict]) -> None:
         "and the `hts_zoo` flags at c itself, half the source's weight; the presets and flags now double it. A row's",
         "commit (`learning_cpu_runs.csv`) says which it ran.",
         "",
-        "Machine: where a row's seeds ran (the processor's name; `learning_cpu_runs.csv` has each run's). Steps-paced",
+        "Machine: where a row's seeds ran (the processor's name; `learning_cpu_runs.csv` has each run's). Step-paced",
         "sides end at the same metric on any machine, up to thread timing; Spreeze learns per second, so its",
         "figures at a fixed step budget depend on the machine.",
         "",
