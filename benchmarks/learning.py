@@ -47,6 +47,7 @@ evaluation's wall time is interpolated from the env steps completed by each logg
 
 from __future__ import annotations
 
+import collections
 import csv
 import dataclasses
 import glob
@@ -1069,10 +1070,7 @@ def short_machine(machine: str) -> str:
 
 def machines_text(rows: list[dict]) -> str:
     """The machines of a side's seeds: one name, or each with its count of seeds ("AMD EPYC x2, Intel Xeon x1")."""
-    counts: dict[str, int] = {}
-    for row in rows:
-        name = short_machine(row.get("machine", ""))
-        counts[name] = counts.get(name, 0) + 1
+    counts = collections.Counter(short_machine(row.get("machine", "")) for row in rows)
     if len(counts) == 1:
         return next(iter(counts))
     return ", ".join(f"{name} x{count}" for name, count in sorted(counts.items()))
