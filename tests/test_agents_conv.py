@@ -104,7 +104,10 @@ def test_networks_keep_parameters_and_function_under_every_plan(torso, shape):
     reference = networks.ActorCritic(torso=torso, action_dim=5, continuous=False, conv_plan=plans["direct"])
     small = jnp.asarray(rng.integers(0, 255, (4, *shape)), jnp.uint8)
     large = jnp.asarray(rng.integers(0, 255, (networks.SMALL_BATCH + 1, *shape)), jnp.uint8)
-    params = reference.init(jax.random.PRNGKey(0), small)
+    def init(model):  # one compiled program, not the eager ops of every form (seconds at the suite's -O0)
+        return jax.jit(model.init)(jax.random.PRNGKey(0), small)
+
+    params = init(reference)
 
     def loss(model, params, obs):
         logits, value = model.apply(params, obs)
@@ -114,7 +117,7 @@ def test_networks_keep_parameters_and_function_under_every_plan(torso, shape):
     expected_grad = jax.jit(jax.grad(functools.partial(loss, reference)))(params, large)  # the learner's regime
     for name, plan in plans.items():
         model = networks.ActorCritic(torso=torso, action_dim=5, continuous=False, conv_plan=plan)
-        chex.assert_trees_all_equal(model.init(jax.random.PRNGKey(0), small), params)
+        chex.assert_trees_all_equal(init(model), params)
         chex.assert_trees_all_close(jax.jit(model.apply)(params, small), expected_small, rtol=1e-4, atol=1e-5,
                                     custom_message=name)
         chex.assert_trees_all_close(jax.jit(jax.grad(functools.partial(loss, model)))(params, large), expected_grad,
