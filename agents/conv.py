@@ -169,20 +169,32 @@ def cm_slices(x: jnp.ndarray, kernel: jnp.ndarray, stride: int) -> jnp.ndarray:
     return out.reshape(features, batch, oh, ow)
 
 
-def cm_space_to_depth(x: jnp.ndarray, kernel: jnp.ndarray, stride: int) -> jnp.ndarray:
-    """Channels-major space-to-depth: `x` [C, B, H, W] cut into s x s blocks ([s s C, B, H/s, W/s], features
-    (dy, dx, c)), then `cm_slices` of the (k/s) x (k/s) block kernel with stride 1 (strided slices avoided)."""
+def cm_blocks(x: jnp.ndarray, kernel_size: int, stride: int) -> jnp.ndarray:
+    """`x` [C, B, H, W] cut into s x s blocks: [s s C, B, H/s, W/s] with features (dy, dx, c), trimmed to the rows
+    and columns a k x k, stride-s convolution reads. Any dtype (the frames' uint8 too)."""
     channels, batch, height, width = x.shape
-    k, features = kernel.shape[0], kernel.shape[-1]
+    m = kernel_size // stride
+    bh, bw = out_size(height, kernel_size, stride) + m - 1, out_size(width, kernel_size, stride) + m - 1
+    x = x[:, :, : bh * stride, : bw * stride].reshape(channels, batch, bh, stride, bw, stride)
+    return x.transpose(3, 5, 0, 1, 2, 4).reshape(stride * stride * channels, batch, bh, bw)
+
+
+def block_kernel(kernel: jnp.ndarray, stride: int) -> jnp.ndarray:
+    """kernel[s by + dy, s bx + dx, c, o] -> the block kernel [by, bx, (dy, dx, c), o] that `cm_blocks`' output
+    takes at stride 1."""
+    k, _, channels, features = kernel.shape
+    m = k // stride
+    block = kernel.reshape(m, stride, m, stride, channels, features).transpose(0, 2, 1, 3, 4, 5)
+    return block.reshape(m, m, stride * stride * channels, features)
+
+
+def cm_space_to_depth(x: jnp.ndarray, kernel: jnp.ndarray, stride: int) -> jnp.ndarray:
+    """Channels-major space-to-depth: `x` [C, B, H, W] cut into s x s blocks (`cm_blocks`), then `cm_slices` of the
+    (k/s) x (k/s) block kernel with stride 1 (strided slices avoided)."""
+    k = kernel.shape[0]
     if k % stride:
         raise ValueError(f"cm_space_to_depth needs the kernel ({k}) divisible by the stride ({stride})")
-    m = k // stride
-    bh, bw = out_size(height, k, stride) + m - 1, out_size(width, k, stride) + m - 1
-    x = x[:, :, : bh * stride, : bw * stride].reshape(channels, batch, bh, stride, bw, stride)
-    blocks = x.transpose(3, 5, 0, 1, 2, 4).reshape(stride * stride * channels, batch, bh, bw)
-    # kernel[s by + dy, s bx + dx, c, o] -> block kernel[by, bx, (dy, dx, c), o]
-    block_kernel = kernel.reshape(m, stride, m, stride, channels, features).transpose(0, 2, 1, 3, 4, 5)
-    return cm_slices(blocks, block_kernel.reshape(m, m, stride * stride * channels, features), 1)
+    return cm_slices(cm_blocks(x, k, stride), block_kernel(kernel, stride), 1)
 
 
 _FORM_FNS = {"direct": conv_direct, "slices": conv_slices, "patches": conv_patches,
