@@ -104,6 +104,7 @@ def test_networks_keep_parameters_and_function_under_every_plan(torso, shape):
     reference = networks.ActorCritic(torso=torso, action_dim=5, continuous=False, conv_plan=plans["direct"])
     small = jnp.asarray(rng.integers(0, 255, (4, *shape)), jnp.uint8)
     large = jnp.asarray(rng.integers(0, 255, (networks.SMALL_BATCH + 1, *shape)), jnp.uint8)
+
     def init(model):  # one compiled program, not the eager ops of every form (seconds at the suite's -O0)
         return jax.jit(model.init)(jax.random.PRNGKey(0), small)
 
