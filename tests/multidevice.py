@@ -47,17 +47,101 @@ def device_env(num_devices: int, optimized: bool = False, fusion_emitters: bool 
 
 def run_python(code: str, num_devices: int, timeout: float = 600.0, optimized: bool = False,
                fusion_emitters: bool = False) -> str:
-    """Runs `code` (dedented) with `num_devices` CPU devices; returns stdout, fails with the child's output."""
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
-        env=device_env(num_devices, optimized, fusion_emitters),
-        capture_output=True, text=True, timeout=timeout,
-    )
-    if result.returncode != 0:
+    """Runs `code` (dedented) with `num_devices` CPU devices; returns stdout, fails with the child's output. The child
+    is forked from this worker's pre-imported `tests.zygote` (or, with `HTSRL_TEST_FRESH_CHILDREN=1` or when the
+    zygote cannot start, a fresh interpreter): the same code, environment and exit status either way."""
+    code, env = textwrap.dedent(code), device_env(num_devices, optimized, fusion_emitters)
+    zygote = None if os.environ.get("HTSRL_TEST_FRESH_CHILDREN") == "1" else _zygote(env)
+    if zygote is None:
+        result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=timeout)
+        returncode, stdout, stderr = result.returncode, result.stdout, result.stderr
+    else:
+        returncode, stdout, stderr = zygote.run(code, env, timeout)
+    if returncode != 0:
         raise AssertionError(
-            f"child process failed (exit {result.returncode})\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+            f"child process failed (exit {returncode})\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
         )
-    return result.stdout
+    return stdout
+
+
+class _Zygote:
+    """This worker's `tests.zygote` process, for one environment (all but `XLA_FLAGS`: JAX reads the rest when it
+    is imported, XLA the flags when its backend starts)."""
+
+    def __init__(self, env: dict):
+        self.key = _zygote_key(env)
+        self.proc = subprocess.Popen([sys.executable, "-c", "import tests.zygote as z; z.serve()"], cwd=ROOT,
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self.pending = b""  # bytes read after the last full reply line
+        if self._reply(timeout=120) != {"ready": True}:
+            raise RuntimeError("the zygote did not start")
+
+    def _reply(self, timeout: float):
+        """The next reply line, or None after `timeout` s or at the zygote's end (a raw pipe: no buffer hides a line
+        from `select`)."""
+        import json
+        import select
+        import time
+
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            if not select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            if not chunk:
+                return None
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, code: str, env: dict, timeout: float) -> tuple[int, str, str]:
+        import json
+        import signal
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="zygote-child-") as tmp:
+            out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+            request = (json.dumps(dict(code=code, env=env, stdout=out, stderr=err)) + "\n").encode()
+            while request:
+                request = request[self.proc.stdin.write(request):]
+            pid = self._reply(timeout=60)["pid"]
+            reply = self._reply(timeout)
+            if reply is None:
+                os.kill(pid, signal.SIGKILL)
+                self._reply(timeout=60)
+                raise subprocess.TimeoutExpired(["python", "-c", code], timeout)
+            with open(out) as f_out, open(err) as f_err:
+                return reply["status"], f_out.read(), f_err.read()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+_ZYGOTE: _Zygote | None = None
+_ZYGOTE_FAILED = False
+
+
+def _zygote_key(env: dict) -> tuple:
+    return tuple(sorted((name, value) for name, value in env.items() if name != "XLA_FLAGS"))
+
+
+def _zygote(env: dict) -> _Zygote | None:
+    """The zygote for `env`: started on first use, restarted when the environment changed; None if it fails."""
+    global _ZYGOTE, _ZYGOTE_FAILED
+    if _ZYGOTE is not None and (_ZYGOTE.key != _zygote_key(env) or _ZYGOTE.proc.poll() is not None):
+        _ZYGOTE.close()
+        _ZYGOTE = None
+    if _ZYGOTE is None and not _ZYGOTE_FAILED:
+        try:
+            _ZYGOTE = _Zygote(env)
+            import atexit
+
+            atexit.register(lambda: _ZYGOTE is not None and _ZYGOTE.close())
+        except (OSError, RuntimeError, ValueError):
+            _ZYGOTE_FAILED = True
+    return _ZYGOTE
 
 
 def run_with_fusion_emitters(function, *args) -> None:
