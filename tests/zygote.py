@@ -30,7 +30,7 @@ def _preload() -> None:
     for name in PRELOAD:
         try:
             importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - an optional import; the child imports it itself if it needs it
+        except Exception:  # an optional import: the child imports it itself if it needs it
             pass
     from jax._src import xla_bridge
 
@@ -64,7 +64,7 @@ def _run_child(request: dict, channels: list[int]) -> None:
         else:
             print(stop.code, file=sys.stderr)
             status = 1
-    except BaseException as error:  # noqa: BLE001 - reported as the interpreter would, without this frame
+    except BaseException as error:  # reported as the interpreter would, without this frame
         traceback.print_exception(type(error), error, error.__traceback__.tb_next)
         status = 1
     threading._shutdown()  # what the interpreter does at exit: wait for non-daemon threads, then atexit
