@@ -14,13 +14,13 @@
   another form is converted to float32 instead. So the products are written in those forms (`_bf16_product`), and
   the patches stay float32 until the product (XLA CPU slices and stacks bfloat16 arrays slower than float32 ones).
   A departure from float32 training, measured here only.
-
-Each variant's program runs the value and gradient over a round's four minibatches in one XLA loop, as the update
-does (a lone call allocates its ~0.4 GB of buffers afresh and pays ~54,000 page faults that the update's loop does
-not); times are per minibatch. The variants are called in turn, so a change of the machine's speed reaches all of
-them alike; the outputs are checked against the network's path.
 * Overlapping the next minibatch's gather with the current gradient: what there is to hide, the gather of 256
   frames from a 1,024-step round as the update does it (uint8), beside the value and gradient it would hide behind.
+
+Each variant's program runs the value and gradient over a round's four minibatches in one XLA loop, as the update
+does (a lone call allocates its buffers afresh and pays ~54,000 page faults, `results/compute_bound_cpu.md`, that
+the update's loop does not); times are per minibatch. The variants are called in turn, so a change of the machine's
+speed reaches all of them alike; the outputs are checked against the network's path.
 
 Run it alone: a second job on the cores slows every call."""
 
