@@ -124,7 +124,10 @@ _ZYGOTE_FAILED = False
 
 
 def _zygote_key(env: dict) -> tuple:
-    return tuple(sorted((name, value) for name, value in env.items() if name != "XLA_FLAGS"))
+    """What a zygote's imports may have read: the environment but `XLA_FLAGS` and pytest's name of the running test
+    (which changes with every test; the child gets it with the rest)."""
+    return tuple(sorted((name, value) for name, value in env.items()
+                        if name not in ("XLA_FLAGS", "PYTEST_CURRENT_TEST")))
 
 
 def _zygote(env: dict) -> _Zygote | None:
