@@ -151,20 +151,30 @@ def from_channels_major(x: jnp.ndarray) -> jnp.ndarray:
     return x.transpose(1, 2, 3, 0)
 
 
-def cm_slices(x: jnp.ndarray, kernel: jnp.ndarray, stride: int) -> jnp.ndarray:
-    """Channels-major im2col: `x` [C, B, H, W] -> [O, B, oh, ow]. The k x k strided slices (each [C, B, oh, ow]) are
-    stacked on a new leading axis, so the patch matrix `[k k C, B oh ow]` is built from whole rows of the spatial
-    dimensions (the fast copy on XLA CPU, where the channels-last concatenation copies 64-float pieces), and the
-    product `[O, k k C] x [k k C, B oh ow]` leaves the output channels-major for the next layer."""
+def cm_patches(x: jnp.ndarray, kernel_size: int, stride: int) -> jnp.ndarray:
+    """Channels-major im2col: `x` [C, B, H, W] -> the patch matrix `[k k C, B oh ow]`, rows ordered (ky, kx, c). The
+    k x k strided slices (each [C, B, oh, ow]) are stacked on a new leading axis, so the matrix is built from whole
+    rows of the spatial dimensions (the fast copy on XLA CPU, where the channels-last concatenation copies 64-float
+    pieces)."""
     channels, batch, height, width = x.shape
-    k, features = kernel.shape[0], kernel.shape[-1]
+    k = kernel_size
     oh, ow = out_size(height, k, stride), out_size(width, k, stride)
     rows = [
         lax.slice(x, (0, 0, ky, kx), (channels, batch, ky + stride * (oh - 1) + 1, kx + stride * (ow - 1) + 1),
                   (1, 1, stride, stride))
         for ky in range(k) for kx in range(k)
     ]  # k k x [C, B, oh, ow], ordered (ky, kx)
-    patches = jnp.stack(rows, axis=0).reshape(k * k * channels, batch * oh * ow)
+    return jnp.stack(rows, axis=0).reshape(k * k * channels, batch * oh * ow)
+
+
+def cm_slices(x: jnp.ndarray, kernel: jnp.ndarray, stride: int) -> jnp.ndarray:
+    """Channels-major im2col convolution: `x` [C, B, H, W] -> [O, B, oh, ow], the product
+    `[O, k k C] x [k k C, B oh ow]` of the kernel and `cm_patches`, which leaves the output channels-major for the next
+    layer."""
+    channels, batch, height, width = x.shape
+    k, features = kernel.shape[0], kernel.shape[-1]
+    oh, ow = out_size(height, k, stride), out_size(width, k, stride)
+    patches = cm_patches(x, k, stride)
     out = kernel.reshape(k * k * channels, features).T @ patches  # [O, B oh ow]
     return out.reshape(features, batch, oh, ow)
 

@@ -92,8 +92,6 @@ def _bf16_product(a, b):
 
 def _cm_conv(x, kernel, stride: int, bf16: bool):
     """`conv.cm_space_to_depth` (stride > 1) or `conv.cm_slices`, with the product in bfloat16 if `bf16`."""
-    import jax.numpy as jnp
-
     from agents import conv
 
     if not bf16:
@@ -102,11 +100,9 @@ def _cm_conv(x, kernel, stride: int, bf16: bool):
         x, kernel = conv.cm_blocks(x, kernel.shape[0], stride), conv.block_kernel(kernel, stride)
     k, _, channels, features = kernel.shape
     _, batch, height, width = x.shape
-    oh, ow = conv.out_size(height, k, 1), conv.out_size(width, k, 1)
-    rows = [x[:, :, ky:ky + oh, kx:kx + ow] for ky in range(k) for kx in range(k)]
-    patches = jnp.stack(rows, axis=0).reshape(k * k * channels, batch * oh * ow)
     matrix = kernel.reshape(k * k * channels, features)
-    return _bf16_product(_materialized_t(matrix), patches).reshape(features, batch, oh, ow)
+    out = _bf16_product(_materialized_t(matrix), conv.cm_patches(x, k, 1))
+    return out.reshape(features, batch, conv.out_size(height, k, 1), conv.out_size(width, k, 1))
 
 
 def trunk(p, obs, variant: int):
