@@ -5,10 +5,16 @@ test that needs several devices runs its code here, in its own process, from the
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -80,10 +86,6 @@ class _Zygote:
     def _reply(self, timeout: float):
         """The next reply line, or None after `timeout` s or at the zygote's end (a raw pipe: no buffer hides a line
         from `select`)."""
-        import json
-        import select
-        import time
-
         deadline = time.monotonic() + timeout
         while b"\n" not in self.pending:
             if not select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
@@ -96,10 +98,6 @@ class _Zygote:
         return json.loads(line)
 
     def run(self, code: str, env: dict, timeout: float) -> tuple[int, str, str]:
-        import json
-        import signal
-        import tempfile
-
         with tempfile.TemporaryDirectory(prefix="zygote-child-") as tmp:
             out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
             request = (json.dumps(dict(code=code, env=env, stdout=out, stderr=err)) + "\n").encode()
@@ -139,12 +137,15 @@ def _zygote(env: dict) -> _Zygote | None:
     if _ZYGOTE is None and not _ZYGOTE_FAILED:
         try:
             _ZYGOTE = _Zygote(env)
-            import atexit
-
-            atexit.register(lambda: _ZYGOTE is not None and _ZYGOTE.close())
         except (OSError, RuntimeError, ValueError):
             _ZYGOTE_FAILED = True
     return _ZYGOTE
+
+
+@atexit.register
+def _close_zygote() -> None:
+    if _ZYGOTE is not None:
+        _ZYGOTE.close()
 
 
 def run_with_fusion_emitters(function, *args) -> None:
@@ -198,8 +199,6 @@ def run_two_process_job(script, workdir, name: str = "multi", num_devices: int =
     """A 2-process `jax.distributed` job on 127.0.0.1, `num_devices` CPU devices each: process p runs
     `script(extra)`, where `extra` holds its multi-host config fields, with `sys.argv[1:]` = [<workdir>/<name>,
     <workdir>/<name><p>.npy]; returns the last JSON line each process printed."""
-    import json
-
     port = free_port()
     codes = []
     for pid in range(2):
@@ -227,9 +226,6 @@ def stop_job_when(procs: list, ready, stop_timeout: float, logs=lambda: None) ->
     """Waits (up to 240 s) until `ready()`, failing if a process of the job ends first; then sends every process
     SIGTERM and returns their exit statuses (each waited up to `stop_timeout` s). Kills any still running on the way
     out. `logs()` goes into the failure message."""
-    import signal
-    import time
-
     try:
         deadline = time.time() + 240
         while not ready():
