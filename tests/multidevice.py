@@ -148,12 +148,17 @@ def _close_zygote() -> None:
         _ZYGOTE.close()
 
 
-def run_with_fusion_emitters(function, *args) -> None:
+def call_in_child(function, *args, optimized: bool = False, fusion_emitters: bool = False) -> None:
     """Calls `function(*args)` (a module-level function of a test module; arguments that `repr` writes back) in a
-    child process that keeps XLA's default fusion emitters (`device_env`), with one CPU device."""
+    child process with one CPU device and the XLA flags `device_env` gives for `optimized` / `fusion_emitters`."""
     module = os.path.splitext(os.path.relpath(sys.modules[function.__module__].__file__, ROOT))[0].replace(os.sep, ".")
     run_python(f"from {module} import {function.__name__}\n{function.__name__}(*{args!r})", num_devices=1,
-               fusion_emitters=True)
+               optimized=optimized, fusion_emitters=fusion_emitters)
+
+
+def run_with_fusion_emitters(function, *args) -> None:
+    """`call_in_child` under XLA's default fusion emitters (a test comparing two programs to the last bits)."""
+    call_in_child(function, *args, fusion_emitters=True)
 
 
 def free_port() -> int:

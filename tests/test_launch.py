@@ -41,25 +41,37 @@ def _outputs_ok(run_dir, steps):
 
 
 @pytest.mark.parametrize(
-    "main,kwargs,steps",
+    "launcher,kwargs,steps,optimized",
     [
         # The main command at a smoke size (its preset's update at real size: tests/test_presets.py).
-        (launch_hts.main, dict(game="Breakout", num_envs=4, sync_interval=4, total_steps=32, num_actors=2,
-                               num_minibatches=2, num_epochs=1), 32),
-        (launch_sync.main, dict(game="Breakout", num_envs=4, sync_interval=4, total_steps=32, algo="a2c"), 32),
-        (launch_hts.main, dict(env="gfootball/academy_empty_goal_close-v1", num_envs=4, sync_interval=4,
-                               total_steps=32, num_minibatches=2, num_epochs=1), 32),
-        (launch_sync.main, dict(env="gfootball/academy_empty_goal_close-v1", num_envs=4, sync_interval=4,
-                                total_steps=32, num_minibatches=2, num_epochs=1), 32),
-        (launch_hts.main, dict(env="HalfCheetah-v4", num_envs=2, sync_interval=8, total_steps=32,
-                               num_minibatches=2, num_epochs=1), 32),
+        ("hts", dict(game="Breakout", num_envs=4, sync_interval=4, total_steps=32, num_actors=2, num_minibatches=2,
+                     num_epochs=1), 32, True),
+        ("sync", dict(game="Breakout", num_envs=4, sync_interval=4, total_steps=32, algo="a2c"), 32, False),
+        ("hts", dict(env="gfootball/academy_empty_goal_close-v1", num_envs=4, sync_interval=4, total_steps=32,
+                     num_minibatches=2, num_epochs=1), 32, True),
+        ("sync", dict(env="gfootball/academy_empty_goal_close-v1", num_envs=4, sync_interval=4, total_steps=32,
+                      num_minibatches=2, num_epochs=1), 32, True),
+        ("hts", dict(env="HalfCheetah-v4", num_envs=2, sync_interval=8, total_steps=32, num_minibatches=2,
+                     num_epochs=1), 32, False),
     ],
     ids=["hts-breakout", "sync-breakout-a2c", "hts-gfootball", "sync-gfootball", "hts-mujoco"],
 )
 @pytest.mark.slow
-def test_launcher_smoke(tmp_path, main, kwargs, steps):
+def test_launcher_smoke(tmp_path, launcher, kwargs, steps, optimized):
+    """`optimized`: in a child at XLA's default optimization, where the image networks' small-batch convolutions
+    (XLA's own loops) run several times faster than under the suite's quick-compile flags (conftest)."""
     run_dir = str(tmp_path / "run")
-    run_launcher(main, logdir=run_dir, eval_episodes=1, quiet=True, **kwargs)
+    if optimized:
+        from multidevice import call_in_child
+
+        call_in_child(check_launcher_smoke, run_dir, launcher, kwargs, steps, optimized=True)
+    else:
+        check_launcher_smoke(run_dir, launcher, kwargs, steps)
+
+
+def check_launcher_smoke(run_dir: str, launcher: str, kwargs: dict, steps: int) -> None:
+    run_launcher(importlib.import_module(f"launch.{launcher}").main, logdir=run_dir, eval_episodes=1, quiet=True,
+                 **kwargs)
     summary = _outputs_ok(run_dir, steps)
     assert summary["evaluations"] >= 1 and summary["final_metric"] is not None
 

@@ -81,10 +81,17 @@ def _insert(buffer, model, streams, obs, next_obs, continues, extras):
 
 
 def _assert_batch_matches(model, indices, batch):
-    for i, transition_id in enumerate(indices.tolist()):
-        _, _, data = model.transitions[transition_id]
-        for name, value in data.items():
-            np.testing.assert_array_equal(batch[name][i], value, err_msg=f"{name} of transition {transition_id}")
+    """Row i of every field of `batch` is transition indices[i] as the model stored it (compared field by field in
+    one array comparison; a mismatch names its first transition)."""
+    ids = indices.tolist()
+    stored = [model.transitions[transition_id][2] for transition_id in ids]
+    for name in stored[0] if stored else ():
+        expected = np.stack([data[name] for data in stored])
+        if not np.array_equal(batch[name], expected):
+            for row in range(min(len(batch[name]), len(ids))):
+                message = f"{name} of transition {ids[row]}"
+                np.testing.assert_array_equal(batch[name][row], expected[row], err_msg=message)
+            raise AssertionError(f"{name}: shape {np.shape(batch[name])} against {expected.shape}")
 
 
 def _assert_matches_model(buffer, model, rng):
