@@ -100,17 +100,26 @@ class _Zygote:
     def run(self, code: str, env: dict, timeout: float) -> tuple[int, str, str]:
         with tempfile.TemporaryDirectory(prefix="zygote-child-") as tmp:
             out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
-            request = (json.dumps(dict(code=code, env=env, stdout=out, stderr=err)) + "\n").encode()
-            while request:
-                request = request[self.proc.stdin.write(request):]
-            pid = self._reply(timeout=60)["pid"]
-            reply = self._reply(timeout)
-            if reply is None:
-                os.kill(pid, signal.SIGKILL)
-                self._reply(timeout=60)
-                raise subprocess.TimeoutExpired(["python", "-c", code], timeout)
+            [status] = self.run_together([code], env, [(out, err)], timeout)
             with open(out) as f_out, open(err) as f_err:
-                return reply["status"], f_out.read(), f_err.read()
+                return status, f_out.read(), f_err.read()
+
+    def run_together(self, codes: list[str], env: dict, outputs: list[tuple[str, str]], timeout: float) -> list[int]:
+        """Runs one child per code at once, child i writing to the files `outputs[i]` (stdout, stderr); returns
+        their exit statuses. After `timeout` s every child is killed and `subprocess.TimeoutExpired` raised."""
+        children = [dict(code=code, env=env, stdout=out, stderr=err) for code, (out, err) in zip(codes, outputs,
+                                                                                                 strict=True)]
+        request = (json.dumps(dict(children=children)) + "\n").encode()
+        while request:
+            request = request[self.proc.stdin.write(request):]
+        pids = self._reply(timeout=60)["pids"]
+        reply = self._reply(timeout)
+        if reply is None:
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            self._reply(timeout=60)
+            raise subprocess.TimeoutExpired(["python", "-c", codes[0]], timeout)
+        return reply["statuses"]
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -173,31 +182,51 @@ def run_processes(codes: list[str], num_devices: int, workdir: str, timeout: flo
     """Runs one Python process per code string at once (a `jax.distributed` job), each with `num_devices` CPU
     devices; returns their stdouts. Output goes to files, not pipes: a process blocked on a full pipe would never
     reach JAX's shutdown barrier and the job would abort."""
-    procs, files = [], []
-    for i, code in enumerate(codes):
-        out = open(os.path.join(workdir, f"process-{i}.out"), "w+")
-        err = open(os.path.join(workdir, f"process-{i}.err"), "w+")
-        files.append((out, err))
-        procs.append(subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
-                                      env=device_env(num_devices), stdout=out, stderr=err, text=True))
-    outputs = []
+    codes, env = [textwrap.dedent(code) for code in codes], device_env(num_devices)
+    paths = [(os.path.join(workdir, f"process-{i}.out"), os.path.join(workdir, f"process-{i}.err"))
+             for i in range(len(codes))]
+    zygote = None if os.environ.get("HTSRL_TEST_FRESH_CHILDREN") == "1" else _zygote(env)
+    if zygote is not None:
+        statuses = zygote.run_together(codes, env, paths, timeout)
+    else:
+        statuses = _run_fresh_together(codes, env, paths, timeout)
+    outputs, failures = [], []
+    for i, (status, (out, err)) in enumerate(zip(statuses, paths, strict=True)):
+        with open(out) as f_out, open(err) as f_err:
+            stdout, stderr = f_out.read(), f_err.read()
+        if status != 0:
+            failures.append(f"process {i} failed (exit {status})\n--- stderr tail\n{stderr[-3000:]}")
+        outputs.append(stdout)
+    if failures:
+        raise AssertionError("\n".join(failures))
+    return outputs
+
+
+def _run_fresh_together(codes: list[str], env: dict, paths: list[tuple[str, str]], timeout: float) -> list[int]:
+    """`run_processes` without the zygote: one fresh interpreter per code, at once; their exit statuses."""
+    procs = []
     try:
-        for proc, (out, err) in zip(procs, files, strict=True):
-            proc.wait(timeout=timeout)
-            out.seek(0)
-            err.seek(0)
-            stdout, stderr = out.read(), err.read()
-            if proc.returncode != 0:
-                raise AssertionError(f"process failed (exit {proc.returncode})\n--- stderr tail\n{stderr[-3000:]}")
-            outputs.append(stdout)
+        for code, (out, err) in zip(codes, paths, strict=True):
+            with open(out, "w") as f_out, open(err, "w") as f_err:
+                procs.append(subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=f_out,
+                                              stderr=f_err))
+        deadline = time.monotonic() + timeout
+        while True:  # a failed process ends the others, as the zygote does
+            statuses = [proc.poll() for proc in procs]
+            if None not in statuses or any(statuses):
+                break
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(["python", "-c", codes[0]], timeout)
+            time.sleep(0.05)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        return [proc.wait() for proc in procs]
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-        for out, err in files:
-            out.close()
-            err.close()
-    return outputs
+                proc.wait()
 
 
 def run_two_process_job(script, workdir, name: str = "multi", num_devices: int = 2) -> list[dict]:

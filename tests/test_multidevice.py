@@ -1,9 +1,11 @@
-"""`multidevice.run_python`'s children, forked from the worker's zygote, behave as `python -c` children do."""
+"""`multidevice.run_python`'s and `run_processes`' children, forked from the worker's zygote, behave as `python -c`
+children do."""
 
 import subprocess
+import time
 
 import pytest
-from multidevice import run_python
+from multidevice import run_processes, run_python
 
 _DEVICES = "import jax; print(len(jax.devices()))"
 
@@ -55,3 +57,17 @@ def test_one_zygote_serves_every_test_of_a_worker(monkeypatch):
     assert run_python("import os; print(os.getppid())", 2) == first
     assert run_python("import os; print(os.environ['PYTEST_CURRENT_TEST'])", 1).strip() == (
         "tests/other.py::test_other (call)")  # the child still gets the test's environment
+
+
+def test_a_jobs_processes_run_at_once_and_a_failing_one_ends_the_others(tmp_path):
+    """Process 0 waits for a file process 1 writes (they run at once); a process that fails ends the one still
+    waiting for it, as a job's other process would otherwise wait at its next collective until JAX's deadline."""
+    flag = str(tmp_path / "flag")
+    wait = f"import os, time\nwhile not os.path.exists({flag!r}): time.sleep(0.01)\nprint('saw it')"
+    outputs = run_processes([wait, f"open({flag!r}, 'w').close(); print('wrote it')"], 1, str(tmp_path))
+    assert [out.strip() for out in outputs] == ["saw it", "wrote it"]
+    start = time.monotonic()
+    with pytest.raises(AssertionError) as failure:
+        run_processes(["import time; time.sleep(60)", "raise SystemExit(5)"], 1, str(tmp_path))
+    assert time.monotonic() - start < 30
+    assert "process 1 failed (exit 5)" in str(failure.value)

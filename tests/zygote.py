@@ -8,8 +8,9 @@ output files and the `-c` module as `__main__`, then runs the code as `python -c
 traceback, wait for non-daemon threads and `atexit` handlers. It then leaves with `os._exit`, skipping the teardown of
 the interpreter's modules (0.8 s in a forked child, whose every decref copies a page the zygote shares).
 
-Protocol, one JSON line each way (stdin / stdout of this process): request `{"code", "env", "stdout", "stderr"}`;
-replies `{"pid"}` when the child starts, then `{"status"}` (its exit code, negative for a signal) when it ends.
+Protocol, one JSON line each way (stdin / stdout of this process): request `{"children": [{"code", "env",
+"stdout", "stderr"}, ...]}` (several children run at once: the processes of a `jax.distributed` job); replies
+`{"pids"}` when they have started, then `{"statuses"}` (their exit codes, negative for a signal) when all have ended.
 Start it as `python -c "import tests.zygote as z; z.serve()"`."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -76,6 +78,22 @@ def _run_child(request: dict, channels: list[int]) -> None:
     os._exit(status)
 
 
+def _wait_for(pids: list[int]) -> list[int]:
+    """The children's exit codes once all have ended; a child that fails ends the others (SIGKILL), as a job whose
+    other processes would wait for it at their next collective until JAX's deadline."""
+    statuses: dict[int, int] = {}
+    while len(statuses) < len(pids):
+        pid, status = os.waitpid(-1, 0)
+        if pid not in pids:
+            continue
+        statuses[pid] = os.waitstatus_to_exitcode(status)
+        if statuses[pid] != 0:
+            for other in pids:
+                if other not in statuses:
+                    os.kill(other, signal.SIGKILL)
+    return [statuses[pid] for pid in pids]
+
+
 def serve() -> None:
     """Preloads, then forks one child per request until stdin closes."""
     requests = os.fdopen(os.dup(0), "r")
@@ -87,15 +105,17 @@ def serve() -> None:
     replies.write(json.dumps({"ready": True}) + "\n")
     replies.flush()
     for line in requests:
-        request = json.loads(line)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            _run_child(request, [requests.fileno(), replies.fileno()])
-        replies.write(json.dumps({"pid": pid}) + "\n")
+        pids = []
+        for child in json.loads(line)["children"]:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _run_child(child, [requests.fileno(), replies.fileno()])
+            pids.append(pid)
+        replies.write(json.dumps({"pids": pids}) + "\n")
         replies.flush()
-        _, status = os.waitpid(pid, 0)
-        replies.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
+        statuses = _wait_for(pids)
+        replies.write(json.dumps({"statuses": statuses}) + "\n")
         replies.flush()
     os._exit(0)
