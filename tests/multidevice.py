@@ -116,7 +116,10 @@ class _Zygote:
         reply = self._reply(timeout)
         if reply is None:
             for pid in pids:
-                os.kill(pid, signal.SIGKILL)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:  # ended (and reaped by the zygote) just now
+                    pass
             self._reply(timeout=60)
             raise subprocess.TimeoutExpired(["python", "-c", codes[0]], timeout)
         return reply["statuses"]
