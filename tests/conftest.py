@@ -48,3 +48,9 @@ os.environ["XLA_FLAGS"] = " ".join(
 # The convolution plans of image tasks stay the fixed table's (`systems.common.conv_tuning`): timing them at every
 # small batch the tests use would add minutes; tests/test_conv_tuning.py turns it on with its own cache file.
 os.environ.setdefault("HTSRL_CONV_TUNING", "off")
+
+
+def pytest_collection_modifyitems(items):
+    """The `slow` tests first (longest-first scheduling: pytest-xdist hands out tests in this order, so the quick ones
+    fill the workers' ends instead of a learning run starting last on one worker while the other idles)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
