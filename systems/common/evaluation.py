@@ -42,10 +42,25 @@ def policy_act_fn(apply_fn: Callable, *, deterministic: bool) -> Callable:
     return jax.jit(act)
 
 
+def network_act_fn(network, *, deterministic: bool) -> Callable:
+    """`policy_act_fn` of a flax actor-critic, made once for equal networks (modules compare by their fields), so a
+    process's later evaluators of the same agent reuse its programs (a network that cannot be hashed gets its own)."""
+    try:
+        return _network_act_fn(network, deterministic)
+    except TypeError:  # unhashable
+        return policy_act_fn(network.apply, deterministic=deterministic)
+
+
+@functools.lru_cache(maxsize=16)
+def _network_act_fn(network, deterministic: bool) -> Callable:
+    return policy_act_fn(network.apply, deterministic=deterministic)
+
+
+@functools.lru_cache(maxsize=32)
 def split_and_act(act: Callable) -> Callable:
     """Jitted `(params, obs, key) -> (next key, act(params, obs, subkey))` with `next key, subkey = split(key)`: the
     pooled loop's key chain inside the program; the split and the unpacking of its result, run op by op, cost more
-    than a small policy's whole call (benchmarks/results/small_policy_overhead_cpu.md)."""
+    than a small policy's whole call (benchmarks/results/small_policy_overhead_cpu.md). Made once per `act`."""
 
     def step(params, obs, key):
         key, subkey = jax.random.split(key)
@@ -113,8 +128,8 @@ class Evaluator:
         act_fn: Callable | None = None,
         jitted: bool = True,
     ):
-        """`apply_fn(params, obs) -> (policy_out, value)` of an actor-critic; off-policy agents pass
-        `act_fn(params, obs, key) -> actions` (jitted) instead and `apply_fn=None`."""
+        """`apply_fn(params, obs) -> (policy_out, value)` of an actor-critic, or `act_fn(params, obs, key) ->
+        actions` (jitted: an off-policy agent's, or `network_act_fn`'s) and `apply_fn=None`."""
         self.spec = spec
         self.episodes = episodes
         self.seed = seed

@@ -24,7 +24,14 @@ from systems.common import config as config_lib
 from systems.common import hardware, rundir
 from systems.common import profile as profile_lib
 from systems.common.checkpoint import Checkpointing, set_aside
-from systems.common.evaluation import EvaluationRecord, Evaluator, final_metric, reached_target, required_time
+from systems.common.evaluation import (
+    EvaluationRecord,
+    Evaluator,
+    final_metric,
+    network_act_fn,
+    reached_target,
+    required_time,
+)
 from systems.common.finite import NonFiniteError, first_nonfinite, nonfinite_message, params_are_finite
 from systems.common.learner import LearnerSetup, parameter_count
 from systems.common.outputs import PROGRESS_BASE, RunOutputs, params_fingerprint
@@ -90,8 +97,9 @@ def on_policy_evaluator(config: config_lib.TrainConfig, spec: EnvSpec, setup: Le
     """The PPO / A2C systems' evaluation (seed 000 section 5's protocol), or None with `--eval_episodes=0`."""
     if config.eval_episodes <= 0:
         return None
-    return Evaluator(spec, setup.network.apply, episodes=config.eval_episodes, seed=setup.eval_seed,
-                     deterministic=config.eval_deterministic)
+    act = network_act_fn(setup.network, deterministic=config.eval_deterministic)
+    return Evaluator(spec, None, episodes=config.eval_episodes, seed=setup.eval_seed,
+                     deterministic=config.eval_deterministic, act_fn=act)
 
 
 LOCK_STEP_BOUNDS = {
