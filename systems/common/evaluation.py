@@ -24,6 +24,7 @@ from envs import jax_pool
 from envs.episodes import EpisodeTracker
 from envs.factory import EnvSpec, make_pool
 from systems.common import video
+from systems.common.jit_cache import made_once
 
 LAST_POLICIES = 10
 
@@ -43,17 +44,9 @@ def policy_act_fn(apply_fn: Callable, *, deterministic: bool) -> Callable:
 
 
 def network_act_fn(network, *, deterministic: bool) -> Callable:
-    """`policy_act_fn` of a flax actor-critic, made once for equal networks (modules compare by their fields), so a
-    process's later evaluators of the same agent reuse its programs (a network that cannot be hashed gets its own)."""
-    try:
-        return _network_act_fn(network, deterministic)
-    except TypeError:  # unhashable
-        return policy_act_fn(network.apply, deterministic=deterministic)
-
-
-@functools.lru_cache(maxsize=16)
-def _network_act_fn(network, deterministic: bool) -> Callable:
-    return policy_act_fn(network.apply, deterministic=deterministic)
+    """`policy_act_fn` of a flax actor-critic, made once for equal networks (`jit_cache.made_once`)."""
+    return made_once(("act", network, deterministic),
+                     lambda: policy_act_fn(network.apply, deterministic=deterministic))
 
 
 @functools.lru_cache(maxsize=32)

@@ -35,6 +35,7 @@ from agents.normalization import (
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
 from systems.common import conv_tuning
+from systems.common.jit_cache import made_once
 from systems.common.rollout import make_policy_fn
 
 # Stream names for jax.random.fold_in on the run key: one independent key per purpose.
@@ -84,23 +85,23 @@ def build(
     raw_network = network  # the normalized update feeds the raw network normalized observations
     if norm.enabled:
         network = NormalizedNetwork(network, norm, obs_shape=spec.obs_shape, num_envs=config.num_envs)
-    # What the update closes over, when build makes all of it (a system's own optimizer is not compared).
-    update_key = None if optimizer is not None else (raw_network, _optimizer_settings(config), norm)
+    own_optimizer = optimizer is not None
     if optimizer is None:
         optimizer = _default_optimizer(config)
     initial_state = initial_state_fn(network, optimizer, spec)
     state = initial_state(config.seed)
     update = _algo_update(config, spec, raw_network.apply, optimizer)
-    if update_key is not None:
-        update_key += (update.func, update.keywords["config"])
+    # What the update closes over, when build makes all of it (a system's own optimizer cannot be compared).
+    update_key = None if own_optimizer else (
+        "update", raw_network, _optimizer_settings(config), norm, update.func, update.keywords["config"])
     if norm.enabled:
         update = normalized_update(update, norm)
     action_shape, action_dtype = ((spec.action_dim,), np.float32) if spec.continuous else ((), np.int32)
     setup = LearnerSetup(
         network=network,
-        update=_jitted_update(update_key, update),
+        update=jax.jit(update) if update_key is None else made_once(update_key, lambda: jax.jit(update)),
         update_fn=update,
-        policy=per_network(_policy_fn, network),
+        policy=made_once(("policy", network), lambda: make_policy_fn(network.apply)),
         action_key=action_key(config.seed),
         eval_seed=eval_seed(config.seed),
         action_shape=action_shape,
@@ -108,46 +109,6 @@ def build(
         initial_state=initial_state,
     )
     return setup, state
-
-
-def per_network(make: Callable, network):
-    """`make(network)`, made once for equal networks (flax modules compare and hash by their fields): a process that
-    builds the same agent again (another run of a sweep or a test, an evaluation) reuses the jitted function, and
-    with it the function's traced and compiled programs. A network that cannot be hashed gets its own."""
-    try:
-        hash(network)
-    except TypeError:
-        return make.__wrapped__(network)
-    return make(network)
-
-
-_JITTED_UPDATES: dict = {}  # update key -> the jitted update of the first build with that key
-
-
-def _jitted_update(key: tuple | None, update: Callable) -> Callable:
-    """`jax.jit(update)`, made once per key (`build`'s `update_key`: the raw network, the optimizer's settings, the
-    normalization and the algorithm's update function and config) as `per_network` makes the policy."""
-    try:
-        hash(key)
-    except TypeError:
-        key = None
-    if key is None:
-        return jax.jit(update)
-    if key not in _JITTED_UPDATES:
-        if len(_JITTED_UPDATES) >= 16:
-            _JITTED_UPDATES.pop(next(iter(_JITTED_UPDATES)))
-        _JITTED_UPDATES[key] = jax.jit(update)
-    return _JITTED_UPDATES[key]
-
-
-@functools.lru_cache(maxsize=16)
-def _jitted_init(network) -> Callable:
-    return jax.jit(network.init)
-
-
-@functools.lru_cache(maxsize=16)
-def _policy_fn(network) -> Callable:
-    return make_policy_fn(network.apply)
 
 
 def _default_network(config: config_lib.TrainConfig, spec: EnvSpec) -> ActorCritic:
@@ -184,7 +145,7 @@ def initial_state_fn(
     dummy_obs = jnp.zeros((1, *spec.obs_shape), jax.dtypes.canonicalize_dtype(spec.obs_dtype))
     # One program for every layer's initializer (eager init compiled each orthogonal init per weight shape: 4.7 s
     # vs 3.5 s for the MLP, 9.2 s vs 4.9 s for the Nature CNN; the same values).
-    init = per_network(_jitted_init, network)
+    init = made_once(("init", network), lambda: jax.jit(network.init))
 
     def initial_state(seed: int) -> TrainState:
         run_key = jax.random.PRNGKey(seed)
