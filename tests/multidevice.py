@@ -57,7 +57,7 @@ def run_python(code: str, num_devices: int, timeout: float = 600.0, optimized: b
     is forked from this worker's pre-imported `tests.zygote` (or, with `HTSRL_TEST_FRESH_CHILDREN=1` or when the
     zygote cannot start, a fresh interpreter): the same code, environment and exit status either way."""
     code, env = textwrap.dedent(code), device_env(num_devices, optimized, fusion_emitters)
-    zygote = None if os.environ.get("HTSRL_TEST_FRESH_CHILDREN") == "1" else _zygote(env)
+    zygote = _zygote(env)
     if zygote is None:
         result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                                 timeout=timeout)
@@ -141,8 +141,11 @@ def _zygote_key(env: dict) -> tuple:
 
 
 def _zygote(env: dict) -> _Zygote | None:
-    """The zygote for `env`: started on first use, restarted when the environment changed; None if it fails."""
+    """The zygote for `env`: started on first use, restarted when the environment changed; None if it fails or with
+    `HTSRL_TEST_FRESH_CHILDREN=1` (children are then fresh interpreters)."""
     global _ZYGOTE, _ZYGOTE_FAILED
+    if os.environ.get("HTSRL_TEST_FRESH_CHILDREN") == "1":
+        return None
     if _ZYGOTE is not None and (_ZYGOTE.key != _zygote_key(env) or _ZYGOTE.proc.poll() is not None):
         _ZYGOTE.close()
         _ZYGOTE = None
@@ -188,7 +191,7 @@ def run_processes(codes: list[str], num_devices: int, workdir: str, timeout: flo
     codes, env = [textwrap.dedent(code) for code in codes], device_env(num_devices)
     paths = [(os.path.join(workdir, f"process-{i}.out"), os.path.join(workdir, f"process-{i}.err"))
              for i in range(len(codes))]
-    zygote = None if os.environ.get("HTSRL_TEST_FRESH_CHILDREN") == "1" else _zygote(env)
+    zygote = _zygote(env)
     if zygote is not None:
         statuses = zygote.run_together(codes, env, paths, timeout)
     else:
@@ -214,22 +217,19 @@ def _run_fresh_together(codes: list[str], env: dict, paths: list[tuple[str, str]
                 procs.append(subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=f_out,
                                               stderr=f_err))
         deadline = time.monotonic() + timeout
-        while True:  # a failed process ends the others, as the zygote does
+        while True:  # a failed process ends the others (below), as the zygote does
             statuses = [proc.poll() for proc in procs]
             if None not in statuses or any(statuses):
                 break
             if time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(["python", "-c", codes[0]], timeout)
             time.sleep(0.05)
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-        return [proc.wait() for proc in procs]
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    return [proc.returncode for proc in procs]
 
 
 def run_two_process_job(script, workdir, name: str = "multi", num_devices: int = 2) -> list[dict]:
