@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import jax
@@ -88,12 +88,13 @@ def build(
     own_optimizer = optimizer is not None
     if optimizer is None:
         optimizer = _default_optimizer(config)
-    initial_state = initial_state_fn(network, optimizer, spec)
+    optimizer_key = None if own_optimizer else _optimizer_settings(config)  # a system's own cannot be compared
+    initial_state = initial_state_fn(network, optimizer, spec, optimizer_key)
     state = initial_state(config.seed)
     update = _algo_update(config, spec, raw_network.apply, optimizer)
-    # What the update closes over, when build makes all of it (a system's own optimizer cannot be compared).
-    update_key = None if own_optimizer else (
-        "update", raw_network, _optimizer_settings(config), norm, update.func, update.keywords["config"])
+    # What the update closes over, when build makes all of it.
+    update_key = None if optimizer_key is None else (
+        "update", raw_network, optimizer_key, norm, update.func, update.keywords["config"])
     if norm.enabled:
         update = normalized_update(update, norm)
     action_shape, action_dtype = ((spec.action_dim,), np.float32) if spec.continuous else ((), np.int32)
@@ -138,24 +139,34 @@ def _default_optimizer(config: config_lib.TrainConfig) -> optax.GradientTransfor
 
 
 def initial_state_fn(
-    network: ActorCritic, optimizer: optax.GradientTransformation, spec: EnvSpec
+    network: ActorCritic, optimizer: optax.GradientTransformation, spec: EnvSpec, optimizer_key: Hashable = None
 ) -> Callable[[int], TrainState]:
     """seed -> the TrainState of a run of that seed: the parameters initialized from its run key's `_INIT` stream,
-    the learner's key chain starting at `_LEARNER`."""
-    dummy_obs = jnp.zeros((1, *spec.obs_shape), jax.dtypes.canonicalize_dtype(spec.obs_dtype))
-    # One program for every layer's initializer (eager init compiled each orthogonal init per weight shape: 4.7 s
-    # vs 3.5 s for the MLP, 9.2 s vs 4.9 s for the Nature CNN; the same values).
-    init = made_once(("init", network), lambda: jax.jit(network.init))
+    the learner's key chain starting at `_LEARNER`.
 
-    def initial_state(seed: int) -> TrainState:
-        run_key = jax.random.PRNGKey(seed)
-        params = init(jax.random.fold_in(run_key, _INIT), dummy_obs)
+    One program for the initializers and the optimizer's state (eager, the initializers compiled each orthogonal init
+    per weight shape: 4.7 s vs 3.5 s for the MLP, 9.2 s vs 4.9 s for the Nature CNN; the optimizer's zeros one program
+    per leaf shape; the same values). It is made once per process for an equal network and `optimizer_key` (the
+    optimizer's settings; None: made for this call)."""
+    obs_shape, obs_dtype = (1, *spec.obs_shape), jax.dtypes.canonicalize_dtype(spec.obs_dtype)
+
+    def state_of_run_key(run_key: jax.Array) -> TrainState:
+        params = network.init(jax.random.fold_in(run_key, _INIT), jnp.zeros(obs_shape, obs_dtype))
         return TrainState(
             params=params,
             opt_state=optimizer.init(trainable(params)),
             key=jax.random.fold_in(run_key, _LEARNER),
             update_step=jnp.zeros((), jnp.int32),
         )
+
+    def make():
+        return jax.jit(state_of_run_key)
+
+    state_of = make() if optimizer_key is None else made_once(
+        ("initial_state", network, obs_shape, obs_dtype, optimizer_key), make)
+
+    def initial_state(seed: int) -> TrainState:
+        return state_of(jax.random.PRNGKey(seed))
 
     return initial_state
 
