@@ -279,7 +279,7 @@ def test_ctrl_c_at_any_moment_of_start_up_exits_130_with_one_line(tmp_path, mome
         if moment == "importing":
             time.sleep(0.5)
         else:
-            program = "init" if moment == "compiling the initializer" else "ppo_update"
+            program = "state_of_run_key" if moment == "compiling the initializer" else "ppo_update"  # learner.py
             _read_until(proc, f"Compiling jit({program})")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)

@@ -30,7 +30,7 @@ import functools
 import jax
 import numpy as np
 
-from agents import DEVICE_AXIS, make_network, make_optimizer
+from agents import DEVICE_AXIS, make_network
 from envs.executor import Executor
 from envs.factory import make_spec
 from envs.step_time import parse_step_time
@@ -83,14 +83,14 @@ def make_agent(config: BA3CConfig, run_plan: Plan):
     )
     plan = conv_tuning.plan_for(network.torso, spec.obs_shape, config.local_batch)
     network = network if plan is None else network.clone(conv_plan=plan)
-    optimizer = make_optimizer(
+    optimizer_settings = dict(
         name=config.optimizer, learning_rate=run_plan.learning_rate,
         total_updates=run_plan.total_rounds * optimizer_steps_per_update(config),
         anneal_lr=config.anneal_lr, max_grad_norm=config.max_grad_norm, eps=run_plan.opt_eps,
         b1=config.adam_b1 if config.optimizer != "rmsprop" else None,
         b2=config.adam_b2 if config.optimizer != "rmsprop" else None,
     )
-    setup, state = build(config, spec, network=network, optimizer=optimizer)
+    setup, state = build(config, spec, network=network, optimizer_settings=optimizer_settings)
     return spec, setup, state
 
 

@@ -71,9 +71,13 @@ def build(
     spec: EnvSpec,
     *,
     network: ActorCritic | None = None,
+    optimizer_settings: dict | None = None,
     optimizer: optax.GradientTransformation | None = None,
 ) -> tuple[LearnerSetup, TrainState]:
-    """The agent of `config`; a system may pass its own `network` (BA3C's) or `optimizer` (large-batch Adam).
+    """The agent of `config`; a system may pass its own `network` (BA3C's), `optimizer_settings`
+    (`agents.optim.make_optimizer`'s arguments: BA3C's and GALA's scaled learning rates, large-batch Adam) or an
+    `optimizer` that function cannot build (Anakin's swept rates). The programs are made once per process for an
+    equal network and optimizer settings (`jit_cache`); for an `optimizer`, once per call.
 
     With `--normalize_obs` / `--normalize_reward` the network is wrapped (`agents.normalization`): its variables
     carry the running statistics beside `params`, the optimizer sees `params` only, and the update normalizes each
@@ -85,14 +89,14 @@ def build(
     raw_network = network  # the normalized update feeds the raw network normalized observations
     if norm.enabled:
         network = NormalizedNetwork(network, norm, obs_shape=spec.obs_shape, num_envs=config.num_envs)
-    own_optimizer = optimizer is not None
+    optimizer_key = None  # an optimizer passed in cannot be compared
     if optimizer is None:
-        optimizer = _default_optimizer(config)
-    optimizer_key = None if own_optimizer else _optimizer_settings(config)  # a system's own cannot be compared
+        settings = dict(_optimizer_settings(config)) if optimizer_settings is None else optimizer_settings
+        optimizer, optimizer_key = make_optimizer(**settings), tuple(sorted(settings.items()))
     initial_state = initial_state_fn(network, optimizer, spec, optimizer_key)
     state = initial_state(config.seed)
     update = _algo_update(config, spec, raw_network.apply, optimizer)
-    # What the update closes over, when build makes all of it.
+    # What the update closes over.
     update_key = None if optimizer_key is None else (
         "update", raw_network, optimizer_key, norm, update.func, update.keywords["config"])
     if norm.enabled:
@@ -134,19 +138,15 @@ def _optimizer_settings(config: config_lib.TrainConfig) -> tuple:
             ("anneal_lr", config.anneal_lr), ("max_grad_norm", config.max_grad_norm), ("eps", config.opt_eps))
 
 
-def _default_optimizer(config: config_lib.TrainConfig) -> optax.GradientTransformation:
-    return make_optimizer(**dict(_optimizer_settings(config)))
-
-
 def initial_state_fn(
-    network: ActorCritic, optimizer: optax.GradientTransformation, spec: EnvSpec, optimizer_key: Hashable = None
+    network: ActorCritic, optimizer: optax.GradientTransformation, spec: EnvSpec, optimizer_key: Hashable | None
 ) -> Callable[[int], TrainState]:
     """seed -> the TrainState of a run of that seed: the parameters initialized from its run key's `_INIT` stream,
     the learner's key chain starting at `_LEARNER`.
 
     One program for the initializers and the optimizer's state (eager, the initializers compiled each orthogonal init
-    per weight shape: 4.7 s vs 3.5 s for the MLP, 9.2 s vs 4.9 s for the Nature CNN; the optimizer's zeros one program
-    per leaf shape; the same values). It is made once per process for an equal network and `optimizer_key` (the
+    per weight shape: 4.7 s vs 3.5 s for the MLP, 9.2 s vs 4.9 s for the Nature CNN, and the optimizer's zeros one
+    program per leaf shape; the same values), made once per process for an equal network and `optimizer_key` (the
     optimizer's settings; None: made for this call)."""
     obs_shape, obs_dtype = (1, *spec.obs_shape), jax.dtypes.canonicalize_dtype(spec.obs_dtype)
 
@@ -159,11 +159,8 @@ def initial_state_fn(
             update_step=jnp.zeros((), jnp.int32),
         )
 
-    def make():
-        return jax.jit(state_of_run_key)
-
-    state_of = make() if optimizer_key is None else made_once(
-        ("initial_state", network, obs_shape, obs_dtype, optimizer_key), make)
+    state_of = jax.jit(state_of_run_key) if optimizer_key is None else made_once(
+        ("initial_state", network, obs_shape, obs_dtype, optimizer_key), lambda: jax.jit(state_of_run_key))
 
     def initial_state(seed: int) -> TrainState:
         return state_of(jax.random.PRNGKey(seed))

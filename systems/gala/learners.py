@@ -8,7 +8,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from agents import make_optimizer
 from envs.factory import make_spec
 from systems.common.learner import build
 from systems.common.monitor import Progress
@@ -62,11 +61,11 @@ class CosineLog:
 
 def make_agent(config: GALAConfig, run_plan: Plan):
     spec = make_spec(config.env_id, config.env_kwargs)
-    optimizer = make_optimizer(
+    optimizer_settings = dict(
         name=config.optimizer, learning_rate=run_plan.learning_rate, total_updates=run_plan.iterations,
         anneal_lr=config.anneal_lr, max_grad_norm=config.max_grad_norm, eps=config.opt_eps,
     )
-    setup, state = build(config, spec, optimizer=optimizer)
+    setup, state = build(config, spec, optimizer_settings=optimizer_settings)
     return spec, setup, state
 
 
