@@ -172,9 +172,9 @@ def test_an_image_no_network_reads_is_one_line(shape, message):
 def test_hts_learns_a_pixel_env_through_the_pixel_cnn(tmp_path):
     """A channels-first 40x40 image (the Nature CNN's layers at another size): HTS learns to name the lamp's state
     (the best return is 20, a random policy's 10). In a child process at LLVM's default optimization: XLA's own
-    convolution runs 15x slower at the suite's -O0 (conftest). Two minibatches, not four: the CNN update unrolls its
-    minibatch loop on a CPU (`learner.ppo_loop_plan`), so each one more is seconds of compiling (4096 steps at
-    learning rate 1e-3 ended at 18.8, 16.4, 18.4 and 18.3 with seeds 1, 2, 3 and 0)."""
+    convolution runs 15x slower at the suite's -O0 (conftest). Two minibatches: the CNN update unrolls its minibatch
+    loop on a CPU (`learner.ppo_loop_plan`), each minibatch seconds of compiling. Seeds 1, 2, 3 and 0 ended at 18.8,
+    16.4, 18.4 and 18.3."""
     from multidevice import run_python
 
     out = run_python(f"""

@@ -617,7 +617,7 @@ def _limit_file_size(limit: int):
     ("launch.hts", ("--env=CartPole-v1", "--num_envs=4", "--sync_interval=16", "--checkpoint_every=640",
                     "--hidden_sizes=16"), 30_000),
     # weight files of about 6.2 kB and the 3.6 kB replay (a memfd: the limit holds for it too) fit; the TensorBoard
-    # file reaches the limit first (the lower the limit, the sooner: 11 s against 16 s at 13 kB)
+    # file reaches the limit first (the lower the limit, the sooner)
     ("launch.spreeze", ("--env=Pendulum-v1", "--num_samplers=1", "--hidden_sizes=16", "--buffer_size=100",
                         "--learning_starts=100", "--publish_every=20"), 8_000),
 ])

@@ -89,6 +89,8 @@ def build(
     raw_network = network  # the normalized update feeds the raw network normalized observations
     if norm.enabled:
         network = NormalizedNetwork(network, norm, obs_shape=spec.obs_shape, num_envs=config.num_envs)
+    if optimizer is not None and optimizer_settings is not None:
+        raise ValueError("build takes an optimizer or its settings, not both")
     optimizer_key = None  # an optimizer passed in cannot be compared
     if optimizer is None:
         settings = dict(_optimizer_settings(config)) if optimizer_settings is None else optimizer_settings
@@ -144,10 +146,9 @@ def initial_state_fn(
     """seed -> the TrainState of a run of that seed: the parameters initialized from its run key's `_INIT` stream,
     the learner's key chain starting at `_LEARNER`.
 
-    One program for the initializers and the optimizer's state (eager, the initializers compiled each orthogonal init
-    per weight shape: 4.7 s vs 3.5 s for the MLP, 9.2 s vs 4.9 s for the Nature CNN, and the optimizer's zeros one
-    program per leaf shape; the same values), made once per process for an equal network and `optimizer_key` (the
-    optimizer's settings; None: made for this call)."""
+    One program for the initializers and the optimizer's state (run eagerly, each orthogonal init and each optimizer
+    leaf's zeros compiled a program of its own: seconds per process, the same values), made once per process for an
+    equal network and `optimizer_key` (the optimizer's settings; None: made for this call)."""
     obs_shape, obs_dtype = (1, *spec.obs_shape), jax.dtypes.canonicalize_dtype(spec.obs_dtype)
 
     def state_of_run_key(run_key: jax.Array) -> TrainState:
