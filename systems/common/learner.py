@@ -93,7 +93,7 @@ def build(
         raise ValueError("build takes an optimizer or its settings, not both")
     optimizer_key = None  # an optimizer passed in cannot be compared
     if optimizer is None:
-        settings = dict(_optimizer_settings(config)) if optimizer_settings is None else optimizer_settings
+        settings = _optimizer_settings(config) if optimizer_settings is None else optimizer_settings
         optimizer, optimizer_key = make_optimizer(**settings), tuple(sorted(settings.items()))
     initial_state = initial_state_fn(network, optimizer, spec, optimizer_key)
     state = initial_state(config.seed)
@@ -133,11 +133,11 @@ def learner_batch(config: config_lib.TrainConfig) -> int:
     return frames // config.num_minibatches if config.algo == "ppo" else frames
 
 
-def _optimizer_settings(config: config_lib.TrainConfig) -> tuple:
-    """`make_optimizer`'s arguments for `config`, as (name, value) pairs."""
-    return (("name", config.optimizer), ("learning_rate", config.learning_rate),
-            ("total_updates", config_lib.total_rounds(config) * optimizer_steps_per_update(config)),
-            ("anneal_lr", config.anneal_lr), ("max_grad_norm", config.max_grad_norm), ("eps", config.opt_eps))
+def _optimizer_settings(config: config_lib.TrainConfig) -> dict:
+    """`make_optimizer`'s arguments for `config`."""
+    return dict(name=config.optimizer, learning_rate=config.learning_rate,
+                total_updates=config_lib.total_rounds(config) * optimizer_steps_per_update(config),
+                anneal_lr=config.anneal_lr, max_grad_norm=config.max_grad_norm, eps=config.opt_eps)
 
 
 def initial_state_fn(
