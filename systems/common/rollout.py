@@ -6,9 +6,11 @@ Two storages alternate: actors fill one while the learner reads the other.
 
 Randomness is owned by (env, step) as in the paper's "defer randomness to the executors": the action key of env e
 at its global step s is fold_in(fold_in(run_key, e), s). The policy's forward pass always runs on chunks of a fixed
-size (`inference_batch`, padded), because XLA CPU gives bit-identical rows at a fixed batch shape whatever the row's
-companions, but different bits at different shapes (REFERENCE.md). Together these make the actions, hence the
-whole run, independent of the number of actor threads, EnvPool's batch size and thread timing.
+size c (`inference_batch`, padded) with env e in row e mod c of its chunk: a row's bits do not depend on its batch
+companions at a fixed shape, but they do depend on the shape (batch 1 and batch 8 differ) and, at some shapes, on the
+row's position (XLA CPU's matrix kernels handle the last rows of a batch of 10 or 12 apart from the first 8). Ready
+envs that share a row go to separate chunks. Together these make the actions, hence the whole run, independent of
+the number of actor threads, EnvPool's batch size, which envs are ready together and thread timing.
 """
 
 from __future__ import annotations
@@ -89,6 +91,19 @@ def make_policy_fn(apply_fn: Callable):
     return policy
 
 
+def chunk_members(rows: np.ndarray) -> list[np.ndarray]:
+    """Splits ready envs into forward-pass chunks: `rows[i]` is the chunk row of ready env i; returns, per chunk, the
+    indices i it holds, no row twice. The j-th env (in order) of a row goes to chunk j, so there are as many chunks
+    as the most crowded row has envs (one when the ready envs' rows differ)."""
+    order = np.argsort(rows, kind="stable")
+    sorted_rows = rows[order]
+    starts = np.flatnonzero(np.r_[True, sorted_rows[1:] != sorted_rows[:-1]])
+    sizes = np.diff(np.r_[starts, len(rows)])
+    rank = np.empty(len(rows), np.int64)
+    rank[order] = np.arange(len(rows)) - np.repeat(starts, sizes)
+    return [np.flatnonzero(rank == j) for j in range(int(sizes.max(initial=0)))]
+
+
 class RoundCollector:
     """The actors' side of HTS-RL: turns ready observations into actions and fills the round storages.
 
@@ -111,6 +126,7 @@ class RoundCollector:
         on_round_complete: Callable[[RoundStorage, bool], tuple[int, Any] | None],
         action_shape: tuple,
         action_dtype,
+        env_id_offset: int = 0,
     ):
         spec = executor.spec
         n = executor.num_envs
@@ -133,6 +149,7 @@ class RoundCollector:
         self._prev_done = np.zeros(n, bool)  # the env's last step ended an episode: its next action is ignored
         self._held: list[tuple[int, np.ndarray]] = []
         self._pad_obs = np.zeros((inference_batch, *spec.obs_shape), spec.obs_dtype)
+        self._env_id_offset = env_id_offset  # the global id of local env 0: rows follow global ids
         self.finished = threading.Event()
 
     def rollout_shapes(self) -> Rollout:
@@ -191,21 +208,23 @@ class RoundCollector:
             self.executor.send(actions, env_ids)
 
     def _forward(self, params, obs, env_ids, env_steps):
-        """Policy on fixed-size, padded chunks (see module doc)."""
-        c, k = self.inference_batch, len(env_ids)
-        outs = []
-        for start in range(0, k, c):
-            stop = min(start + c, k)
-            chunk_obs, chunk_ids, chunk_steps = obs[start:stop], env_ids[start:stop], env_steps[start:stop]
-            pad = c - (stop - start)
-            if pad:
-                chunk_obs = np.concatenate([chunk_obs, self._pad_obs[:pad]])
-                chunk_ids = np.concatenate([chunk_ids, np.zeros(pad, chunk_ids.dtype)])
-                chunk_steps = np.concatenate([chunk_steps, np.zeros(pad, chunk_steps.dtype)])
-            out = self._policy_fn(params, chunk_obs, chunk_ids.astype(np.int32), chunk_steps, self._run_key)
+        """Policy on fixed-size, padded chunks, env e in row e mod c of its chunk (see module doc)."""
+        rows = (env_ids + self._env_id_offset) % self.inference_batch
+        outs = None
+        for members in chunk_members(rows):
+            chunk_obs = self._pad_obs.copy()
+            chunk_ids = np.zeros(self.inference_batch, np.int32)
+            chunk_steps = np.zeros(self.inference_batch, env_steps.dtype)
+            at = rows[members]
+            chunk_obs[at], chunk_ids[at], chunk_steps[at] = obs[members], env_ids[members], env_steps[members]
+            out = self._policy_fn(params, chunk_obs, chunk_ids, chunk_steps, self._run_key)
             # One fetch for the three outputs: their device-to-host copies start together (a GPU's round trip).
-            outs.append([x[: stop - start] for x in jax.device_get(out)])
-        return [np.concatenate(parts) for parts in zip(*outs, strict=True)]
+            out = jax.device_get(out)
+            if outs is None:
+                outs = [np.empty((len(env_ids), *x.shape[1:]), x.dtype) for x in out]
+            for whole, part in zip(outs, out, strict=True):
+                whole[members] = part[at]
+        return outs
 
     def _advance_round(self, storage: RoundStorage) -> None:
         next_round = self._round + 1

@@ -50,15 +50,18 @@ class RunContext:
         on_round_complete: Callable[[RoundStorage, bool], tuple | None],
         policy_fn: Callable | None = None,
         params=None,
+        first_env: int = 0,
     ) -> RoundCollector:
-        """The round collector of `executor`; a system may give its own `policy_fn` (and the `params` it takes)."""
+        """The round collector of `executor`; a system may give its own `policy_fn` (and the `params` it takes);
+        `first_env`: the global id of the executor's env 0 (multi-process), which places its rows in the forward
+        pass as a single-process run does."""
         return RoundCollector(
             executor, policy_fn=policy_fn or self.setup.policy, run_key=self.setup.action_key,
             sync_interval=self.config.sync_interval, inference_batch=inference_batch, first_round=self.start_round,
             total_rounds=self.total_rounds, params=self.monitor.state.params if params is None else params,
             version=self.start_round,
             on_round_complete=on_round_complete, action_shape=self.setup.action_shape,
-            action_dtype=self.setup.action_dtype,
+            action_dtype=self.setup.action_dtype, env_id_offset=first_env,
         )
 
     def compile_update_ahead(self, collector: RoundCollector) -> Callable[[], None]:

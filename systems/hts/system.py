@@ -124,7 +124,7 @@ def run(config: HTSConfig) -> dict:
     policy = _ActorPolicy(ctx.setup.policy, len(layout.actor_devices), env_id_offset=layout.first_env)
     collector = ctx.make_collector(
         executor, inference_batch=inference_batch(config), on_round_complete=handover.on_round_complete,
-        policy_fn=policy, params=handover.store.latest()[1].actors,
+        policy_fn=policy, params=handover.store.latest()[1].actors, first_env=layout.first_env,
     )
     wait_for_compile = learner.compile_ahead(collector.rollout_shapes())  # overlaps the first round's collection
     profile = monitor.profile
