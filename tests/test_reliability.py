@@ -357,9 +357,10 @@ def test_a_nan_learning_rate_is_one_line_and_exit_2(tmp_path, module, extra):
 # ----------------------------------------------------------------------------------------------- run directories
 
 
-def _finished_sync_run(tmp_path) -> config_lib.TrainConfig:
+def _finished_sync_run(tmp_path, run=None) -> config_lib.TrainConfig:
+    """A finished run of 128 steps (of `run`, default `sync.run`)."""
     config = tiny_hts(tmp_path / "run", total_steps=128, eval_episodes=0)
-    sync.run(config)
+    (run or sync.run)(config)
     return config
 
 
@@ -410,7 +411,7 @@ def test_resume_refuses_a_changed_defining_flag_before_touching_the_run(tmp_path
 
 
 def test_resume_may_change_the_length_and_reporting(tmp_path):
-    config = _finished_sync_run(tmp_path)
+    config = _finished_sync_run(tmp_path, run=hts.run)
     summary = hts.run(dataclasses.replace(config, resume=True, total_steps=256, eval_episodes=1, num_actors=2))
     assert summary["resumed_from_env_steps"] == 128 and summary["env_steps"] == 256
 
@@ -419,8 +420,19 @@ def test_resuming_a_finished_run_keeps_its_sps(tmp_path):
     """`--resume` of a finished run trained nothing and rewrote summary.json with `"sps": 0.0`."""
     config = _finished_sync_run(tmp_path)
     first = read_summary(config.logdir)["sps"]
-    summary = hts.run(dataclasses.replace(config, resume=True))
+    summary = sync.run(dataclasses.replace(config, resume=True))
     assert first > 0 and summary["env_steps"] == 128 and summary["sps"] == first
+
+
+@pytest.mark.parametrize("first, second, launcher", [(sync.run, hts.run, "launch.sync"),
+                                                      (hts.run, sync.run, "launch.hts")])
+def test_resume_refuses_another_systems_run_naming_its_launcher(tmp_path, first, second, launcher):
+    """`launch.sync --resume` of an HTS run rewrote its config.json without HTS's fields and trained on as sync."""
+    config = _finished_sync_run(tmp_path, run=first)
+    before = _snapshot(config.logdir)
+    with pytest.raises(config_lib.ConfigError, match=f"holds a run of .*; resume it with python -m {launcher}$"):
+        second(dataclasses.replace(config, resume=True, total_steps=256))
+    assert _snapshot(config.logdir) == before
 
 
 def test_a_run_directory_in_use_is_refused_and_freed_when_its_holder_is_killed(tmp_path):

@@ -179,6 +179,7 @@ def total_rounds(config: TrainConfig) -> int:
 
 
 PLAN_KEY = "plan"  # config.json: what a system derived from the config (devices, scaled learning rate), beside it
+SYSTEM_KEY = "system"  # config.json: the system that made the run; only its launcher (launch.<system>) resumes it
 MAX_ENVS = 65_536  # EnvPool allocates every env up front (--num_envs=100000000 died in std::bad_alloc)
 MAX_OPTIMIZER_STEPS = 2**31 - 1  # the update counters and optax's schedules count in int32
 

@@ -170,7 +170,8 @@ class Monitor:
             self.profile = profile or lock_step_profile()
             self.outputs = RunOutputs(self.run_dir, config, plan=plan, append=config.resume, quiet=config.quiet,
                                       progress_fields=PROGRESS_BASE + tuple(progress.metric_columns)
-                                      + self.profile.columns(), resumed_from=self.resumed_from)
+                                      + self.profile.columns(), resumed_from=self.resumed_from,
+                                      system=self.system)
         except BaseException:
             self.run_directory.release()  # a run that cannot start leaves its directory free
             raise
@@ -198,7 +199,8 @@ class Monitor:
             raise config_lib.ConfigError(
                 f"--resume needs --logdir to be an existing run directory, got '{self.config.logdir}'"
             )
-        self.run_directory = rundir.claim(self.run_dir, self.config, may_change=may_change_on_resume, plan=plan)
+        self.run_directory = rundir.claim(self.run_dir, self.config, may_change=may_change_on_resume, plan=plan,
+                                          system=self.system)
 
     def _resume(self, state: Any) -> None:
         """The initial state, or with --resume the newest readable checkpoint's state, evaluations and wall time."""

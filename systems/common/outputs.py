@@ -19,7 +19,7 @@ import numpy as np
 
 from systems.common import video as video_lib
 from systems.common.atomic import naming_the_file, write_atomic
-from systems.common.config import PLAN_KEY
+from systems.common.config import PLAN_KEY, SYSTEM_KEY
 from systems.common.tracking import Tracker
 
 # The progress.csv columns every system writes; each system adds its own metrics' columns (`Monitor`'s `Progress`).
@@ -95,11 +95,13 @@ class RunOutputs:
     """Writes one run directory. `append=True` (resume) keeps the CSVs and adds to them."""
 
     def __init__(self, run_dir: str, config: Any, *, append: bool, plan: dict | None = None, quiet: bool = False,
-                 progress_fields: tuple[str, ...] = PROGRESS_BASE, resumed_from: int | None = None):
+                 progress_fields: tuple[str, ...] = PROGRESS_BASE, resumed_from: int | None = None,
+                 system: str | None = None):
         """`progress_fields`: progress.csv's columns (the system's schema). A resumed run keeps the columns its
         progress.csv already has, so a run from before a schema change stays one consistent table, and drops the
         rows logged after `resumed_from` env steps (its checkpoint's): the resumed run logs those steps again.
-        config.json holds the config's fields and, under `PLAN_KEY`, the `plan` the system derived from them."""
+        config.json holds the config's fields, under `PLAN_KEY` the `plan` the system derived from them and under
+        `SYSTEM_KEY` the `system` that made the run."""
         self.run_dir = run_dir
         self._resumed_from = resumed_from
         self._closed = False
@@ -110,6 +112,8 @@ class RunOutputs:
         recorded = dataclasses.asdict(config)
         if plan is not None:
             recorded[PLAN_KEY] = plan
+        if system is not None:
+            recorded[SYSTEM_KEY] = system
         write_json_atomic(os.path.join(run_dir, "config.json"), recorded)
         self._progress = self._open_csv("progress.csv", progress_fields, append)
         self._evals = self._open_csv("evaluations.csv", EVAL_FIELDS, append)

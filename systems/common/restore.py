@@ -49,7 +49,7 @@ from flax import serialization
 
 from envs.factory import EnvSpec, make_spec
 from systems.common import checkpoint as checkpoint_lib
-from systems.common.config import PLAN_KEY, ConfigError
+from systems.common.config import PLAN_KEY, SYSTEM_KEY, ConfigError
 from systems.common.evaluation import policy_act_fn
 from systems.common.registry import SystemEntry
 
@@ -164,10 +164,10 @@ def config_from_json(config_cls: type, values: dict, retired: frozenset = frozen
     """The config dataclass from its `dataclasses.asdict` JSON: lists back to tuples where the field's default is a
     tuple (PAL's `hidden_sizes`); keys the class does not know are an error (a config of another system), except
     `retired` ones: fields the class carried once and dropped (runs written before it dropped them). The run's plan
-    (`PLAN_KEY`, derived values) is not part of the config."""
+    (`PLAN_KEY`, derived values) and the system's name (`SYSTEM_KEY`) are not part of the config."""
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
     values = {name: value for name, value in values.items()
-              if name != PLAN_KEY and (name not in retired or name in fields)}
+              if name not in (PLAN_KEY, SYSTEM_KEY) and (name not in retired or name in fields)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ConfigError(f"config.json has fields {config_cls.__name__} does not know: {', '.join(unknown)}")

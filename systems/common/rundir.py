@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 from systems.common.checkpoint import checkpoint_dir
-from systems.common.config import PLAN_KEY, ConfigError
+from systems.common.config import PLAN_KEY, SYSTEM_KEY, ConfigError
 from systems.common.outputs import json_default
 
 LOCK_FILE = ".lock"
@@ -52,11 +52,13 @@ class RunDirectory:
             self._fd = -1
 
 
-def claim(path: str, config: Any, *, may_change: frozenset = frozenset(), plan: dict | None = None) -> RunDirectory:
+def claim(path: str, config: Any, *, may_change: frozenset = frozenset(), plan: dict | None = None,
+          system: str | None = None) -> RunDirectory:
     """Creates and locks `path` for the run of `config` (a config dataclass with `resume`); ConfigError (one line)
     when the directory cannot be used: not creatable, in use, holding another run without --resume, or holding a
-    run whose defining flags differ from `config`'s with --resume. `plan`: the values the system derived from
-    `config`, which a run saved before its system recorded plans kept in the config's own fields."""
+    run of another system or whose defining flags differ from `config`'s with --resume. `plan`: the values the
+    system derived from `config`, which a run saved before its system recorded plans kept in the config's own
+    fields; `system`: the name of the system that claims the directory."""
     try:
         os.makedirs(path, exist_ok=True)
         fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -73,7 +75,7 @@ def claim(path: str, config: Any, *, may_change: frozenset = frozenset(), plan: 
     run_dir = RunDirectory(path, fd)
     try:
         _write_pid(fd)
-        _check_existing(path, config, may_change, plan)
+        _check_existing(path, config, may_change, plan, system)
     except BaseException:
         run_dir.release()
         raise
@@ -95,7 +97,7 @@ def holder_pid(path: str) -> int | None:
     return None
 
 
-def _check_existing(path: str, config: Any, may_change: frozenset, plan: dict | None) -> None:
+def _check_existing(path: str, config: Any, may_change: frozenset, plan: dict | None, system: str | None) -> None:
     previous = _read_config(path)
     if not config.resume:
         if previous is not None and _saved_nothing(path):
@@ -111,6 +113,11 @@ def _check_existing(path: str, config: Any, may_change: frozenset, plan: dict | 
         return
     if previous is None:
         raise ConfigError(f"--resume: {path} holds no run (no readable {CONFIG_FILE})")
+    owner = _recorded_system(path, previous)
+    if system is not None and owner is not None and owner != system:
+        raise ConfigError(
+            f"--resume: {path} holds a run of {owner}, not {system}; resume it with python -m launch.{owner}"
+        )
     current = json.loads(json.dumps(dataclasses.asdict(config), default=json_default))
     if plan is not None and PLAN_KEY not in previous:  # saved with the derived values in the config's fields
         current.update((name, value) for name, value in plan.items() if name in current)
@@ -125,6 +132,19 @@ def _check_existing(path: str, config: Any, may_change: frozenset, plan: dict | 
             f"--resume: --{flag}={_show(value)} differs from the run's {_show(previous[name])} ({path}/{CONFIG_FILE});"
             f" a resumed run may change only --{', --'.join(sorted(allowed - {'resume', 'logdir'}))}"
         )
+
+
+def _recorded_system(path: str, previous: dict) -> str | None:
+    """The system that made the run: config.json's `SYSTEM_KEY`, else (a run saved before config.json recorded it)
+    summary.json's `system`, else None."""
+    if isinstance(previous.get(SYSTEM_KEY), str):
+        return previous[SYSTEM_KEY]
+    try:
+        with open(os.path.join(path, "summary.json")) as f:
+            owner = json.load(f).get("system")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return owner if isinstance(owner, str) else None
 
 
 def _saved_nothing(path: str) -> bool:
