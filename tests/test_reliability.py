@@ -40,7 +40,7 @@ from systems.hts.system import HTSConfig
 from systems.hts.system import validate as hts_validate
 from systems.sync import system as sync
 from tests.faults import start_run_dir_holder, wait_for_checkpoints
-from tests.helpers import read_summary, run_launcher, tiny_hts
+from tests.helpers import read_summary, run_launcher, tiny_hts, tiny_pal, tiny_spreeze
 from tests.multidevice import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -803,3 +803,40 @@ def _running(pid: int) -> bool:
             return not any(line.startswith("State:") and "zombie" in line for line in f)
     except OSError:
         return False
+
+
+def _finished_run_configs(tmp_path):
+    from systems.ba3c.config import BA3CConfig
+    from systems.gala.system import GALAConfig
+
+    return {
+        "hts": tiny_hts(tmp_path / "hts", total_steps=128, num_actors=2),
+        "sync": tiny_hts(tmp_path / "sync", total_steps=128),
+        "ba3c": BA3CConfig(env_id="CartPole-v1", sync_interval=5, local_batch=20, total_steps=200, eval_episodes=2,
+                           quiet=True, logdir=str(tmp_path / "ba3c")),
+        "gala": GALAConfig(env_id="CartPole-v1", seed=5, sync_interval=5, envs_per_learner=2, num_learners=2,
+                           total_steps=200, eval_episodes=2, quiet=True, logdir=str(tmp_path / "gala")),
+        "pal": tiny_pal(tmp_path / "pal", eval_episodes=2),
+        "spreeze": tiny_spreeze(tmp_path / "spreeze", total_steps=600),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["hts", "sync", "ba3c", "gala", "pal", "spreeze"])
+def test_resuming_a_finished_run_leaves_its_summary_as_it_was(tmp_path, name):
+    """A --resume that trained nothing rewrote summary.json from its empty session: no training episodes, no
+    metrics, the no-op's profile, GALA's gossip statistics null; PAL stopped with a false non-finite error (0/0),
+    Spreeze evaluated once more."""
+    import importlib
+
+    system = importlib.import_module(f"systems.{name}.system")
+    config = _finished_run_configs(tmp_path)[name]
+    system.run(config)
+    before = _snapshot(config.logdir)
+    summary = system.run(dataclasses.replace(config, resume=True))
+    assert summary == read_summary(config.logdir)
+    after = _snapshot(config.logdir)
+    for name_of_file in ("summary.json", "evaluations.csv"):
+        assert after[name_of_file] == before[name_of_file], name_of_file
+    assert [f for f in after if "checkpoint" in f or f.startswith("weights")] == \
+        [f for f in before if "checkpoint" in f or f.startswith("weights")]

@@ -394,6 +394,11 @@ class Monitor:
         entries); returns the summary. A state with a non-finite parameter is neither evaluated nor saved."""
         if not params_are_finite(self.state.params):
             raise self._nonfinite(self.state, "a parameter is not finite")
+        kept = self._summary_of_a_resume_that_trained_nothing()
+        if kept is not None:
+            self.profile.unbind()
+            return self._close_with(kept, f"[{self.system}] nothing left to train at {self.env_steps:,} steps: "
+                                          "summary.json and the checkpoints are as the run left them")
         if not interrupted:
             self.evaluate()
         self.checkpoint()
@@ -438,6 +443,24 @@ class Monitor:
             f"({summary['sps']:.0f} SPS), final metric {final}, fingerprint {summary['param_fingerprint'][:16]}"
         )
         for line in profile_lib.describe(breakdown):
+            self.outputs.print(line)
+        return self._close_with(summary)
+
+    def _summary_of_a_resume_that_trained_nothing(self) -> dict | None:
+        """summary.json of a resumed run that took no env step in this process (a finished run resumed, or one
+        stopped before its first update), if it has a readable one: it stays as it is, since a summary rewritten from
+        an empty session would lose its training episodes, metrics and profile."""
+        if not self.config.resume or self.env_steps != self.start_steps:
+            return None
+        try:
+            with open(os.path.join(self.run_dir, "summary.json")) as f:
+                summary = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return summary if isinstance(summary, dict) and summary.get("env_steps") == self.env_steps else None
+
+    def _close_with(self, summary: dict, line: str | None = None) -> dict:
+        if line is not None:
             self.outputs.print(line)
         self._close_if_failed.detach()
         self.outputs.close()

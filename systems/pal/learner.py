@@ -48,7 +48,9 @@ class ParameterServer:
         # Besides once a second, report when the env steps cross an evaluation or checkpoint multiple, so short
         # runs are evaluated and checkpointed on their schedule.
         self._metrics = None  # the newest update's metrics (device arrays; fetched only when reported)
-        self._reported_updates: int | None = None
+        # The updates a resumed run restored count as reported: a session that updates nothing reports nothing (its
+        # measured interval would be 0/0).
+        self._reported_updates: int | None = gate.snapshot()[1]
         self._every = min([e for e in (config.eval_every, config.checkpoint_every) if e > 0], default=0)
         self._next_due = (gate.collected // self._every + 1) * self._every if self._every else None
         self._wait_for_compile: Callable[[], None] = lambda: None

@@ -161,7 +161,8 @@ def run(config: SpreezeConfig) -> dict:
     collected = spreeze.collected()
     monitor.state = PALState(spreeze.learner.state(), np.asarray(spreeze.updates, np.int64),
                              np.asarray(collected, np.int64))
-    if config.eval_episodes > 0 and interrupted is None:  # the final policy, evaluated here (the test process is gone)
+    # The final policy, evaluated here (the test process is gone); a resumed run that collected nothing has its own.
+    if config.eval_episodes > 0 and interrupted is None and collected > monitor.start_steps:
         _evaluate_final_policy(config, spec, agent, monitor, collected, spreeze.updates)
     summary = monitor.finish(interrupted=interrupted is not None, extra=spreeze.summary_extra(collected))
     if interrupted is not None:
