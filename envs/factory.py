@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import types
+import warnings
 from typing import Any
 
 import numpy as np
@@ -182,6 +183,15 @@ def _pool_kwargs(family: str, evaluation: bool) -> dict[str, Any]:
     return {}
 
 
+def _envpool_spaces(spec) -> tuple:
+    """EnvPool's Gymnasium spaces of `spec` (an env spec or a pool). EnvPool builds its float32 Boxes from float64
+    bounds, which Gymnasium warns about ("Box low's precision lowered by casting to float32") at every read; the
+    bounds are EnvPool's own float32 values, so nothing is lost and the warning is silenced here alone."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*precision lowered by casting.*", category=UserWarning)
+        return spec.observation_space, spec.action_space
+
+
 @functools.cache
 def make_spec(env_id: str, env_kwargs: str = "") -> EnvSpec:
     """Spaces of env_id under make_pool's settings.
@@ -198,8 +208,7 @@ def make_spec(env_id: str, env_kwargs: str = "") -> EnvSpec:
         raise ValueError(f"--env_kwargs applies to --env=gymnasium/, gymnax/ and brax/ tasks, not to {env_id}")
     family = family_of(env_id)
     spec = envpool.make_spec(env_id, num_envs=1, **_pool_kwargs(family, evaluation=False))
-    obs_space = spec.observation_space
-    act_space = spec.action_space
+    obs_space, act_space = _envpool_spaces(spec)
     continuous = isinstance(act_space, gym_spaces.Box)
     if continuous:
         if len(act_space.shape) != 1:
@@ -278,7 +287,7 @@ def make_pool(
             raise ValueError(f"{spec.env_id}: {spec.family} envs render no frames here; videos draw the observation")
         return jax_pool.JaxEnvPool(spec.env_id, spec.env_kwargs, num_envs=total, batch_size=batch_size, seed=seed,
                                    continuous=spec.continuous)
-    return envpool.make(
+    pool = envpool.make(
         spec.env_id,
         env_type="gymnasium",
         num_envs=total,
@@ -288,6 +297,8 @@ def make_pool(
         **_pool_kwargs(spec.family, evaluation),
         **({"render_mode": "rgb_array"} if render else {}),
     )
+    _envpool_spaces(pool)  # the pool builds (and keeps) its spaces at the first read: here, not in its first recv
+    return pool
 
 
 def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:

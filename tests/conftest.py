@@ -1,4 +1,4 @@
-"""Shared test setup: absl flags marked parsed (so launchers' `main` can run under flagsaver), quiet warnings, and
+"""Shared test setup: absl flags marked parsed (so launchers' `main` can run under flagsaver) and
 one JAX persistent compilation cache for the whole session.
 
 The cache: many tests start a launcher in a fresh process, and each compiled the same network initializer, policy
@@ -12,7 +12,6 @@ import os
 import shutil
 import sys
 import tempfile
-import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -20,7 +19,6 @@ if ROOT not in sys.path:
 
 from absl import flags  # noqa: E402
 
-warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
 flags.FLAGS.mark_as_parsed()
 
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:

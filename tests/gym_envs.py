@@ -15,7 +15,7 @@ from gymnasium import spaces
 class Walk(gymnasium.Env):
     observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
     action_space = spaces.Discrete(2)
-    metadata = {"render_modes": ["rgb_array"]}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(self, render_mode=None, step_size=0.1):
         self.render_mode, self.step_size = render_mode, step_size
