@@ -225,6 +225,26 @@ def test_bad_input_is_one_line_and_exit_2(hts_run, tmp_path, capsys, make_run, f
 
 
 
+def test_a_gif_video_on_a_full_disk_names_the_file(hts_run, tmp_path, capsys, monkeypatch):
+    """--capture_video=<x>.gif on a full disk: the error line named no file (a write's OSError carries none)."""
+    import errno
+
+    from systems.common import drawing
+
+    def full_disk(handle, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(drawing, "write_gif", full_disk)
+    out, video = tmp_path / "eval.json", tmp_path / "videos" / "ep.gif"
+    with flagsaver.flagsaver(run=hts_run, eval_out=str(out), capture_video=str(video)):
+        with pytest.raises(SystemExit) as exit_info:
+            launch_evaluate.main([])
+    assert exit_info.value.code == 74
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: cannot write {video}: No space left on device; the evaluation itself is saved in {out}"]
+    assert _read(out)["episodes"] == 10 and os.listdir(video.parent) == []
+
+
 def test_a_video_that_cannot_be_written_keeps_the_evaluation(hts_run, tmp_path, capsys, monkeypatch):
     """The encoder fails after the evaluation ran (a stand-in that exits at once, as ffmpeg on a full disk): one
     line naming the video and where the evaluation is, exit 74, and evaluation.json written."""

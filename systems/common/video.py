@@ -132,8 +132,9 @@ class _Mp4Writer:
 class _GifWriter:
     """Keeps at most GIF_FRAMES evenly spaced frames and writes them as one animated GIF on close."""
 
-    def __init__(self, tmp_path: str, fps: float):
+    def __init__(self, tmp_path: str, fps: float, path: str):
         self._path, self._frame_ms = tmp_path, 1000.0 / fps
+        self._named = path  # what an error names: the user's file, not the temporary one
         self._sampler = drawing.FrameSampler(GIF_FRAMES)
         self.frames = 0
 
@@ -142,11 +143,14 @@ class _GifWriter:
         self.frames = len(self._sampler.frames)
 
     def close(self) -> None:
-        with open(self._path, "wb") as handle:
-            drawing.write_gif(handle, self._sampler.frames, round(self._frame_ms * self._sampler.stride),
-                              adaptive=True)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(self._path, "wb") as handle:
+                drawing.write_gif(handle, self._sampler.frames, round(self._frame_ms * self._sampler.stride),
+                                  adaptive=True)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as error:  # a write's error names no file: the launchers' one line names the GIF
+            raise OSError(error.errno, error.strerror or str(error), self._named) from None
 
 
 def preview_gif(frames, fps: float) -> bytes:
@@ -176,7 +180,7 @@ class _Film:
         suffix = os.path.splitext(path)[1].lower()
         self.path = path
         self.tmp = atomic.temporary_path(path, _TMP_PREFIX, suffix)
-        self.writer = _Mp4Writer(self.tmp, fps, path) if suffix == ".mp4" else _GifWriter(self.tmp, fps)
+        self.writer = _Mp4Writer(self.tmp, fps, path) if suffix == ".mp4" else _GifWriter(self.tmp, fps, path)
         self.preview = drawing.FrameSampler(PREVIEW_FRAMES)
 
     def add(self, frame: np.ndarray) -> None:
