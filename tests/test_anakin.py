@@ -158,6 +158,32 @@ def test_several_agents_each_write_their_own_run_and_resume(tmp_path):
 
 
 @pytest.mark.slow
+def test_agents_whose_newest_checkpoints_differ_resume_together_from_their_newest_common_one(tmp_path, capsys):
+    """A SIGKILL or a full disk amid a checkpoint round, or one agent's corrupt newest file, left the agents at
+    different updates and --resume refused, asking the user to delete files by hand; a killed writer's partial
+    file was never swept."""
+    from systems.common.checkpoint import list_checkpoints
+
+    config = tiny(tmp_path / "run", num_seeds=3, seed=3, total_steps=3 * 64)
+    anakin.run(config)
+    agents = [str(tmp_path / "run" / f"seed_{s}") for s in (3, 4, 5)]
+    os.remove(list_checkpoints(agents[1])[-1])  # killed amid the round: agent 1 never saved update 3
+    with open(list_checkpoints(agents[2])[-1], "r+b") as f:
+        f.truncate(50)  # agent 2's newest is corrupt
+    partial = os.path.join(agents[2], "checkpoints", "ckpt_000000000192.msgpack.tmp-12345")
+    with open(partial, "wb") as f:
+        f.write(b"partial")
+    anakin.run(dataclasses.replace(config, total_steps=5 * 64, resume=True))
+    for agent in agents:
+        summary = json.loads((tmp_path / "run" / os.path.basename(agent) / "summary.json").read_text())
+        assert summary["resumed_from_env_steps"] == 2 * 64 and summary["updates"] == 5
+    err = capsys.readouterr().err
+    assert "ckpt_000000000192.msgpack is ahead of the other agents' newest checkpoint (128 env steps)" in err
+    assert not os.path.exists(partial)
+    assert os.path.exists(os.path.join(agents[0], "checkpoints", "ckpt_000000000192.msgpack.ahead"))
+
+
+@pytest.mark.slow
 def test_a_learning_rate_sweep_trains_each_rate_as_its_own_run_would(tmp_path):
     """--learning_rates: one agent per rate in the one program, each with its own directory and config, training as
     a run with that --learning_rate (metrics within 1e-4 after two rounds; the rate is applied after a unit-rate

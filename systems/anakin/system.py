@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import time
 
 import jax
@@ -44,6 +45,7 @@ from systems.anakin.config import (
     validate,
 )
 from systems.common import atomic, distributed, learner
+from systems.common import checkpoint as checkpoint_lib
 from systems.common import config as config_lib
 from systems.common.concurrency import stops_held
 from systems.common.evaluation import AgentsEvaluator, policy_act_fn
@@ -85,6 +87,29 @@ def _agent_configs(config: AnakinConfig) -> list[AnakinConfig]:
     return [dataclasses.replace(config, seed=seed, learning_rate=rate, entropy_coef=coef, quiet=config.quiet or i > 0,
                                 logdir=os.path.join(root, name(rate, coef, seed)))
             for i, (rate, coef, seed) in enumerate(agents)]
+
+
+AHEAD_SUFFIX = ".ahead"  # an agent's checkpoint newer than the agents' newest common one, set aside on --resume
+
+
+def _resume_agents_together(configs: list[AnakinConfig]) -> None:
+    """Makes the agents' newest checkpoints one update: each agent's checkpoints newer than the newest update every
+    agent has a whole checkpoint of are set aside (renamed `*.ahead`, one warning line each), so that every agent
+    resumes there. The agents are saved one after another, so a run killed or out of disk amid a checkpoint round,
+    or one agent's corrupt newest file, leaves some agents an update ahead of the others."""
+    saved = {c.logdir: {checkpoint_lib.checkpoint_step(p): p for p in checkpoint_lib.decodable_checkpoints(c.logdir)}
+             for c in configs}
+    common = set.intersection(*(set(steps) for steps in saved.values()))
+    if not common:
+        newest = ", ".join(f"{os.path.basename(d)}: {max(s) if s else 'none'}" for d, s in saved.items())
+        raise config_lib.ConfigError(f"--resume: the agents have no checkpoint of one update in common (their newest "
+                                     f"at env steps {newest}); remove the root directory to start again")
+    target = max(common)
+    for steps in saved.values():
+        for step in sorted(s for s in steps if s > target):
+            aside = checkpoint_lib.set_aside(steps[step], AHEAD_SUFFIX)
+            print(f"warning: {steps[step]} is ahead of the other agents' newest checkpoint ({target:,} env steps); "
+                  f"set aside as {aside}, every agent resumes there", file=sys.stderr)
 
 
 def _sweep_optimizer(config: AnakinConfig) -> optax.GradientTransformation | None:
@@ -149,6 +174,8 @@ def run(config: AnakinConfig) -> dict:
     config = distributed.per_process_config(config)  # process 0 owns the run directory and the evaluations
     spec = make_spec(config.env_id, config.env_kwargs)
     configs = _agent_configs(config)
+    if config.resume and len(configs) > 1:
+        _resume_agents_together(configs)
     setup, _ = learner.build(config, spec, optimizer=_sweep_optimizer(config))
     monitors, evaluation = _monitors(configs, spec, setup)
     start = {int(m.state.update_step) for m in monitors}

@@ -44,6 +44,29 @@ def save_checkpoint(run_dir: str, step: int, state: Any, meta: dict, keep: int =
     return path
 
 
+def checkpoint_step(path: str) -> int:
+    """The number a checkpoint file was saved as (`save_checkpoint`'s `step`)."""
+    return int(_NAME.search(path).group(1))
+
+
+def decodable_checkpoints(run_dir: str) -> list[str]:
+    """The run's checkpoints whose file decodes (whole msgpack with a state and a meta), oldest first; a killed
+    writer's partial files are removed on the way."""
+    for partial in glob.glob(os.path.join(checkpoint_dir(run_dir), "ckpt_*.msgpack.tmp-*")):
+        os.remove(partial)
+    whole = []
+    for path in list_checkpoints(run_dir):
+        try:
+            with open(path, "rb") as f:
+                raw = serialization.msgpack_restore(f.read())
+            json.loads(raw["meta"])
+            raw["state"]
+        except Exception:  # msgpack, json and the OS raise assorted types
+            continue
+        whole.append(path)
+    return whole
+
+
 def list_checkpoints(run_dir: str) -> list[str]:
     paths = [p for p in glob.glob(os.path.join(checkpoint_dir(run_dir), "ckpt_*.msgpack")) if _NAME.search(p)]
     return sorted(paths, key=lambda p: int(_NAME.search(p).group(1)))
@@ -82,10 +105,10 @@ def describe_error(error: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def set_aside(path: str) -> str:
-    """Renames an unreadable checkpoint to `<path>.unreadable` (out of every listing, kept for inspection); returns
-    the new name, or the old one if the rename failed (the file is then only skipped)."""
-    aside = path + UNREADABLE_SUFFIX
+def set_aside(path: str, suffix: str = UNREADABLE_SUFFIX) -> str:
+    """Renames a checkpoint to `<path><suffix>` (out of every listing, kept for inspection; default: unreadable);
+    returns the new name, or the old one if the rename failed (the file is then only skipped)."""
+    aside = path + suffix
     try:
         os.replace(path, aside)
     except OSError:
