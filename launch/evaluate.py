@@ -51,7 +51,7 @@ from envs.factory import EnvSpec, make_pool
 from launch import cli
 from systems.common import drawing, video
 from systems.common import restore as restore_lib
-from systems.common.config import ConfigError
+from systems.common.config import MAX_EVAL_EPISODES, ConfigError
 from systems.common.evaluation import Evaluator
 from systems.common.outputs import params_fingerprint, write_json_atomic
 from systems.registry import ENTRIES
@@ -132,8 +132,9 @@ def _summary_fingerprint(run_dir: str, env_steps: int) -> str | None:
 def _validate_flags() -> None:
     if not _RUN.value:
         raise ConfigError("--run is required: the run directory to evaluate")
-    if _EPISODES.value < 1:
-        raise ConfigError(f"--eval_num_episodes must be positive, got {_EPISODES.value}")
+    if not 1 <= _EPISODES.value <= MAX_EVAL_EPISODES:
+        raise ConfigError(f"--eval_num_episodes must be in [1, {MAX_EVAL_EPISODES:,}] (one env per episode, all of "
+                          f"them in one pool), got {_EPISODES.value:,}")
     if _SEED.value is not None and not 0 <= _SEED.value <= SEED_MAX - _EPISODES.value:
         raise ConfigError(f"--eval_seed must be in [0, {SEED_MAX - _EPISODES.value}], got {_SEED.value}")
     if _GIF_FRAMES.value < 2:

@@ -36,6 +36,24 @@ def test_a_task_that_is_not_a_jax_env_and_unsupported_flags_are_one_line():
             anakin.validate(tiny("unused", **overrides))
 
 
+def test_more_agents_than_the_open_files_allow_are_refused_before_anything_is_written(tmp_path, monkeypatch):
+    """--num_seeds=100000 built 5,000 agents' run directories, then died on "too many open files" with a misleading
+    "the directory holds a damaged run" and left them all."""
+    import resource
+
+    from launch import anakin as launch_anakin
+    from tests.helpers import run_launcher
+
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (1024, 4096))
+    with pytest.raises(ConfigError, match=r"100,000 agents .* above this process's limit of 4,096 .* at most 960"):
+        anakin.run(tiny(tmp_path / "run", num_seeds=100_000))
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(SystemExit) as exit_info:
+        run_launcher(launch_anakin.main, env=CARTPOLE, num_seeds=2_000, learning_rates="0.1,0.2",
+                     logdir=str(tmp_path / "launched"))
+    assert exit_info.value.code == 2 and not (tmp_path / "launched").exists()
+
+
 def _csv_steps(run_dir, name: str) -> list[int]:
     return [int(row["env_steps"]) for row in csv.DictReader((run_dir / name).read_text().splitlines())]
 

@@ -204,12 +204,15 @@ def test_a_run_saved_under_a_former_system_name_restores_with_that_system(tmp_pa
         (_other_env, {}, "rebuilt from config.json"),
         (lambda tmp, run: run, dict(eval_learner="1"), "one parameter set"),
         (lambda tmp, run: run, dict(eval_num_episodes=0), "--eval_num_episodes"),
+        # Printed nothing and grew to 18.5 GB in 30 s.
+        (lambda tmp, run: run, dict(eval_num_episodes=10**9), "--eval_num_episodes must be in [1, 10,000]"),
         (lambda tmp, run: "", {}, "--run is required"),
         (lambda tmp, run: run, dict(capture_video="ep.avi"), "--capture_video must name an .mp4 or .gif"),
         # A traceback after the evaluation ran, which was lost with it.
         (lambda tmp, run: run, dict(capture_video="/etc/passwd/ep.mp4"), "cannot create its directory /etc/passwd"),
     ],
     ids=["missing-dir", "no-config", "no-checkpoint", "unsupported-system", "other-network", "learner", "episodes",
+         "episodes-too-many",
          "no-run", "video-format", "video-unwritable"],
 )
 def test_bad_input_is_one_line_and_exit_2(hts_run, tmp_path, capsys, make_run, flags, message):

@@ -6,6 +6,7 @@ local devices its envs and gradients are split over (`num_devices`) and the host
 from __future__ import annotations
 
 import dataclasses
+import resource
 
 from envs import jax_pool
 from systems.common import config as config_lib
@@ -59,6 +60,7 @@ def validate(config: AnakinConfig) -> None:
             raise config_lib.ConfigError(f"--{name} must be >= {minimum}, got {getattr(config, name)}")
     rates(config)  # a malformed --learning_rates or --entropy_coefs is one line
     entropy_coefs(config)
+    _check_open_files(config)
     if config.num_processes < 1:
         raise config_lib.ConfigError(f"--num_processes must be >= 1, got {config.num_processes}")
     if config.num_processes > 1 and (config.time_limit or config.stop_at_target):
@@ -67,6 +69,41 @@ def validate(config: AnakinConfig) -> None:
             "(their programs must run the same rounds): set --total_steps instead")
     if config.step_time != "none":
         raise config_lib.ConfigError("--step_time simulates slow EnvPool envs; launch.anakin's envs are JAX programs")
+
+
+FILES_PER_AGENT = 4  # an agent's run directory keeps open its lock, progress.csv, evaluations.csv, a TensorBoard file
+FILES_RESERVED = 256  # the program's own: libraries, the JAX runtime, a checkpoint or video being written
+
+
+def num_agents(config: AnakinConfig) -> int:
+    """Agents one program trains: `num_seeds` for each swept learning rate and entropy coefficient."""
+    return config.num_seeds * max(1, len(rates(config))) * max(1, len(entropy_coefs(config)))
+
+
+def files_needed(config: AnakinConfig) -> int:
+    """Open files a run keeps (its agents' outputs and the program's own)."""
+    return FILES_PER_AGENT * num_agents(config) + FILES_RESERVED
+
+
+def _check_open_files(config: AnakinConfig) -> None:
+    """ConfigError before anything is written when the agents' outputs would exceed the open files this process may
+    have (the hard RLIMIT_NOFILE; the run raises its soft limit up to it)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = files_needed(config)
+    if hard != resource.RLIM_INFINITY and needed > hard:
+        most = max(1, (hard - FILES_RESERVED) // FILES_PER_AGENT)
+        raise config_lib.ConfigError(
+            f"{num_agents(config):,} agents (--num_seeds and the swept values) would keep {needed:,} files open, "
+            f"above this process's limit of {hard:,} (ulimit -Hn): at most {most:,} agents a run")
+
+
+def raise_open_files_limit(config: AnakinConfig) -> None:
+    """Raises this process's soft limit on open files to what the run needs (at most the hard limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = files_needed(config)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed if hard == resource.RLIM_INFINITY else min(needed, hard),
+                                                    hard))
 
 
 def rates(config: AnakinConfig) -> list[float]:

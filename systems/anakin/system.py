@@ -41,6 +41,7 @@ from systems.anakin.config import (
     AnakinConfig,
     chunk_rounds,
     entropy_coefs,
+    raise_open_files_limit,
     rates,
     validate,
 )
@@ -174,6 +175,7 @@ def run(config: AnakinConfig) -> dict:
     config = distributed.per_process_config(config)  # process 0 owns the run directory and the evaluations
     spec = make_spec(config.env_id, config.env_kwargs)
     configs = _agent_configs(config)
+    raise_open_files_limit(config)
     if config.resume and len(configs) > 1:
         _resume_agents_together(configs)
     setup, _ = learner.build(config, spec, optimizer=_sweep_optimizer(config))
