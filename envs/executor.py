@@ -33,6 +33,7 @@ import numpy as np
 
 from envs.episodes import EpisodeTracker, split_done
 from envs.factory import EnvSpec, make_pool
+from envs.pool_api import EnvFailed
 from envs.step_time import StepTimeDistribution
 
 
@@ -225,6 +226,10 @@ class Executor:
 
     # -- receiver thread ----------------------------------------------------------------------------------
     def raise_if_failed(self) -> None:
+        """Re-raises the receiver thread's error: a user's env that failed as it is (one line and the env's own
+        traceback, `EnvFailed`), anything else as the executor's failure."""
+        if isinstance(self._error, EnvFailed):
+            raise self._error
         if self._error is not None:
             raise RuntimeError("executor receiver thread failed") from self._error
 

@@ -29,13 +29,15 @@ import json
 import multiprocessing
 import os
 import queue
+import signal
 import sys
+import traceback
 import types
 from multiprocessing import shared_memory
 
 import numpy as np
 
-from envs.pool_api import SyncMethods
+from envs.pool_api import EnvFailed, SyncMethods
 
 PREFIX = "gymnasium/"
 SEGMENT_PREFIX = "htsrl-gym-"  # the pools' /dev/shm segments: htsrl-gym-<pid>-<n>
@@ -86,8 +88,15 @@ class _Envs:
         self.seeded.add(i)
         self.done.discard(i)
         self.elapsed[i] = 0
-        self.obs[i] = obs
+        self._write(i, obs, "reset")
         return i, 0.0, False, False, 0
+
+    def _write(self, i: int, obs, call: str) -> None:
+        """Row i of the observations; ValueError (the env's fault, said as such) for another shape."""
+        if np.shape(obs) != self.obs.shape[1:]:
+            raise ValueError(f"{call} returned an observation of shape {np.shape(obs)}; the env's observation space "
+                             f"says {self.obs.shape[1:]}")
+        self.obs[i] = obs
 
     def step(self, i: int, action) -> tuple:
         if i in self.done:  # EnvPool's reset step
@@ -96,7 +105,7 @@ class _Envs:
         self.elapsed[i] += 1
         if terminated or truncated:
             self.done.add(i)
-        self.obs[i] = obs
+        self._write(i, obs, "step")
         return i, float(reward), bool(terminated), bool(truncated), self.elapsed[i]
 
     def close(self) -> None:
@@ -116,10 +125,10 @@ def _worker(conn, results, env_id: str, env_kwargs: str, env_ids: list, seed: in
             command, payload = conn.recv()
             if command == "reset":
                 for i in payload:
-                    results.put(envs.reset(i))
+                    results.put(_call(envs.reset, "reset", i))
             elif command == "step":
                 for i, action in payload:
-                    results.put(envs.step(i, action))
+                    results.put(_call(envs.step, "step", i, action))
             elif command == "render":
                 try:
                     conn.send(("frame", np.asarray(envs.envs[0].render())))
@@ -129,13 +138,32 @@ def _worker(conn, results, env_id: str, env_kwargs: str, env_ids: list, seed: in
                 return
     except (EOFError, KeyboardInterrupt, BrokenPipeError):
         return
-    except BaseException as error:  # e.g. the user's env raised: the parent's recv() re-raises it
-        results.put(("error", f"{type(error).__name__}: {error}"))
+    except BaseException as error:  # e.g. the user's env could not be made: the parent's recv() re-raises it
+        results.put(("error", -1, "make", f"{type(error).__name__}: {error}", traceback.format_exc()))
     finally:
         if envs is not None:
             envs.close()
             envs.obs = None  # the buffer's view must go before the segment can close
         shm.close()
+
+
+def _call(method, call: str, i: int, *args) -> tuple:
+    """A worker's `reset` or `step` of env i: its result row, or ("error", i, call, the error's line, the env's
+    traceback) for the parent to raise (`GymnasiumPool._next_result`)."""
+    try:
+        return method(i, *args)
+    except Exception as error:
+        return "error", i, call, f"{type(error).__name__}: {error}", _own_traceback(error)
+
+
+def _own_traceback(error: BaseException) -> str:
+    """The traceback of `error` in the env's frames alone (this module's are left out); "" when none is left (an
+    observation of the wrong shape: the error's line says it all)."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename != __file__]
+    if not frames:
+        return ""
+    return ("Traceback of the env (most recent call last):\n" + "".join(traceback.format_list(frames))
+            + "".join(traceback.format_exception_only(type(error), error)))
 
 
 @contextlib.contextmanager
@@ -161,6 +189,7 @@ class GymnasiumPool(SyncMethods):
     def __init__(self, env_id: str, env_kwargs: str = "", *, num_envs: int, batch_size: int, seed: int,
                  obs_shape: tuple, obs_dtype, num_workers: int, render: bool = False):
         self.num_envs, self.batch_size = num_envs, batch_size
+        self._env_id = env_id if env_id.startswith(PREFIX) else PREFIX + env_id
         self._shape, self._dtype = tuple(obs_shape), np.dtype(obs_dtype)
         self._closed, self._conns, self._procs = False, [], []
         self._local: _Envs | None = None
@@ -235,11 +264,14 @@ class GymnasiumPool(SyncMethods):
                 row = self._results.get(timeout=1.0)
                 break
             except queue.Empty:
-                dead = [proc.name for proc in self._procs if not proc.is_alive()]
-                if dead:
-                    raise RuntimeError(f"gymnasium env worker {dead[0]} exited") from None
+                for w, proc in enumerate(self._procs):
+                    if not proc.is_alive():
+                        raise EnvFailed(f"{self._env_id}: env worker {w} (envs {_ids_text(self._ids_of_worker[w])}) "
+                                        f"exited{_exit_text(proc.exitcode)}") from None
         if row[0] == "error":
-            raise RuntimeError(f"a gymnasium env raised {row[1]}")
+            _, i, call, line, detail = row
+            where = f"env {i}, worker {self._worker_of[i]}" if i >= 0 else "a worker"
+            raise EnvFailed(f"{self._env_id} ({where}) failed in {call}: {line}", detail)
         return row
 
     def close(self) -> None:
@@ -269,6 +301,22 @@ class GymnasiumPool(SyncMethods):
             self.close()
         except Exception:  # interpreter shutdown: the resource tracker unlinks the buffer
             pass
+
+
+def _ids_text(ids: list) -> str:
+    return ", ".join(str(i) for i in ids[:4]) + (", ..." if len(ids) > 4 else "")
+
+
+def _exit_text(code: int | None) -> str:
+    """' with status 1', ' on signal SIGSEGV', or ''."""
+    if code is None:
+        return ""
+    if code < 0:
+        try:
+            return f" on signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f" on signal {-code}"
+    return f" with status {code}"
 
 
 def _action(action):

@@ -6,6 +6,16 @@ from __future__ import annotations
 import numpy as np
 
 
+class EnvFailed(RuntimeError):
+    """A user's env failed (raised in `reset` or `step`, returned an observation of the wrong shape, or its worker
+    process died): `str()` is one line naming the env id, the worker and the call; `detail` the env's own traceback
+    (or "")."""
+
+    def __init__(self, line: str, detail: str = ""):
+        super().__init__(line)
+        self.detail = detail
+
+
 class SyncMethods:
     """Mixin: a pool with `num_envs`, `async_reset()`, `send(actions, env_ids)` and `recv(count, in_id_order=)`."""
 

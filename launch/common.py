@@ -173,6 +173,7 @@ def _already_stopping(signum, frame):  # a signal handler's signature
 EXIT_NON_FINITE = 3
 EXIT_IO_ERROR = 74  # sysexits.h EX_IOERR: a write failed (full disk, read-only file system, file-size limit)
 EXIT_UNAVAILABLE = 69  # sysexits.h EX_UNAVAILABLE: a multi-host job did not form within --startup_timeout
+EXIT_ENV_FAILED = 70  # sysexits.h EX_SOFTWARE: a user's env raised, returned a wrong shape, hung or its worker died
 EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED = cli.EXIT_BAD_INPUT, cli.EXIT_INTERRUPTED, cli.EXIT_TERMINATED
 
 
@@ -201,7 +202,8 @@ def run_main(
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    from systems.common.distributed import JobDidNotStart  # JAX starts after the XLA flags
+    from envs.pool_api import EnvFailed  # JAX starts after the XLA flags
+    from systems.common.distributed import JobDidNotStart
     from systems.common.finite import NonFiniteError
 
     try:
@@ -215,6 +217,15 @@ def run_main(
     except NonFiniteError as error:
         print(f"error: {error}", file=sys.stderr)
         _exit(EXIT_NON_FINITE)
+    except EnvFailed as failure:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        checkpoint = getattr(failure, "checkpoint", None)  # set by Monitor.saved once the run has saved
+        saved = (f"; the newest parameters are saved in {checkpoint} (continue with --resume "
+                 f"--logdir={failure.run_dir})" if checkpoint else "; the run had saved nothing")
+        print(f"error: {failure}{saved}", file=sys.stderr)
+        if failure.detail:
+            print(failure.detail.rstrip(), file=sys.stderr)
+        _exit(EXIT_ENV_FAILED)
     except OSError as error:  # the run's directory became unwritable: earlier checkpoints are whole (atomic writes)
         what = f"cannot write {error.filename}: " if error.filename else ""
         print(f"error: {what}{error.strerror or error}; the run stopped (any checkpoint it wrote before is whole)",

@@ -65,6 +65,35 @@ class Lamp(gymnasium.Env):
         return self._obs(), reward, False, False, {}
 
 
+class Faulty(Walk):
+    """`Walk` that fails after `after` steps of each env: `fail` is "raise" (a ValueError in step), "reset" (in its
+    first reset), "shape" (a 3-vector observation) or "crash" (its worker process dies)."""
+
+    def __init__(self, render_mode=None, fail="raise", after=0):
+        super().__init__(render_mode)
+        self.fail, self.after, self.steps = fail, after, 0
+
+    def reset(self, *, seed=None, options=None):
+        if self.fail == "reset":
+            raise RuntimeError("the simulator could not load its level")
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.steps += 1
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.steps > self.after:
+            if self.fail == "raise":
+                raise ValueError("joint 3 left its range")
+            if self.fail == "shape":
+                return np.zeros(3, np.float32), reward, terminated, truncated, info
+            if self.fail == "crash":
+                import os
+
+                os._exit(9)
+        return obs, reward, terminated, truncated, info
+
+
 gymnasium.register("Walk-v0", entry_point=Walk, max_episode_steps=50)
+gymnasium.register("Faulty-v0", entry_point=Faulty, max_episode_steps=50)
 gymnasium.register("Lamp-v0", entry_point=Lamp, max_episode_steps=20)
 gymnasium.register("DictObs-v0", entry_point=DictObs, max_episode_steps=50)

@@ -840,3 +840,40 @@ def test_resuming_a_finished_run_leaves_its_summary_as_it_was(tmp_path, name):
         assert after[name_of_file] == before[name_of_file], name_of_file
     assert [f for f in after if "checkpoint" in f or f.startswith("weights")] == \
         [f for f in before if "checkpoint" in f or f.startswith("weights")]
+
+
+_FAULTY = "gymnasium/tests.gym_envs:Faulty-v0"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher, fail, message", [
+    ("hts", "raise", r" \(env \d, worker \d\) failed in step: ValueError: joint 3 left its range"),
+    ("hts", "crash", r": env worker \d \(envs [\d, ]+\) exited with status 9"),
+    ("sync", "shape", r" \(env \d, worker \d\) failed in step: ValueError: step returned an observation of shape "
+                      r"\(3,\); the env's observation space says \(2,\)"),
+    ("sync", "reset", r" \(env \d, worker \d\) failed in reset: RuntimeError: the simulator could not load its level"),
+    ("pal", "raise", r" \(env \d, worker \d\) failed in step: ValueError: joint 3 left its range"),
+    ("pal", "crash", r": env worker \d \(envs [\d, ]+\) exited with status 9"),
+], ids=["hts-raise", "hts-crash", "sync-shape", "sync-reset", "pal-raise", "pal-crash"])
+def test_a_users_env_that_fails_is_one_line_with_its_own_traceback_and_the_run_keeps_its_checkpoint(
+        tmp_path, capsys, launcher, fail, message):
+    """A Gymnasium env that raised, returned the wrong shape or crashed its worker gave a 45-57-line traceback of the
+    executor's frames (exit 1) and left no checkpoint, so the same command was then refused; under PAL it read as a
+    false non-finite error (exit 3)."""
+    import importlib
+
+    module = importlib.import_module(f"launch.{launcher}")
+    sizes = (dict(num_actors=1, envs_per_actor=2, num_learners=1, learning_starts=100, checkpoint_every=200)
+             if launcher == "pal" else dict(num_envs=4, sync_interval=16, checkpoint_every=64))
+    run_dir = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_info:
+        run_launcher(module.main, env=_FAULTY, env_kwargs=json.dumps({"fail": fail, "after": 300}), eval_episodes=0,
+                     total_steps=4096, logdir=str(run_dir), quiet=True, **sizes)
+    assert exit_info.value.code == 70
+    first, *rest = capsys.readouterr().err.strip().splitlines()
+    assert re.match(f"error: {re.escape(_FAULTY)}{message}; the newest parameters are saved in .*ckpt_", first), first
+    assert (rest[0] == "Traceback of the env (most recent call last):" and rest[-1].startswith("ValueError")
+            and "gym_envs.py" in "\n".join(rest)) if fail == "raise" else (rest == [] or fail == "reset")
+    assert not any("envs/executor.py" in line or "systems/" in line for line in rest)
+    assert list_checkpoints(str(run_dir)), "the run keeps its newest parameters"
+    assert rundir.holder_pid(str(run_dir)) is None

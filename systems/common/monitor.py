@@ -381,9 +381,10 @@ class Monitor:
             self.last_checkpoint = self.checkpointing.save(self.run_dir, self.env_steps, self.state, meta)
         return self.last_checkpoint
 
-    def saved(self, stop: KeyboardInterrupt) -> KeyboardInterrupt:
-        """`stop` (Ctrl-C or SIGTERM, re-raised after `finish`) marked with the checkpoint this run wrote last, so
-        the launcher can say where it is; a stop that was not marked came before the run could save anything."""
+    def saved(self, stop: BaseException) -> BaseException:
+        """`stop` (Ctrl-C, SIGTERM or a user's env that failed, re-raised after `finish`) marked with the checkpoint
+        this run wrote last, so the launcher can say where it is; a stop that was not marked came before the run
+        could save anything."""
         stop.checkpoint, stop.run_dir = self.last_checkpoint, self.run_dir
         if getattr(self.config, "process_id", 0) > 0:  # its <logdir>/process-<p>: the job resumes with the job's
             stop.run_dir = os.path.dirname(os.path.normpath(self.run_dir))  # --logdir

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from envs.executor import Executor
 from envs.factory import EnvSpec, make_spec
+from envs.pool_api import EnvFailed
 from envs.step_time import StepTimeDistribution, parse_step_time
 from systems.common import config as config_lib
 from systems.common.learner import LearnerSetup, build, compile_in_background
@@ -91,10 +92,10 @@ def run_lockstep(system: str, executor: Executor, collector: RoundCollector, mon
                  *, on_exit: Callable[[], None] | None = None, summary_extra: Callable[[], dict] | None = None) -> dict:
     """The main loop of a lock-step system (sync baseline, data-parallel, pmap gossip): wait for every env of the
     executor, hand the batch to the collector (which calls the system's update at each round's end), repeat until
-    the collector is finished; then the final evaluation, checkpoint and summary. Ctrl-C saves a checkpoint of the
-    newest parameters and re-raises KeyboardInterrupt."""
+    the collector is finished; then the final evaluation, checkpoint and summary. Ctrl-C (or a user's env that
+    fails, `EnvFailed`) saves a checkpoint of the newest parameters and re-raises it."""
     num_envs = executor.num_envs
-    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or launch.common.Terminated (SIGTERM)
+    interrupted: KeyboardInterrupt | EnvFailed | None = None  # Ctrl-C, launch.common.Terminated (SIGTERM), an env
     try:
         executor.start()
         while not collector.finished.is_set():
@@ -106,6 +107,9 @@ def run_lockstep(system: str, executor: Executor, collector: RoundCollector, mon
     except KeyboardInterrupt as stop:
         interrupted = stop
         monitor.outputs.print(f"[{system}] interrupted: saving a checkpoint of the newest parameters")
+    except EnvFailed as failure:  # a user's env: the run keeps what it learned (the launcher says what failed)
+        interrupted = failure
+        monitor.outputs.print(f"[{system}] an env failed: saving a checkpoint of the newest parameters")
     finally:
         executor.close()
         if on_exit is not None:

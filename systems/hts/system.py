@@ -39,6 +39,7 @@ import jax
 
 from agents import DEVICE_AXIS, TrainState
 from envs.executor import Executor
+from envs.pool_api import EnvFailed
 from systems.common import config as config_lib
 from systems.common import distributed
 from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
@@ -329,12 +330,12 @@ def _learner_loop(handover: _Handover, learner: _Learner, wait_for_compile: Call
 
 
 def _train(workers: list[tuple[str, Callable[[], None]]], group: ThreadGroup, executor: Executor,
-           reports: queue.Queue, monitor: Monitor, num_rounds: int) -> KeyboardInterrupt | None:
+           reports: queue.Queue, monitor: Monitor, num_rounds: int) -> KeyboardInterrupt | EnvFailed | None:
     """Starts the worker threads and the executor and hands the learner's reports to the monitor until the last
-    round or an early stop; returns the Ctrl-C (or launch.common.Terminated, SIGTERM) that stopped the run, if one
-    did. A worker's error is re-raised here. In a multi-process job a failed collective (another process stopped)
-    stops this one the same way, after a checkpoint."""
-    stopped: KeyboardInterrupt | None = None
+    round or an early stop; returns the Ctrl-C (or launch.common.Terminated, SIGTERM) or the failure of a user's env
+    (`EnvFailed`) that stopped the run, if one did. Another worker's error is re-raised here. In a multi-process job
+    a failed collective (another process stopped) stops this one the same way, after a checkpoint."""
+    stopped: KeyboardInterrupt | EnvFailed | None = None
     try:
         for name, target in workers:
             group.spawn(name, target)
@@ -346,6 +347,9 @@ def _train(workers: list[tuple[str, Callable[[], None]]], group: ThreadGroup, ex
     except KeyboardInterrupt as stop:
         monitor.outputs.print("[hts] interrupted: saving a checkpoint of the newest parameters")
         stopped = stop
+    except EnvFailed as failure:  # a user's env: the run keeps what it learned (the launcher says what failed)
+        monitor.outputs.print("[hts] an env failed: saving a checkpoint of the newest parameters")
+        stopped = failure
     except jax.errors.JaxRuntimeError as error:
         if jax.process_count() == 1:
             raise

@@ -43,6 +43,7 @@ import jax
 import numpy as np
 
 from envs.factory import EnvSpec, make_spec
+from envs.pool_api import EnvFailed
 from systems.common import config as config_lib
 from systems.common import limits
 from systems.common.checkpoint import Checkpointing, checkpoint_dir
@@ -336,11 +337,12 @@ class _Framework:
         self._actors_left = threads.num_actors
         self._actors_lock = threading.Lock()
 
-    def train(self, monitor: Monitor) -> tuple[KeyboardInterrupt | None, float]:
+    def train(self, monitor: Monitor) -> tuple[KeyboardInterrupt | EnvFailed | None, float]:
         """Runs the threads, handing the server's reports to `monitor`, until the run ends; returns the Ctrl-C /
-        SIGTERM (`launch.common.Terminated`) that stopped it, if one did, and the seconds it ran. A thread's error
-        is raised here; every thread is stopped and every EnvPool closed either way."""
-        interrupted: KeyboardInterrupt | None = None
+        SIGTERM (`launch.common.Terminated`) or the failure of a user's env (`EnvFailed`) that stopped it, if one
+        did, and the seconds it ran. Another thread's error is raised here; every thread is stopped and every
+        EnvPool closed either way."""
+        interrupted: KeyboardInterrupt | EnvFailed | None = None
         start = time.perf_counter()
         try:
             self._spawn(monitor.profile)
@@ -348,6 +350,9 @@ class _Framework:
         except KeyboardInterrupt as stop:
             interrupted = stop
             monitor.outputs.print("[pal] interrupted: saving a checkpoint of the newest parameters")
+        except EnvFailed as failure:  # a user's env: the run keeps what it learned (the launcher says what failed)
+            interrupted = failure
+            monitor.outputs.print("[pal] an env failed: saving a checkpoint of the newest parameters")
         finally:
             self.group.stop()
             for actor in self.actors:
