@@ -854,7 +854,9 @@ _FAULTY = "gymnasium/tests.gym_envs:Faulty-v0"
     ("sync", "reset", r" \(env \d, worker \d\) failed in reset: RuntimeError: the simulator could not load its level"),
     ("pal", "raise", r" \(env \d, worker \d\) failed in step: ValueError: joint 3 left its range"),
     ("pal", "crash", r": env worker \d \(envs [\d, ]+\) exited with status 9"),
-], ids=["hts-raise", "hts-crash", "sync-shape", "sync-reset", "pal-raise", "pal-crash"])
+    ("ba3c", "raise", r" \(env \d+, worker \d\) failed in step: ValueError: joint 3 left its range"),
+    ("gala", "raise", r" \(env \d+, worker \d\) failed in step: ValueError: joint 3 left its range"),
+], ids=["hts-raise", "hts-crash", "sync-shape", "sync-reset", "pal-raise", "pal-crash", "ba3c-raise", "gala-raise"])
 def test_a_users_env_that_fails_is_one_line_with_its_own_traceback_and_the_run_keeps_its_checkpoint(
         tmp_path, capsys, launcher, fail, message):
     """A Gymnasium env that raised, returned the wrong shape or crashed its worker gave a 45-57-line traceback of the
@@ -863,11 +865,14 @@ def test_a_users_env_that_fails_is_one_line_with_its_own_traceback_and_the_run_k
     import importlib
 
     module = importlib.import_module(f"launch.{launcher}")
-    sizes = (dict(num_actors=1, envs_per_actor=2, num_learners=1, learning_starts=100, checkpoint_every=200)
-             if launcher == "pal" else dict(num_envs=4, sync_interval=16, checkpoint_every=64))
+    sizes = {"pal": dict(num_actors=1, envs_per_actor=2, num_learners=1, learning_starts=100, checkpoint_every=200),
+             "hts": dict(num_envs=4, sync_interval=16, checkpoint_every=64),
+             "sync": dict(num_envs=4, sync_interval=16, checkpoint_every=64)}.get(
+        launcher, dict(sync_interval=16, checkpoint_every=64))  # BA3C's and GALA's envs follow from their layout
+    after = 40 if launcher in ("ba3c", "gala") else 300  # their defaults step more envs: fewer steps each
     run_dir = tmp_path / "run"
     with pytest.raises(SystemExit) as exit_info:
-        run_launcher(module.main, env=_FAULTY, env_kwargs=json.dumps({"fail": fail, "after": 300}), eval_episodes=0,
+        run_launcher(module.main, env=_FAULTY, env_kwargs=json.dumps({"fail": fail, "after": after}), eval_episodes=0,
                      total_steps=4096, logdir=str(run_dir), quiet=True, **sizes)
     assert exit_info.value.code == 70
     first, *rest = capsys.readouterr().err.strip().splitlines()

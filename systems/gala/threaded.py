@@ -18,6 +18,7 @@ import numpy as np
 from agents import TrainState
 from agents.gossip import ConsensusBound, consensus_distance, make_topology, mix, pairwise_cosine
 from envs.executor import Executor
+from envs.pool_api import EnvFailed
 from envs.step_time import parse_step_time
 from systems.common.concurrency import StopRequested, ThreadGroup
 from systems.common.learner import compile_in_background
@@ -276,16 +277,19 @@ class _AsyncGossipLog:
 
 
 def _train_async(learners: _AsyncLearners, gossip_log: _AsyncGossipLog, monitor: Monitor, start: int,
-                 total_iterations: int) -> KeyboardInterrupt | None:
+                 total_iterations: int) -> KeyboardInterrupt | EnvFailed | None:
     """Runs the learner threads and logs their reports until the budget is reported, the monitor stops the run or
     the threads end; then stops the threads and closes what they used. Returns Ctrl-C (or launch.common.Terminated,
-    SIGTERM) when it came."""
+    SIGTERM) or the failure of a user's env (`EnvFailed`) when it came."""
     try:
         learners.start()
         _log_reports(learners, gossip_log, monitor, start, total_iterations)
     except KeyboardInterrupt as stop:
         monitor.outputs.print(f"[{SYSTEM}] interrupted: saving a checkpoint of the newest parameters")
         return stop
+    except EnvFailed as failure:  # a user's env: the run keeps what it learned (the launcher says what failed)
+        monitor.outputs.print(f"[{SYSTEM}] an env failed: saving a checkpoint of the newest parameters")
+        return failure
     finally:
         learners.close()
         gossip_log.close()
@@ -316,7 +320,8 @@ def _log_reports(learners: _AsyncLearners, gossip_log: _AsyncGossipLog, monitor:
             break
 
 
-def _finish_async(learners: _AsyncLearners, monitor: Monitor, interrupted: KeyboardInterrupt | None) -> dict:
+def _finish_async(learners: _AsyncLearners, monitor: Monitor, interrupted: KeyboardInterrupt | EnvFailed | None
+                  ) -> dict:
     """Prints the gossip statistics, then the final evaluation, checkpoint and summary; re-raises Ctrl-C."""
     if interrupted is None:
         learners.group.check()
