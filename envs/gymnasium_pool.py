@@ -17,31 +17,30 @@ Envs are spread over `num_workers` processes (env i in worker i mod W; started w
 is unsafe, and with a launcher's `__main__` hidden while they start: spawn would otherwise import the launcher's
 module, with JAX, Flax and EnvPool, in every worker, 2-3 s each; the workers' code is all in this module). A daemonic
 process (a Spreeze sampler, itself a worker) may not start children: there the envs step in
-the calling process. A worker exits when its command pipe closes, so none outlives the run however the parent dies; the
-observation buffer is unlinked by `close()` (and by multiprocessing's resource tracker after a SIGKILL).
+the calling process. A worker exits when its pipe closes, so none outlives the run however the parent dies. Nothing
+is named in /dev/shm, so nothing outlives a SIGKILL of the whole process group: the observation buffer is
+multiprocessing's `RawArray` (a file unlinked at once, handed to the workers as a descriptor: the kernel frees it
+with its last holder) and each worker answers on its own pipe (a socket pair), with no Queue and so no named
+semaphore.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
-import itertools
 import json
 import multiprocessing
-import os
-import queue
 import signal
 import sys
 import traceback
 import types
-from multiprocessing import shared_memory
+from multiprocessing import connection
 
 import numpy as np
 
 from envs.pool_api import EnvFailed, SyncMethods
 
 PREFIX = "gymnasium/"
-SEGMENT_PREFIX = "htsrl-gym-"  # the pools' /dev/shm segments: htsrl-gym-<pid>-<n>
-_segments = itertools.count()
 
 
 def is_gymnasium(env_id: str) -> bool:
@@ -113,38 +112,39 @@ class _Envs:
             env.close()
 
 
-def _worker(conn, results, env_id: str, env_kwargs: str, env_ids: list, seed: int, shm_name: str, shape: tuple,
-            dtype: str, total: int, render: bool) -> None:
-    """One worker process: steps its envs on command and writes their observations into the shared buffer."""
-    shm = shared_memory.SharedMemory(name=shm_name)
+def _worker(conn, buffer, env_id: str, env_kwargs: str, env_ids: list, seed: int, shape: tuple, dtype: str,
+            total: int, render: bool) -> None:
+    """One worker process: steps its envs on command, writes their observations into the shared buffer and sends
+    each env's result row (or its error) on `conn` as soon as it has it."""
     envs = None
     try:
-        obs = np.ndarray((total, *shape), np.dtype(dtype), buffer=shm.buf)
+        obs = np.frombuffer(buffer, np.dtype(dtype), count=total * int(np.prod(shape))).reshape(total, *shape)
         envs = _Envs(env_id, env_kwargs, env_ids, seed, obs, render)
         while True:
             command, payload = conn.recv()
             if command == "reset":
                 for i in payload:
-                    results.put(_call(envs.reset, "reset", i))
+                    conn.send(_call(envs.reset, "reset", i))
             elif command == "step":
                 for i, action in payload:
-                    results.put(_call(envs.step, "step", i, action))
+                    conn.send(_call(envs.step, "step", i, action))
             elif command == "render":
                 try:
                     conn.send(("frame", np.asarray(envs.envs[0].render())))
                 except Exception as error:  # e.g. the renderer's package is missing: the caller says so
-                    conn.send(("error", f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"))
+                    conn.send(("render_error", f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"))
             else:
                 return
     except (EOFError, KeyboardInterrupt, BrokenPipeError):
         return
     except BaseException as error:  # e.g. the user's env could not be made: the parent's recv() re-raises it
-        results.put(("error", -1, "make", f"{type(error).__name__}: {error}", traceback.format_exc()))
+        try:
+            conn.send(("error", -1, "make", f"{type(error).__name__}: {error}", _own_traceback(error)))
+        except (BrokenPipeError, OSError):
+            pass
     finally:
         if envs is not None:
             envs.close()
-            envs.obs = None  # the buffer's view must go before the segment can close
-        shm.close()
 
 
 def _call(method, call: str, i: int, *args) -> tuple:
@@ -198,11 +198,11 @@ class GymnasiumPool(SyncMethods):
             self._local, self._pending = _Envs(env_id, env_kwargs, list(range(num_envs)), seed, self._obs, render), []
             return
         nbytes = max(int(np.prod((num_envs, *self._shape))) * self._dtype.itemsize, 1)
-        self._shm = shared_memory.SharedMemory(
-            name=f"{SEGMENT_PREFIX}{os.getpid()}-{next(_segments)}", create=True, size=nbytes)
-        self._obs = np.ndarray((num_envs, *self._shape), dtype=self._dtype, buffer=self._shm.buf)
         context = multiprocessing.get_context("spawn")
-        self._results = context.Queue()
+        self._buffer = context.RawArray("b", nbytes)
+        self._obs = np.frombuffer(self._buffer, self._dtype, count=int(np.prod((num_envs, *self._shape)))).reshape(
+            num_envs, *self._shape)
+        self._rows: collections.deque = collections.deque()  # results received, not yet handed out
         workers = max(1, min(num_workers, num_envs))
         self._worker_of = np.arange(num_envs) % workers
         self._ids_of_worker = [list(range(w, num_envs, workers)) for w in range(workers)]
@@ -210,8 +210,8 @@ class GymnasiumPool(SyncMethods):
             for w, ids in enumerate(self._ids_of_worker):
                 parent, child = context.Pipe()
                 proc = context.Process(target=_worker, name=f"gymnasium-env-{w}", daemon=True, args=(
-                    child, self._results, env_id, env_kwargs, ids, seed, self._shm.name, self._shape,
-                    self._dtype.str, num_envs, render))
+                    child, self._buffer, env_id, env_kwargs, ids, seed, self._shape, self._dtype.str, num_envs,
+                    render))
                 proc.start()
                 child.close()
                 self._conns.append(parent)
@@ -249,30 +249,39 @@ class GymnasiumPool(SyncMethods):
         if self._local is not None:
             return np.asarray(self._local.envs[0].render())[None]
         self._conns[0].send(("render", None))
-        kind, frame = self._conns[0].recv()
-        if kind == "error":
-            raise RuntimeError(f"the gymnasium env's render failed: {frame}")
-        return frame[None]
+        while True:  # env results that arrive first are kept for recv()
+            message = self._receive(self._conns[0])
+            if message[0] == "frame":
+                return message[1][None]
+            if message[0] == "render_error":
+                raise RuntimeError(f"the gymnasium env's render failed: {message[1]}")
+            self._rows.append(message)
 
     def _next_result(self):
         if self._local is not None:
             if not self._pending:
                 raise RuntimeError("recv() with no env step in flight")
             return self._pending.pop(0)
-        while True:
-            try:
-                row = self._results.get(timeout=1.0)
-                break
-            except queue.Empty:
-                for w, proc in enumerate(self._procs):
-                    if not proc.is_alive():
-                        raise EnvFailed(f"{self._env_id}: env worker {w} (envs {_ids_text(self._ids_of_worker[w])}) "
-                                        f"exited{_exit_text(proc.exitcode)}") from None
+        while not self._rows:
+            for conn in connection.wait(self._conns, timeout=1.0):
+                self._rows.append(self._receive(conn))
+        row = self._rows.popleft()
         if row[0] == "error":
             _, i, call, line, detail = row
             where = f"env {i}, worker {self._worker_of[i]}" if i >= 0 else "a worker"
             raise EnvFailed(f"{self._env_id} ({where}) failed in {call}: {line}", detail)
         return row
+
+    def _receive(self, conn):
+        """One message of a worker; EnvFailed naming the worker and its exit status when it died."""
+        try:
+            return conn.recv()
+        except (EOFError, OSError):
+            w = self._conns.index(conn)
+            proc = self._procs[w]
+            proc.join(timeout=5.0)
+            raise EnvFailed(f"{self._env_id}: env worker {w} (envs {_ids_text(self._ids_of_worker[w])}) "
+                            f"exited{_exit_text(proc.exitcode)}") from None
 
     def close(self) -> None:
         if self._closed:
@@ -293,8 +302,7 @@ class GymnasiumPool(SyncMethods):
                 proc.kill()
                 proc.join()
         del self._obs
-        self._shm.close()
-        self._shm.unlink()
+        self._buffer = None  # the memory goes with its last holder
 
     def __del__(self):
         try:

@@ -700,9 +700,10 @@ def test_learning_starts_at_or_beyond_the_budget_is_refused(module, config_name,
 
 
 def _shm_names() -> set[str]:
-    """What a Spreeze run could leave in /dev/shm: its replay segment (named `spreeze-*` in an earlier version) and
-    multiprocessing's named semaphores (`sem.mp-*`: Events, Queues and Locks under spawn and forkserver)."""
-    return {name for name in os.listdir("/dev/shm") if name.startswith(("sem.mp-", "spreeze-"))}
+    """What a run could leave in /dev/shm: Spreeze's replay segment (named `spreeze-*` in an earlier version), a
+    gymnasium pool's observation buffer (`htsrl-gym-*` in an earlier version) and multiprocessing's named semaphores
+    (`sem.mp-*`: Events, Queues and Locks under spawn and forkserver) and heap files (`pym-*`, unlinked at once)."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith(("sem.mp-", "spreeze-", "htsrl-gym-", "pym-"))}
 
 
 def _left_after(names: set[str], seconds: float) -> set[str]:
@@ -882,3 +883,38 @@ def test_a_users_env_that_fails_is_one_line_with_its_own_traceback_and_the_run_k
     assert not any("envs/executor.py" in line or "systems/" in line for line in rest)
     assert list_checkpoints(str(run_dir)), "the run keeps its newest parameters"
     assert rundir.holder_pid(str(run_dir)) is None
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm (Linux)")
+@pytest.mark.parametrize("launcher", ["hts", "pal"])
+@pytest.mark.slow
+def test_sigkill_of_a_gymnasium_run_leaves_dev_shm_as_it_found_it_and_no_process(tmp_path, launcher):
+    """kill -9 of the process group of launch.hts or launch.pal on a gymnasium/ env left its pool's
+    /dev/shm/htsrl-gym-<pid>-<i> segment and six sem.mp-* semaphores (the resource tracker died with the group)."""
+    before = _shm_names()
+    run_dir = tmp_path / "run"
+    sizes = (["--num_actors=1", "--envs_per_actor=2", "--num_learners=1", "--learning_starts=100"]
+             if launcher == "pal" else ["--num_envs=4", "--sync_interval=16"])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", f"launch.{launcher}", "--env=gymnasium/tests.gym_envs:Walk-v0", *sizes,
+         "--total_steps=100000000", "--eval_episodes=0", f"--logdir={run_dir}", "--quiet"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (run_dir / "progress.csv").exists() and len((run_dir / "progress.csv").read_text().splitlines()) > 2:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        named_while_alive = _shm_names() - before
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _group_alive(proc.pid), "a worker outlived the group's SIGKILL"
+        assert not _left_after(named_while_alive, 10.0), "left in /dev/shm"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
