@@ -30,8 +30,11 @@ import collections
 import contextlib
 import json
 import multiprocessing
+import os
 import signal
 import sys
+import threading
+import time
 import traceback
 import types
 from multiprocessing import connection
@@ -41,6 +44,16 @@ import numpy as np
 from envs.pool_api import EnvFailed, SyncMethods
 
 PREFIX = "gymnasium/"
+TIMEOUT_VARIABLE = "HTSRL_ENV_STEP_TIMEOUT"  # seconds a pool waits for any env step before it calls the env hung
+DEFAULT_STEP_TIMEOUT = 60.0
+
+
+def step_timeout() -> float:
+    """The bound on waiting for an env step (`HTSRL_ENV_STEP_TIMEOUT` seconds, default 60; 0: none)."""
+    try:
+        return max(0.0, float(os.environ.get(TIMEOUT_VARIABLE, DEFAULT_STEP_TIMEOUT)))
+    except ValueError:
+        return DEFAULT_STEP_TIMEOUT
 
 
 def is_gymnasium(env_id: str) -> bool:
@@ -203,8 +216,11 @@ class GymnasiumPool(SyncMethods):
         self._obs = np.frombuffer(self._buffer, self._dtype, count=int(np.prod((num_envs, *self._shape)))).reshape(
             num_envs, *self._shape)
         self._rows: collections.deque = collections.deque()  # results received, not yet handed out
+        self._timeout = step_timeout()
+        self._count_lock = threading.Lock()  # actors send while the receiver takes results
         workers = max(1, min(num_workers, num_envs))
         self._worker_of = np.arange(num_envs) % workers
+        self._outstanding = np.zeros(workers, np.int64)  # env steps sent to each worker whose result is not in
         self._ids_of_worker = [list(range(w, num_envs, workers)) for w in range(workers)]
         with _main_module_hidden():
             for w, ids in enumerate(self._ids_of_worker):
@@ -221,7 +237,8 @@ class GymnasiumPool(SyncMethods):
         if self._local is not None:
             self._pending += [self._local.reset(i) for i in range(self.num_envs)]
             return
-        for conn, ids in zip(self._conns, self._ids_of_worker, strict=True):
+        for w, (conn, ids) in enumerate(zip(self._conns, self._ids_of_worker, strict=True)):
+            self._count_sent(w, len(ids))
             conn.send(("reset", ids))
 
     def send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
@@ -232,7 +249,12 @@ class GymnasiumPool(SyncMethods):
         for w, conn in enumerate(self._conns):
             mine = np.flatnonzero(self._worker_of[env_ids] == w)
             if len(mine):
+                self._count_sent(w, len(mine))
                 conn.send(("step", [(int(env_ids[k]), _action(actions[k])) for k in mine]))
+
+    def _count_sent(self, worker: int, n: int) -> None:
+        with self._count_lock:
+            self._outstanding[worker] += n
 
     def recv(self, count: int | None = None, *, in_id_order: bool = False):
         """The next `count` (default `batch_size`) finished env steps: (obs, rewards, terminated, truncated, info)."""
@@ -262,15 +284,28 @@ class GymnasiumPool(SyncMethods):
             if not self._pending:
                 raise RuntimeError("recv() with no env step in flight")
             return self._pending.pop(0)
+        waiting_since = time.monotonic()
         while not self._rows:
-            for conn in connection.wait(self._conns, timeout=1.0):
+            for conn in connection.wait(self._conns, timeout=min(1.0, self._timeout or 1.0)):
                 self._rows.append(self._receive(conn))
+            if not self._rows and self._timeout and time.monotonic() - waiting_since > self._timeout:
+                raise EnvFailed(self._hang_text())
         row = self._rows.popleft()
+        i = row[1] if row[0] == "error" else row[0]
+        with self._count_lock:
+            self._outstanding[self._worker_of[i] if i >= 0 else 0] -= 1
         if row[0] == "error":
             _, i, call, line, detail = row
             where = f"env {i}, worker {self._worker_of[i]}" if i >= 0 else "a worker"
             raise EnvFailed(f"{self._env_id} ({where}) failed in {call}: {line}", detail)
         return row
+
+    def _hang_text(self) -> str:
+        with self._count_lock:
+            busy = [w for w in range(len(self._procs)) if self._outstanding[w] > 0] or list(range(len(self._procs)))
+        w = busy[0]
+        return (f"{self._env_id}: no env step returned in {self._timeout:g} s (env worker {w}, envs "
+                f"{_ids_text(self._ids_of_worker[w])}): the env hangs ({TIMEOUT_VARIABLE} sets the bound, 0 none)")
 
     def _receive(self, conn):
         """One message of a worker; EnvFailed naming the worker and its exit status when it died."""

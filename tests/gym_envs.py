@@ -67,7 +67,8 @@ class Lamp(gymnasium.Env):
 
 class Faulty(Walk):
     """`Walk` that fails after `after` steps of each env: `fail` is "raise" (a ValueError in step), "reset" (in its
-    first reset), "shape" (a 3-vector observation) or "crash" (its worker process dies)."""
+    first reset), "shape" (a 3-vector observation), "crash" (its worker process dies) or "hang" (its step never
+    returns)."""
 
     def __init__(self, render_mode=None, fail="raise", after=0):
         super().__init__(render_mode)
@@ -90,6 +91,10 @@ class Faulty(Walk):
                 import os
 
                 os._exit(9)
+            if self.fail == "hang":
+                import time
+
+                time.sleep(10**6)
         return obs, reward, terminated, truncated, info
 
 

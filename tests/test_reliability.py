@@ -12,6 +12,7 @@ import csv
 import dataclasses
 import gc
 import glob
+import importlib
 import json
 import math
 import os
@@ -915,6 +916,50 @@ def test_sigkill_of_a_gymnasium_run_leaves_dev_shm_as_it_found_it_and_no_process
             time.sleep(0.2)
         assert not _group_alive(proc.pid), "a worker outlived the group's SIGKILL"
         assert not _left_after(named_while_alive, 10.0), "left in /dev/shm"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_hung_env_is_one_line_after_the_step_timeout(tmp_path, capsys, monkeypatch):
+    """A gymnasium env whose step never returned stalled the run silently."""
+    monkeypatch.setenv("HTSRL_ENV_STEP_TIMEOUT", "2")
+    with pytest.raises(SystemExit) as exit_info:
+        run_launcher(importlib.import_module("launch.hts").main, env=_FAULTY,
+                     env_kwargs=json.dumps({"fail": "hang", "after": 100}), num_envs=4, sync_interval=16,
+                     checkpoint_every=64, eval_episodes=0, total_steps=4096, logdir=str(tmp_path / "run"), quiet=True)
+    assert exit_info.value.code == 70
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert re.match(f"error: {re.escape(_FAULTY)}: no env step returned in 2 s \\(env worker \\d, envs [\\d, ]+\\): "
+                    "the env hangs .*; the newest parameters are saved in", line), line
+
+
+@pytest.mark.slow
+def test_sigterm_stops_pal_while_an_env_hangs(tmp_path):
+    """PAL printed "interrupted: saving" and then blocked until the hung worker was killed by hand."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.pal", f"--env={_FAULTY}", '--env_kwargs={"fail": "hang", "after": 300}',
+         "--num_actors=1", "--envs_per_actor=2", "--num_learners=1", "--learning_starts=100",
+         "--checkpoint_every=200", "--eval_episodes=0", "--total_steps=100000", f"--logdir={run_dir}", "--quiet"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list_checkpoints(str(run_dir)) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        time.sleep(3.0)  # the actor is inside the hung step by now (300 steps an env, 2 envs)
+        proc.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        _, stderr = proc.communicate(timeout=40)
+        assert proc.returncode == 143, stderr[-2000:]
+        assert time.monotonic() - stopped < 30
+        assert "terminated (SIGTERM); the newest parameters are saved in" in stderr
+        deadline = time.monotonic() + 15  # the killed worker is reaped once its parent has exited
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _group_alive(proc.pid)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

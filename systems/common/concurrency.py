@@ -54,6 +54,10 @@ class ThreadGroup:
         """True while any worker thread is still alive."""
         return any(thread.is_alive() for thread in self._threads)
 
+    def running_names(self) -> list[str]:
+        """The names of the worker threads still alive."""
+        return [thread.name for thread in self._threads if thread.is_alive()]
+
     def stop(self, timeout: float = 10.0, patience: float = 600.0,
              waiting: Callable[[list[str]], None] | None = None) -> None:
         """Signals the workers and joins them. One still busy after `timeout` s (inside an XLA program, which cannot

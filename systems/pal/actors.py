@@ -207,4 +207,7 @@ class Actor:
             self.gate.add_collected(self.step())
 
     def close(self) -> None:
-        self.pool.close()
+        """Closes the envs (again: nothing)."""
+        if not getattr(self, "_closed", False):
+            self._closed = True
+            self.pool.close()

@@ -354,12 +354,23 @@ class _Framework:
             interrupted = failure
             monitor.outputs.print("[pal] an env failed: saving a checkpoint of the newest parameters")
         finally:
+            if interrupted is not None:
+                self._free_actors_blocked_in_an_env()
             self.group.stop()
             for actor in self.actors:
                 actor.close()
         if interrupted is None:
             self.group.check()
         return interrupted, time.perf_counter() - start
+
+    def _free_actors_blocked_in_an_env(self) -> None:
+        """A stop (or an env's failure) while an actor waits in a hung env's step: the threads get a moment to stop;
+        an actor still inside its step then has its pool closed (its hung worker process killed), which ends the
+        step with an error the stopping run ignores."""
+        self.group.stop(timeout=1.0, patience=0)
+        if any(name.startswith("actor-") for name in self.group.running_names()):
+            for actor in self.actors:
+                actor.close()
 
     def _spawn(self, profile: Profile) -> None:
         for actor in self.actors:
