@@ -227,6 +227,16 @@ def test_bad_input_is_one_line_and_exit_2(hts_run, tmp_path, capsys, make_run, f
     assert not os.path.exists(tmp_path / "eval.json")
 
 
+def _evaluate_but_fail_to_film(hts_run, tmp_path, capsys, name: str):
+    """Evaluates `hts_run` filming to videos/`name`, which fails: (evaluation file, video path, stderr lines); the
+    exit status is checked to be 74."""
+    out, video = tmp_path / "eval.json", tmp_path / "videos" / name
+    with flagsaver.flagsaver(run=hts_run, eval_out=str(out), capture_video=str(video)):
+        with pytest.raises(SystemExit) as exit_info:
+            launch_evaluate.main([])
+    assert exit_info.value.code == 74
+    return out, video, capsys.readouterr().err.strip().splitlines()
+
 
 def test_a_gif_video_on_a_full_disk_names_the_file(hts_run, tmp_path, capsys, monkeypatch):
     """--capture_video=<x>.gif on a full disk: the error line named no file (a write's OSError carries none)."""
@@ -238,12 +248,7 @@ def test_a_gif_video_on_a_full_disk_names_the_file(hts_run, tmp_path, capsys, mo
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(drawing, "write_gif", full_disk)
-    out, video = tmp_path / "eval.json", tmp_path / "videos" / "ep.gif"
-    with flagsaver.flagsaver(run=hts_run, eval_out=str(out), capture_video=str(video)):
-        with pytest.raises(SystemExit) as exit_info:
-            launch_evaluate.main([])
-    assert exit_info.value.code == 74
-    err = capsys.readouterr().err.strip().splitlines()
+    out, video, err = _evaluate_but_fail_to_film(hts_run, tmp_path, capsys, "ep.gif")
     assert err == [f"error: cannot write {video}: No space left on device; the evaluation itself is saved in {out}"]
     assert _read(out)["episodes"] == 10 and os.listdir(video.parent) == []
 
@@ -252,12 +257,7 @@ def test_a_video_that_cannot_be_written_keeps_the_evaluation(hts_run, tmp_path, 
     """The encoder fails after the evaluation ran (a stand-in that exits at once, as ffmpeg on a full disk): one
     line naming the video and where the evaluation is, exit 74, and evaluation.json written."""
     monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", failing_ffmpeg(tmp_path))
-    out, video = tmp_path / "eval.json", tmp_path / "videos" / "ep.mp4"
-    with flagsaver.flagsaver(run=hts_run, eval_out=str(out), capture_video=str(video)):
-        with pytest.raises(SystemExit) as exit_info:
-            launch_evaluate.main([])
-    assert exit_info.value.code == 74
-    err = capsys.readouterr().err.strip().splitlines()
+    out, video, err = _evaluate_but_fail_to_film(hts_run, tmp_path, capsys, "ep.mp4")
     assert len(err) == 1 and err[0].startswith(f"error: cannot write {video}: the video encoder (ffmpeg) stopped")
     assert err[0].endswith(f"; the evaluation itself is saved in {out}")
     assert _read(out)["episodes"] == 10 and os.listdir(video.parent) == []

@@ -61,7 +61,7 @@ def _check_equals_single_actor(root: str, env_id: str, layout: tuple) -> None:
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "LunarLander-v2"])
-@settings(max_examples=8, **_SETTINGS)
+@settings(max_examples=6, **_SETTINGS)
 @given(layout=_layouts(max_envs=33))
 @example(layout=(12, 2, 0, 0))  # the default batches with 12 envs: two actors split the envs 6 + 6
 @example(layout=(12, 3, 0, 0))
@@ -77,7 +77,7 @@ def _splits(draw, num_envs: int):
     return (num_envs, draw(st.integers(1, 5)), draw(st.integers(0, num_envs)), 0)
 
 
-@settings(max_examples=3, **_SETTINGS)
+@settings(max_examples=2, **_SETTINGS)
 @given(data=st.data())
 def check_other_family(env_id: str, num_envs: int, data) -> None:
     _check_equals_single_actor(_child_root(), env_id, data.draw(_splits(num_envs)))
