@@ -292,8 +292,9 @@ class GymnasiumPool(SyncMethods):
                 raise EnvFailed(self._hang_text())
         row = self._rows.popleft()
         i = row[1] if row[0] == "error" else row[0]
-        with self._count_lock:
-            self._outstanding[self._worker_of[i] if i >= 0 else 0] -= 1
+        if i >= 0:  # a result of env i (not a worker's failure to make its envs)
+            with self._count_lock:
+                self._outstanding[self._worker_of[i]] -= 1
         if row[0] == "error":
             _, i, call, line, detail = row
             where = f"env {i}, worker {self._worker_of[i]}" if i >= 0 else "a worker"

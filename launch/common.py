@@ -219,10 +219,8 @@ def run_main(
         _exit(EXIT_NON_FINITE)
     except EnvFailed as failure:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        checkpoint = getattr(failure, "checkpoint", None)  # set by Monitor.saved once the run has saved
-        saved = (f"; the newest parameters are saved in {checkpoint} (continue with --resume "
-                 f"--logdir={failure.run_dir})" if checkpoint else "; the run had saved nothing")
-        print(f"error: {failure}{saved}", file=sys.stderr)
+        saved = _where_saved(failure)
+        print(f"error: {failure}; " + (saved or "the run had saved nothing"), file=sys.stderr)
         if failure.detail:
             print(failure.detail.rstrip(), file=sys.stderr)
         _exit(EXIT_ENV_FAILED)
@@ -239,10 +237,9 @@ def run_main(
         name = ("terminated (SIGTERM)" if isinstance(stop, Terminated) else
                 "stopped: another process of the job stopped or failed" if isinstance(stop, PeerStopped) else
                 "interrupted")
-        checkpoint = getattr(stop, "checkpoint", None)  # set by Monitor.saved once the run has saved
-        if checkpoint:
-            print(f"{name}; the newest parameters are saved in {checkpoint} (continue with --resume "
-                  f"--logdir={stop.run_dir})", file=sys.stderr)
+        saved = _where_saved(stop)
+        if saved:
+            print(f"{name}; {saved}", file=sys.stderr)
         else:
             print(f"{name} before the run could save anything", file=sys.stderr)
         from systems.common.learner import compiles_in_progress  # JAX starts after the XLA flags
@@ -251,7 +248,7 @@ def run_main(
             print("waiting for the update's compile to finish before exiting (XLA cannot stop one midway)",
                   file=sys.stderr)
         status = EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
-        if checkpoint and not _multi_process():  # stopped cleanly: a normal exit runs multiprocessing's finalizers
+        if saved and not _multi_process():  # stopped cleanly: a normal exit runs multiprocessing's finalizers
             sys.exit(status)
         _exit_without_finalizing(status)
     except Exception:  # a bug, not a user's mistake: its traceback, then the exit a multi-process job needs
@@ -261,6 +258,15 @@ def run_main(
         print(f"error: process {_process_index()} of this job failed (above); the others stop when they miss it",
               file=sys.stderr)
         _exit_without_finalizing(1)
+
+
+def _where_saved(stop: BaseException) -> str:
+    """Where a stopped run saved its newest parameters and how to continue it ("" when it saved nothing), from the
+    marks `Monitor.saved` leaves on the exception."""
+    checkpoint = getattr(stop, "checkpoint", None)
+    if not checkpoint:
+        return ""
+    return f"the newest parameters are saved in {checkpoint} (continue with --resume --logdir={stop.run_dir})"
 
 
 def _exit(status: int) -> None:

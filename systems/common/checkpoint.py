@@ -39,9 +39,21 @@ def save_checkpoint(run_dir: str, step: int, state: Any, meta: dict, keep: int =
     write_atomic(path, payload)
     for old in list_checkpoints(run_dir)[:-keep]:
         os.remove(old)
-    for partial in glob.glob(os.path.join(directory, "ckpt_*.msgpack.tmp-*")):  # left by a killed writer
-        os.remove(partial)
+    _remove_partial_files(run_dir)
     return path
+
+
+def _remove_partial_files(run_dir: str) -> None:
+    """Removes the temporary files of checkpoints whose writer was killed."""
+    for partial in glob.glob(os.path.join(checkpoint_dir(run_dir), "ckpt_*.msgpack.tmp-*")):
+        os.remove(partial)
+
+
+def _decode(path: str) -> tuple[Any, dict]:
+    """(state dict, meta) of a checkpoint file; msgpack, json and the OS raise assorted errors for a bad one."""
+    with open(path, "rb") as f:
+        raw = serialization.msgpack_restore(f.read())
+    return raw["state"], json.loads(raw["meta"])
 
 
 def checkpoint_step(path: str) -> int:
@@ -52,15 +64,11 @@ def checkpoint_step(path: str) -> int:
 def decodable_checkpoints(run_dir: str) -> list[str]:
     """The run's checkpoints whose file decodes (whole msgpack with a state and a meta), oldest first; a killed
     writer's partial files are removed on the way."""
-    for partial in glob.glob(os.path.join(checkpoint_dir(run_dir), "ckpt_*.msgpack.tmp-*")):
-        os.remove(partial)
+    _remove_partial_files(run_dir)
     whole = []
     for path in list_checkpoints(run_dir):
         try:
-            with open(path, "rb") as f:
-                raw = serialization.msgpack_restore(f.read())
-            json.loads(raw["meta"])
-            raw["state"]
+            _decode(path)
         except Exception:  # msgpack, json and the OS raise assorted types
             continue
         whole.append(path)
@@ -78,10 +86,8 @@ def load_latest_checkpoint(run_dir: str, target: Any, on_skip: OnSkip | None = N
     the non-finite guard) is passed to `on_skip(path, reason)` before an older one is tried."""
     for path in reversed(list_checkpoints(run_dir)):
         try:
-            with open(path, "rb") as f:
-                raw = serialization.msgpack_restore(f.read())
-            state = serialization.from_state_dict(target, raw["state"])
-            meta = json.loads(raw["meta"])
+            state_dict, meta = _decode(path)
+            state = serialization.from_state_dict(target, state_dict)
         except Exception as error:  # msgpack, flax, json and the OS raise assorted types
             if on_skip is not None:
                 on_skip(path, describe_error(error))
