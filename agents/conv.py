@@ -1,8 +1,8 @@
 """Exact formulations of a VALID 2-D convolution, for the Atari and GFootball CNNs on XLA CPU.
 
-XLA CPU runs a float32 matrix product near 200 GFLOPS on two cores but the Nature CNN's convolutions near 33
-GFLOPS, and which form of the same convolution is fastest differs between the forward pass, the gradient and the
-layer (`benchmarks/cnn_cpu.py`, `benchmarks/results/cnn_cpu.md`). Every form here computes the same function of the
+XLA CPU runs a float32 matrix product several times faster than the Nature CNN's convolutions, and which form of
+the same convolution is fastest differs between the forward pass, the gradient and the layer (`benchmarks/cnn_cpu.py`
+times them). Every form here computes the same function of the
 same parameters as `flax.linen.Conv(O, (k, k), strides=(s, s), padding="VALID")` (kernel `[k, k, C, O]`, bias
 `[O]`), on NHWC input, up to float rounding:
 

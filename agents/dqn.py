@@ -101,7 +101,7 @@ def dqn_td_errors(params, target_params, batch: dict, *, apply_fn, config: DQNCo
       apply_fn: ``apply_fn(params, obs) -> Q [B, A]``.
       config: ``DQNConfig``.
     """
-    import rlax  # here, not at the top: rlax imports distrax and TensorFlow Probability (1.3 s per process)
+    import rlax  # here, not at the top: rlax imports distrax and TensorFlow Probability, a second or more per process
 
     action, reward, done = batch["action"], batch["reward"], batch["done"]
     chex.assert_rank([action, reward, done], 1)

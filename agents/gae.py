@@ -41,7 +41,7 @@ def gae_advantages(
       gamma: discount.
       gae_lambda: GAE mixing parameter.
     """
-    import rlax  # here, not at the top: rlax imports distrax and TensorFlow Probability (1.3 s per process)
+    import rlax  # here, not at the top: rlax imports distrax and TensorFlow Probability, a second or more per process
 
     chex.assert_rank([rewards, values, terminations, truncations, bootstrap_value], [2, 2, 2, 2, 1])
     chex.assert_equal_shape([rewards, values, terminations, truncations])

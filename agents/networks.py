@@ -86,22 +86,20 @@ def uniform_conv_plan(form: str, layers: int = 3) -> ConvPlan:
 # space-to-depth, the others as XLA's convolution.
 PREVIOUS_CPU_PLAN = (LayerForms("space_to_depth", "space_to_depth", "space_to_depth"),
                      LayerForms("direct", "direct", "direct"), LayerForms("direct", "direct", "direct"))
-# XLA CPU's fastest exact forms, measured by `benchmarks/cnn_cpu.py` (`benchmarks/results/cnn_cpu.md`, 2 cores):
-# the actors' small batches run XLA's convolution in NHWC (about 1 ms for 4 frames, the fastest whole network);
-# the learner's minibatches run channels-major, the first two layers as space-to-depth (whole Nature CNN value and
-# gradient at 256 frames: 172 ms against 314 ms before and 473 ms with XLA's convolution). Per-layer winners in
-# NHWC (a shift_add gradient under XLA's forward pass) did not add up to a fast whole network (363 ms), so the plan
+# XLA CPU's fastest exact forms as `benchmarks/cnn_cpu.py` times them: the actors' small batches run XLA's
+# convolution in NHWC (the fastest whole network at a few frames); the learner's minibatches run channels-major, the
+# first two layers as space-to-depth (the fastest whole Nature CNN value and gradient at 256 frames). Per-layer
+# winners in NHWC (a shift_add gradient under XLA's forward pass) do not add up to a fast whole network, so the plan
 # is chosen by whole-network time. GPUs keep XLA's convolution (cuDNN).
 _CPU_PLAN = (LayerForms("direct", "cm_space_to_depth", "cm_space_to_depth"),
              LayerForms("direct", "cm_space_to_depth", "cm_space_to_depth"),
              LayerForms("direct", "cm_slices", "cm_slices"))
-# BA3C's stride-1 SAME convolutions at 84x84 and 42x42: im2col's patch matrices are gigabytes at the learner's batch
-# (forward 1.6-1.9 s against XLA's 0.23 s at 256 frames), but XLA's convolution gradient is slower still (value and
-# gradient 5.8 s), so its forward pass is kept and its gradient taken through im2col by slices (3.4 s).
+# BA3C's stride-1 SAME convolutions at 84x84 and 42x42: im2col's patch matrices are gigabytes at the learner's batch,
+# so its forward pass is several times slower than XLA's, but XLA's convolution gradient is slower still; so XLA's
+# forward pass is kept and the gradient taken through im2col by slices.
 _BA3C_CPU_PLAN = (LayerForms("direct", "direct", "slices"),) * 4
-# MinAtar's one 3x3 convolution on 10x10 planes: im2col by slices in every pass. Value and gradient at 1024 rows,
-# 2 cores: 12.8 ms against XLA's 16.1 ms for one agent, 161 ms against 381 ms for 8 agents vmapped (forward at 64
-# rows: 2.4 ms against 4.8 ms); measured 2026-11-27 (the Anakin MinAtar runs' commit message).
+# MinAtar's one 3x3 convolution on 10x10 planes: im2col by slices in every pass, faster than XLA's convolution for
+# one agent and more so for agents vmapped (Anakin), forward and gradient alike.
 _MINATAR_CPU_PLAN = (LayerForms("slices", "slices", "slices"),)
 CPU_CONV_PLANS = {"nature": _CPU_PLAN, "gfootball": _CPU_PLAN, "ba3c": _BA3C_CPU_PLAN, "minatar": _MINATAR_CPU_PLAN}
 

@@ -40,11 +40,10 @@ class PPOConfig:
       unroll_epochs, unroll_minibatches: ``jax.lax.scan``'s ``unroll`` for the epoch and minibatch
         loops (``True``: fully unrolled, ``False``/``1``: a rolled while loop, ``k``: k steps per
         iteration). Rolled loops build in seconds whatever ``num_epochs * num_minibatches`` is; fully
-        unrolled ones grow compile time and memory with it (MLP, 32 unrolled minibatches in a
-        rolled epoch loop: 36 s and 2 GB to build against 2 s and 0.55 GB rolled; all 10 x 32
-        unrolled did not build in 7.5 min and 14 GB) but run convolution gradients ~8x faster on XLA CPU (Nature
-        CNN, 4 x 4 steps of 256 rows: 5.2 s against 44 s per update). ``systems.common.learner``
-        picks per network kind (``benchmarks/presets.py`` records the measurements).
+        unrolled ones grow compile time and memory with it (tens of unrolled minibatches take
+        minutes and gigabytes to build) but run convolution gradients several times faster on XLA
+        CPU. ``systems.common.learner`` picks per network kind (``benchmarks/presets.py`` measures
+        both).
     """
 
     gamma: float = 0.99

@@ -1,4 +1,5 @@
-"""Figures of seed 000 (HTS-RL), section 5, from grouped runs (matplotlib, Agg backend).
+"""Figures of seed 000 (HTS-RL), section 5, from grouped runs (matplotlib's `Figure`, which writes
+PNGs without a backend: importing this module or plotting sets nothing global).
 
 * Fig. 5 (`fig5_curves.png`): training curves, one column per environment; top row evaluation return against env
   steps, bottom row against wall time; per configuration the mean over seeds and the 95% bootstrap band
@@ -21,10 +22,8 @@ import os
 from collections.abc import Sequence
 
 import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 from matplotlib import ticker
+from matplotlib.figure import Figure
 
 from analysis import metrics as metrics_lib
 
@@ -64,10 +63,11 @@ def plot_curves(
     envs = sorted({str(g.value("env_id")) for g in groups})
     longest = max(float(run.evaluations.wall_time[-1]) for g in groups for run in g.runs if len(run.evaluations))
     scale, unit = _time_unit(longest)
-    fig, axes = plt.subplots(2, len(envs), figsize=(max(6.4, 4.8 * len(envs)), 7.0), squeeze=False)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig = Figure(figsize=(max(6.4, 4.8 * len(envs)), 7.0))
+    axes = fig.subplots(2, len(envs), squeeze=False)
+    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     if len(groups) > len(colors):  # twenty sides: twenty colours, not ten drawn twice
-        colors = list(plt.get_cmap("tab20").colors)
+        colors = list(matplotlib.colormaps["tab20"].colors)
     for i, group in enumerate(groups):
         column = envs.index(str(group.value("env_id")))
         color = colors[i % len(colors)]
@@ -118,7 +118,8 @@ def plot_sps_vs_envs(results: Sequence[metrics_lib.GroupMetrics], path: str) -> 
     series = {label: sorted(points, key=lambda p: p[0]) for label, points in series.items() if len(points) >= 2}
     if not series:
         return PlotResult(name, None, "no configuration was run with two or more num_envs values")
-    fig, ax = plt.subplots(figsize=(5.5, 4.0))
+    fig = Figure(figsize=(5.5, 4.0))
+    ax = fig.subplots()
     for label, points in series.items():
         x = [p[0] for p in points]
         y = [p[1].mean for p in points]
@@ -144,7 +145,8 @@ def plot_speedup(points: Sequence[metrics_lib.SpeedupPoint], path: str) -> PlotR
     for p in points:
         label = f"{p.hts.group.label_without('step_time')} / {p.sync.group.label_without('step_time')}"
         series.setdefault(label, []).append(p)
-    fig, ax = plt.subplots(figsize=(5.5, 4.0))
+    fig = Figure(figsize=(5.5, 4.0))
+    ax = fig.subplots()
     for label, members in series.items():
         members = sorted(members, key=lambda p: p.variance)
         x = [p.variance for p in members]
@@ -180,8 +182,7 @@ def write_plots(
 
 
 def _save(fig, path: str, name: str, *, bottom: float = 0.0) -> PlotResult:
-    """Lays the axes out above `bottom` (the figure's fraction kept for a legend below them), writes, closes."""
+    """Lays the axes out above `bottom` (the figure's fraction kept for a legend below them) and writes."""
     fig.tight_layout(rect=(0, bottom, 1, 1))
     fig.savefig(path, dpi=DPI)
-    plt.close(fig)
     return PlotResult(name, path, None)

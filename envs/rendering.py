@@ -1,7 +1,7 @@
 """Real frames of a task from EnvPool's own renderer (a pool made with `make_pool(render=True)`), for videos of
 evaluation episodes (`systems.common.video`, `--capture_video`).
 
-What EnvPool 1.2.5 renders (checked on this machine, 2026-11-25):
+What EnvPool 1.2.5 renders:
 
 * Atari: the emulator's screen, in colour at full resolution (210 x 160 RGB), whatever the observation's
   preprocessing (84 x 84 gray, frame stack), so the policy's own evaluation env is filmed: no second env to keep in
@@ -10,7 +10,7 @@ What EnvPool 1.2.5 renders (checked on this machine, 2026-11-25):
 * MuJoCo: the scene at 480 x 480 through MuJoCo's OpenGL renderer, which needs a current OpenGL context in the
   rendering thread. The `mujoco` package (the `video` extra: `pip install -e ".[video]"`) makes one: with
   `MUJOCO_GL=egl` (the default set here when unset) it renders headless, with Mesa's software EGL on a CPU machine
-  (about 50 ms a frame on two cores) or the GPU's EGL. `MUJOCO_GL=osmesa` or `glfw` (a display) also work where
+  (slow: tens of milliseconds a frame) or the GPU's EGL. `MUJOCO_GL=osmesa` or `glfw` (a display) also work where
   installed. Without the package or a working backend there are no real frames.
 * GFootball: "render not implemented for this environment": no real frames.
 

@@ -23,8 +23,6 @@ from launch import cli, flagsets
 from systems.common import config as config_lib
 from systems.common.xla_flags import prefer_memory_saving_cpu_schedule
 
-prefer_memory_saving_cpu_schedule()  # before any launcher computes: XLA reads its flags when the backend starts
-
 # Config fields set from the flag of the same name when the launcher has it and it was given (else: the preset):
 # the on-policy hyperparameters (`launch.flagsets`, declared in `TrainConfig`), the run's length and HTS's actors.
 _PRESET_FIELDS = (
@@ -122,9 +120,11 @@ def flag_given(launcher_flags: flags.FlagValues, name: str) -> bool:
 
 
 def launch(launcher: str, launcher_flags: flags.FlagValues, main: Callable[[list[str]], None], doc: str | None):
-    """`app.run(main)` with the launcher's own flags (`launch.cli.launcher_parser`)."""
+    """`app.run(main)` with the launcher's own flags (`launch.cli.launcher_parser`), after the XLA settings the
+    launchers run with (`systems.common.xla_flags`): XLA reads them once, when JAX starts its backend."""
     from absl import app
 
+    prefer_memory_saving_cpu_schedule()
     app.run(main, flags_parser=cli.launcher_parser(launcher, launcher_flags, doc))
 
 

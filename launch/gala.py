@@ -20,8 +20,8 @@ from systems.gala import system  # noqa: E402
 
 FLAGS = flagsets.flag_values("gala")
 
-# GFootball's engine costs about 80 MB per env: 4 learners x 16 envs peaked at 4.3 GB on the 2-core machine
-# (benchmarks/results/presets_cpu.md), so its preset keeps HTS's GFootball total of 16 envs.
+# GFootball's engine holds tens of megabytes per env: 4 learners x 16 envs outgrow a small machine's memory
+# (`benchmarks/presets.py` measures the peak), so its preset keeps HTS's GFootball total of 16 envs.
 _PRESET_ENVS_PER_LEARNER = {"gfootball": 4}
 _DEFAULT_LEARNERS = 4
 

@@ -46,15 +46,14 @@ PRESETS = {
 }
 # Prioritized replay's step size for DQN: a quarter of uniform replay's (Schaul et al. 2016, the paper PAL's replay
 # follows, section 4: the step size of their Double DQN setup divided by 4). At the shared rate PER fell below uniform
-# replay on LunarLander-v2 (results/learning_cpu.md); a --learning_rate flag is taken as given.
+# replay on LunarLander-v2 (`benchmarks/learning.py`); a --learning_rate flag is taken as given.
 PER_STEP_SIZE_FACTOR = 0.25
 PRESETS["brax"] = PRESETS["mujoco"]  # Brax's tasks are MuJoCo's, as JAX envs
 # Where CleanRL's MuJoCo scripts differ by algorithm: ddpg_continuous_action.py acts at random for 25k steps,
 # sac_continuous_action.py for 5k and trains its critics (and temperature) at q_lr = 1e-3. TD3 starts from PyTorch's
-# initialisation (CleanRL's and SB3's): from Flax's its tanh actor saturated on Hopper (results/learning_cpu.md:
-# 2,371 over seeds 0-1 against 1,120; with rl-zoo3's flags Flax's collapsed). TD3 keeps 5k random steps, not
-# CleanRL's td3_continuous_action.py's 25k: on Hopper-v4 at 300k steps 5k ended higher in each of seeds 0-2 (2,175
-# against 1,293; SB3's TD3, rl-zoo3's 10k, 2,101). DDPG's 25k is CleanRL's, not measured here.
+# initialisation (CleanRL's and SB3's): from Flax's its tanh actor saturated on Hopper (`benchmarks/learning.py`).
+# TD3 keeps 5k random steps, not CleanRL's td3_continuous_action.py's 25k: on Hopper-v4 at 300k steps 5k ended
+# higher in every seed compared. DDPG's 25k is CleanRL's, untested against other values.
 _MUJOCO_ALGO_PRESETS = {"td3": dict(learning_starts=5_000, network_init="torch"),
                         "ddpg": dict(learning_starts=25_000), "sac": dict(critic_learning_rate=1e-3)}
 ALGO_PRESETS = {(family, algo): values for family in ("mujoco", "brax")

@@ -17,8 +17,8 @@ FLAGS = flagsets.flag_values("spreeze")
 
 # Pendulum-v1 (SB3 rl-zoo SAC, but 64x64 networks), MuJoCo (CleanRL sac_continuous_action.py).
 # Classic control takes 64x64 networks, not rl-zoo's 256x256: Spreeze's samplers run free, so the learner's speed sets
-# the updates per env step. On 2 cores a 256x256 SAC update is slow enough that Pendulum needed 60k env steps and
-# 38.8 s to reach -200 (2 samplers; 29.4 s with 1); with 64x64, 14k steps and 11.0 s (results/spreeze_solve_cpu.md).
+# the updates per env step. On a small CPU machine a 256x256 SAC update is slow enough that Pendulum needs about four
+# times the env steps and the time of 64x64 networks to reach -200 (`benchmarks/spreeze.py`).
 PRESETS = {
     "classic": dict(total_steps=20_000, learning_rate=1e-3, batch_size=256, buffer_size=100_000,
                     learning_starts=1_000, tau=0.005, hidden_sizes=(64, 64), gamma=0.99, eval_every=2_000),

@@ -8,7 +8,7 @@ import jax
 import pytest
 
 from agents import networks
-from systems.common import conv_tuning, hardware
+from systems.common import conv_tuning
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def test_a_timing_that_favours_another_form_changes_the_plan_and_the_choice_is_c
     assert [forms.actor for forms in plan] == [forms.actor for forms in networks.CPU_CONV_PLANS["nature"]]
     (entry,) = json.loads(cache.read_text()).values()
     assert entry["plan"] == "direct" and set(entry["ms"]) == {"table", "direct", "previous"}
-    assert hardware.card()["conv_plans"]["nature"]["source"] == "timed on this machine"
+    assert conv_tuning.chosen()["nature"]["source"] == "timed on this machine"
 
     again = []  # a second run reads the cache: no timing
     assert conv_tuning.choose_plan("nature", (4, 84, 84), 256, timer=_timer("table", again),

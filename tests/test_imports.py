@@ -93,3 +93,97 @@ def test_launchers_import_rlax_only_when_an_update_needs_it():
                          cwd=ROOT).stdout.splitlines()
     assert out[0] == "[]", out
     assert "rlax" in out[1], out
+
+
+PACKAGES = ("agents", "envs", "systems", "launch", "analysis")
+
+
+def _module_name(path: pathlib.Path, root: pathlib.Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph(root: pathlib.Path = ROOT) -> dict[str, set[str]]:
+    """Our modules and the modules of ours each imports, at any depth; `from pkg import mod` counts as `pkg.mod`
+    where that is a module, else as `pkg`."""
+    modules = {_module_name(path, root): path for package in PACKAGES for path in (root / package).rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for module in _imports(path):
+            while module and module not in modules:
+                module = module.rpartition(".")[0]
+            if module and module != name:
+                targets.add(module)
+        graph[name] = targets
+    return graph
+
+
+def _a_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of `graph` (its modules in order, the first repeated at the end), or [] when it has none.
+    A package's `__init__` importing its own submodules is not a cycle of interest (Python runs it first)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if node.startswith(target + "."):  # a module importing its own package's __init__
+                continue
+            if state.get(target) == 1:
+                return path[path.index(target):] + [target]
+            if target not in state and (found := visit(target)):
+                return found
+        path.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return []
+
+
+def test_no_import_cycle():
+    """No module of ours reaches itself through its imports, lazy ones inside functions included."""
+    assert _a_cycle(_import_graph()) == []
+
+
+def test_the_cycle_check_sees_a_lazy_cycle(tmp_path):
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+    (tmp_path / "systems" / "a.py").write_text("from systems import b\n")
+    (tmp_path / "systems" / "b.py").write_text("def f():\n    import systems.a\n")
+    assert _a_cycle(_import_graph(tmp_path)) == ["systems.a", "systems.b", "systems.a"]
+
+
+@pytest.mark.parametrize("package, other", [("agents", "envs"), ("envs", "agents")])
+def test_agents_and_envs_do_not_import_each_other(package, other):
+    offending = {
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in (ROOT / package).rglob("*.py") for module in _imports(path) if module.split(".")[0] == other
+    }
+    assert not offending, sorted(offending)
+
+
+_IMPORT_CHANGES_NOTHING = """
+import importlib.util, os, sys
+import envpool, gymnasium, jax, matplotlib  # third-party modules set variables of their own (pygame's prompt)
+if importlib.util.find_spec("pygame"):
+    import pygame
+before = dict(os.environ)
+backend_choices = []
+matplotlib.use = lambda *args, **kwargs: backend_choices.append(args)
+import launch.hts, launch.sync, launch.pal, launch.gala, launch.ba3c, launch.spreeze, launch.anakin, launch.sweep
+import launch.evaluate, launch.report, analysis.plots, analysis.aggregate
+changed = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))
+print(changed, backend_choices)
+"""
+
+
+def test_importing_our_modules_changes_no_environment_variable_and_picks_no_plot_backend():
+    """XLA's flags are the launcher entry's to set (`launch.common.launch`), a plot backend the plotting call's."""
+    out = subprocess.run([sys.executable, "-c", _IMPORT_CHANGES_NOTHING], capture_output=True, text=True, check=True,
+                         cwd=ROOT).stdout.strip()
+    assert out == "[] []", out

@@ -11,7 +11,7 @@
 * Optimizer: large-batch Adam (Eq. 5-6, epsilon inside the square root) with beta1 0.8, beta2 0.75, learning rate
   1e-3 not scaled by default (`--lr_scaling` none/linear/sqrt by the number of devices), and epsilon 1e-8 at every
   batch (Table 1). Sec. 2.4 saw 1e-8 help only at effective batches of 512 and more; below that, 1e-3 drove
-  LunarLander-v2 under a random policy at batches 80 and 320 where 1e-8 learns (`benchmarks/results/learning_cpu.md`).
+  LunarLander-v2 under a random policy at batches 80 and 320 where 1e-8 learns (`benchmarks/learning.py`).
 * Network: on Atari the BA3C network with a `--hidden` wide FC layer (Table 2); elsewhere the default network.
 * Departure from the paper: within a worker the paper keeps BA3C's asynchronous prediction/training threads; here
   each worker is synchronous (lock-step envs, then one update), which makes a run a pure function of the seed and

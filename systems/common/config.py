@@ -157,8 +157,8 @@ NORMALIZATION_SINGLE_LEARNER = (
 
 
 # HTS-RL's own fields (`systems.hts.system.HTSConfig`'s alone): config.json files of other systems' runs may hold
-# them, older runs (every on-policy config carried the first three until 2026-11-25) and runs a program started with
-# an `HTSConfig`; a system that has a field of the same name (BA3C's `debug`, ...) keeps its own.
+# them, run directories of older versions (whose every on-policy config carried the first three) and runs a program
+# started with an `HTSConfig`; a system that has a field of the same name (BA3C's `debug`, ...) keeps its own.
 RETIRED_HTS_FIELDS = frozenset({
     "num_actors", "env_batch_size", "inference_batch", "actor_devices", "learner_devices", "coordinator_address",
     "num_processes", "process_id", "debug", "ordered_reduction", "startup_timeout",
@@ -345,7 +345,7 @@ PRESETS: dict[tuple[str, str], dict] = {
     ),
 }
 # gymnax's MinAtar games (10x10 images, MinAtar's CNN): many envs a round, as the JAX-first peers run them (a starting
-# point measured at 500k env steps here, benchmarks/results/anakin_cpu.md; MinAtar's own runs take 5-10M steps).
+# point checked at 500k env steps by `benchmarks/anakin.py`; MinAtar's own runs take 5-10M steps).
 PRESETS[("minatar", "ppo")] = dict(
     num_envs=64, sync_interval=128, learning_rate=5e-4, anneal_lr=True, optimizer="adam", opt_eps=1e-5, gamma=0.99,
     gae_lambda=0.95, clip_eps=0.2, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5, num_epochs=4,
@@ -366,9 +366,9 @@ PRESETS[("box2d", "a2c")] = PRESETS[("classic", "a2c")]
 
 
 # Tuned settings of single tasks, over their family's preset: (env id, algo) -> (source, values). Only where the
-# tuned setting was measured here to learn at least as well as the family preset at the same env steps
-# (benchmarks/results/learning_cpu.md). rl-zoo3's PPO for Hopper-v4 is left out: it plateaus at about 1,000 (860
-# over 3 seeds, rl-baselines3-zoo issue 376) where CleanRL's MuJoCo preset reaches 3,039.
+# tuned setting learns at least as well as the family preset at the same env steps (`benchmarks/learning.py`).
+# rl-zoo3's PPO for Hopper-v4 is left out: it plateaus at about 1,000 (github.com/DLR-RM/rl-baselines3-zoo/issues/376)
+# where CleanRL's MuJoCo preset reaches three times that.
 _ZOO_PPO = "rl-zoo3 2.9 hyperparams/ppo.yml"  # its vf_coef doubled: see _KOSTRIKOV_A2C's note
 TASK_PRESETS: dict[tuple[str, str], tuple[str, dict]] = {
     # Departure: rl-zoo3 anneals the clip range too (lin_0.2); ours is constant.
@@ -393,8 +393,8 @@ TASK_PRESETS: dict[tuple[str, str], tuple[str, dict]] = {
 }
 # A2C (rl-zoo3 2.9 hyperparams/a2c.yml over SB3's A2C defaults, which are Kostrikov's, as the family preset). The
 # launchers of several learners keep their own layout (GALA's envs per learner, BA3C's local batch) and never
-# normalize; what they take from these is the entropy coefficient, gamma and the learning-rate schedule. Measured
-# on CartPole-v1 (results/learning_cpu.md, 5 seeds): no side's interval moved clear of the family preset's.
+# normalize; what they take from these is the entropy coefficient, gamma and the learning-rate schedule. On
+# CartPole-v1 (`benchmarks/learning.py`) no side's interval moved clear of the family preset's.
 _ZOO_A2C = "rl-zoo3 2.9 hyperparams/a2c.yml"
 TASK_PRESETS.update({
     ("CartPole-v1", "a2c"): (_ZOO_A2C, dict(num_envs=8, entropy_coef=0.0)),
@@ -406,9 +406,8 @@ TASK_PRESETS.update({
                                                entropy_coef=1e-5)),
 })
 # GFootball's empty-goal scenario: the HTS-RL scripts' preset with rounds of 64 steps instead of 128 (four 256-frame
-# minibatches, so the same minibatch size and gradient steps per env step, each update on fresher data). Measured
-# here, not published: the ten-evaluation average reaches 0.8 in fewer env steps at the same SPS
-# (benchmarks/results/gfootball_time_to_score_notes.md, 3 seeds).
+# minibatches, so the same minibatch size and gradient steps per env step, each update on fresher data). Not
+# published: the ten-evaluation average reaches 0.8 in fewer env steps at the same SPS (`benchmarks/cpu_e2e.py`).
 TASK_PRESETS[("gfootball/academy_empty_goal_close-v1", "ppo")] = (
     "HTS-RL scripts, rounds of 64 steps: results/gfootball_time_to_score_notes.md",
     dict(sync_interval=64, num_minibatches=4))

@@ -1,7 +1,7 @@
 """Convolution plans chosen on the machine that runs them, as cuDNN's autotuner does.
 
-`agents.networks.CPU_CONV_PLANS` were timed on one processor (`benchmarks/results/cnn_cpu.md`); on another (a Zen 3
-without AVX-512) their gain was not the same. At the first run of an image task on a CPU, `choose_plan` times the
+`agents.networks.CPU_CONV_PLANS` were timed on one processor (`benchmarks/cnn_cpu.py`); on another (a Zen 3
+without AVX-512) their gain is not the same. At the first run of an image task on a CPU, `choose_plan` times the
 learner's value and gradient of the whole torso at the learner's batch under each candidate plan (the fixed table's,
 XLA's own convolution, and the earlier space-to-depth plan) and keeps the fastest. Whole networks, not layers, are
 timed: per-layer winners in different layouts did not add up to a fast network (the table's comment). The choice is

@@ -53,7 +53,7 @@ def network_act_fn(network, *, deterministic: bool) -> Callable:
 def split_and_act(act: Callable) -> Callable:
     """Jitted `(params, obs, key) -> (next key, act(params, obs, subkey))` with `next key, subkey = split(key)`: the
     pooled loop's key chain inside the program; the split and the unpacking of its result, run op by op, cost more
-    than a small policy's whole call (benchmarks/results/small_policy_overhead_cpu.md). Made once per `act`."""
+    than a small policy's whole call. Made once per `act`."""
 
     def step(params, obs, key):
         key, subkey = jax.random.split(key)

@@ -1,6 +1,6 @@
 """The machine a run ran on, for `summary.json` and every committed figure: processor and cores, memory, JAX's
 devices, the library versions, the XLA flags and glibc's tunables (`glibc.malloc.hugetlb` moves some CPU timings:
-`benchmarks/results/compute_bound_cpu.md`). Read once per process; nothing here starts a device computation
+`benchmarks/compute_bound.py`). Read once per process; nothing here starts a device computation
 (JAX's backend is already up when a run finishes)."""
 
 from __future__ import annotations
@@ -82,8 +82,6 @@ def card() -> dict:
     """The run's hardware card: the static part above plus JAX's backend, devices and XLA flags."""
     import jax
 
-    from systems.common import conv_tuning  # it reads this module's cpu_model
-
     devices = jax.devices()
     return {
         **_static_card(),
@@ -92,12 +90,11 @@ def card() -> dict:
         "processes": jax.process_count(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
-        "conv_plans": conv_tuning.chosen(),
     }
 
 
 def describe(hardware: dict) -> str:
-    """One line for reports: "AMD EPYC 7B13, 2 cores, 24 GiB; cpu x1; jax 0.10.2"."""
+    """One line for reports: processor, cores and memory; the devices by kind; the JAX version."""
     memory = f", {hardware['memory_gib']:.0f} GiB" if hardware.get("memory_gib") else ""
     kinds: dict[str, int] = {}
     for device in hardware.get("devices", []):

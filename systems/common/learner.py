@@ -201,23 +201,22 @@ def normalization_config(config: config_lib.TrainConfig, spec: EnvSpec) -> Norma
     )
 
 
-# Convolutional PPO updates with more optimizer steps than this keep the epoch loop rolled (measured build cost of
-# the fully unrolled Nature CNN update, 1,024 rows: 4 x 4 steps 14 s and 3.3 GB peak, 4 x 8 steps 39 s and 3.6 GB).
+# Convolutional PPO updates with more optimizer steps than this keep the epoch loop rolled: the fully unrolled
+# Nature CNN update's build time and memory grow with its steps (`benchmarks/presets.py` measures them).
 MAX_UNROLLED_CONV_STEPS = 32
 
 
 def ppo_loop_plan(obs_shape: tuple, num_epochs: int, num_minibatches: int, backend: str | None = None) -> dict:
     """How PPO's epoch and minibatch loops are built, by network kind and backend (`PPOConfig.unroll_epochs`).
 
-    Measured on 2 CPU cores (`benchmarks/presets.py`): convolutional torsos fully unrolled (Nature CNN 4 x 4
-    steps: 5.2 s per update against 44 s rolled; builds in 14 s); MLPs rolled (CleanRL MuJoCo's 10 x 32 steps
-    build in 2 s and run as fast as unrolled ones). Convolutional updates with more than
-    `MAX_UNROLLED_CONV_STEPS` optimizer steps would grow without bound unrolled: they keep the epochs rolled
-    (slower per step, bounded to build) and unroll at most that many minibatches. Unrolling is XLA CPU's remedy for
-    its own convolutions: other backends (`backend`, default JAX's) keep every loop rolled (an H200 built the Atari
-    update in 4.5 s rolled against 35.6 s unrolled, and ran it in 11.6 against 12.6 ms:
-    `benchmarks/results/gpu_first_run.md`), and so does MinAtar's CNN, whose CPU convolution is im2col slices (Anakin,
-    4 agents on 2 cores: compile 7.3 s rolled against 15.3 s, 12 rounds 22.0 against 23.7 s).
+    On a CPU (`benchmarks/presets.py` times both): convolutional torsos fully unrolled (the Nature CNN's update
+    runs several times faster than rolled); MLPs rolled (they build in seconds and run as fast as unrolled ones).
+    Convolutional updates with more than `MAX_UNROLLED_CONV_STEPS` optimizer steps would grow without bound
+    unrolled: they keep the epochs rolled (slower per step, bounded to build) and unroll at most that many
+    minibatches. Unrolling is XLA CPU's remedy for
+    its own convolutions: other backends (`backend`, default JAX's) keep every loop rolled (on a GPU the rolled Atari
+    update builds several times faster and runs as fast: `benchmarks/gpu_check.sh`), and so does MinAtar's CNN, whose
+    CPU convolution is im2col slices (rolled, Anakin's agents compile in half the time and run as fast).
     """
     if (backend or jax.default_backend()) != "cpu" or not _runs_xla_cpu_convolutions(obs_shape):
         return dict(unroll_epochs=False, unroll_minibatches=False)
@@ -260,7 +259,8 @@ def compile_in_background(jitted: Callable, *example_args: Any) -> Callable[[], 
     """Starts compiling `jitted` (a `jax.jit` or `jax.pmap` function) for `example_args` (arrays or
     `jax.ShapeDtypeStruct`s) in a background thread, so the compile overlaps the collection of the first round;
     returns `wait`, to call before every call of `jitted` (instant once the compile is done), so the two never
-    compile the same program at once. On 2 cores the Atari and GFootball PPO updates compile for 30-40 s.
+    compile the same program at once. On a small CPU machine the Atari and GFootball PPO updates compile for tens
+    of seconds.
 
     jax caches what `jitted.lower(...).compile()` builds for the function's later calls with the same argument
     types (checked with `jax_log_compiles`: the first update then compiles nothing). A failure here is left to the

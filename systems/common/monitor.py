@@ -21,7 +21,7 @@ import numpy as np
 from agents import TrainState
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
-from systems.common import hardware, rundir
+from systems.common import conv_tuning, hardware, rundir
 from systems.common import profile as profile_lib
 from systems.common.checkpoint import Checkpointing, set_aside
 from systems.common.evaluation import (
@@ -435,7 +435,7 @@ class Monitor:
             "run_dir": self.run_dir,
             "resumed_from_env_steps": self.resumed_from,
             "profile": breakdown,
-            "hardware": hardware.card(),
+            "hardware": {**hardware.card(), "conv_plans": conv_tuning.chosen()},
             **(extra or {}),
         }
         self.outputs.write_summary(summary)

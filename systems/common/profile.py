@@ -5,7 +5,7 @@ A thread binds a `StageClock` of its role ("actors", "learner", "main", ...) wit
 that thread then marks its stages with `with stage("inference"):`. Stages nest (an evaluation inside the main loop's
 update): a clock charges each moment to the innermost open stage, and everything outside any stage to "other", so
 the stages of one thread add up to its wall time by construction. The cost is two `time.perf_counter()` calls and a
-thread-local lookup per stage (measured in `benchmarks/results/profile_cpu.md`); nothing waits for a device. On a
+thread-local lookup per stage (`benchmarks/profile_overhead.py` measures it); nothing waits for a device. On a
 thread with no clock, `stage` does nothing.
 
 HTS-RL's argument (seed 000, Sec. 3) is about exactly this split: simulators waiting for one another, the learner

@@ -3,7 +3,7 @@
 * A run holds an exclusive `flock` on `<run dir>/.lock` for its whole life. The kernel releases it when the process
   ends, however it ends (SIGKILL included), so a crash never leaves a stale lock; a second run on the same directory
   (or a sweep's rerun while an orphaned child still writes there) is refused with the holder's pid.
-* Without `--resume` a directory that already holds a run (its `config.json`) is refused: starting again used to
+* Without `--resume` a directory that already holds a run (its `config.json`) is refused: starting again would
   truncate the first run's logs and mix its checkpoints with the new run's.
 * With `--resume`, the flags that define the run must equal those in its `config.json`; only the flags in
   `RESUMABLE_FIELDS` (how long it runs and how it is watched) and a system's own `may_change` may differ. A

@@ -2,12 +2,11 @@
 
 XLA CPU's default scheduler favours concurrency over memory. On the unrolled convolutional PPO update
 (`systems.common.learner.ppo_loop_plan`) it keeps every minibatch's input patches of the first convolution alive at
-once: the Atari preset's update (Nature CNN, 4 epochs x 4 minibatches of 256 rows) needed 2.04 GB of temporary
-buffers and its process peaked at 3.56 GB. XLA's memory-minimizing scheduler
-(`--xla_cpu_enable_concurrency_optimized_scheduler=false`) builds the same program with 0.43 GB of temporaries
-(process peak 1.91 GB) at about the same speed (6.3-6.7 s against 6.8-7.4 s per update on 2 cores, one run each).
-Passing the option through `jax.jit(compiler_options=...)` did not change the schedule with jax 0.10.2, so it goes
-into `XLA_FLAGS`. The flag only concerns the CPU backend; a user's own setting of it is kept.
+once, several times the memory the update needs otherwise. XLA's memory-minimizing scheduler
+(`--xla_cpu_enable_concurrency_optimized_scheduler=false`) builds the same program with a fraction of the temporaries
+at about the same speed (`benchmarks/presets.py` measures both). Passing the option through
+`jax.jit(compiler_options=...)` does not change the schedule with jax 0.10, so it goes into `XLA_FLAGS`. The flag
+only concerns the CPU backend; a user's own setting of it is kept.
 """
 
 from __future__ import annotations

@@ -50,11 +50,12 @@ def local_envs(config: HTSConfig) -> int:
     return config.num_envs // max(config.num_processes, 1)
 
 
-# Families whose EnvPool simulators step in microseconds, well under one forward pass of the policy (~0.2-0.4 ms on a
-# CPU). There the default halves (the actor steps one half of the envs while it infers for the other, section 4.1's
-# overlap) only double the calls: full batches ran 1.4-1.6x the SPS on CartPole-v1, Acrobot-v1 and LunarLander-v2
-# (results/hts_batches_cpu.md). Pixel simulators and a user's own envs keep the halves, and so does EnvPool's batch
-# under an injected `--step_time` (the overlap is what the paper's claims measure).
+# Families whose EnvPool simulators step in microseconds, well under one forward pass of the policy on a CPU. There
+# the default halves (the actor steps one half of the envs while it infers for the other, section 4.1's overlap) only
+# double the calls: full batches run markedly faster on CartPole-v1, Acrobot-v1 and LunarLander-v2 (to compare,
+# `--env_batch_size` and `--inference_batch` at half the envs give the halves back). Pixel simulators and a user's
+# own envs keep the halves, and so does EnvPool's batch under an injected `--step_time` (the overlap is what the
+# paper's claims measure).
 _FULL_BATCH_FAMILIES = frozenset({"classic", "box2d"})
 
 

@@ -255,7 +255,7 @@ def _example_transition(spec: EnvSpec, action: np.ndarray) -> dict:
 
 def _act_at(params, obs, key, step, explore, *, act):
     """An actor's step `step`: its key folded with the step inside the program; `jax.random.fold_in` run op by op
-    before the call cost more than a small policy's whole call (benchmarks/results/small_policy_overhead_cpu.md)."""
+    before the call cost more than a small policy's whole call."""
     return act(params, obs, jax.random.fold_in(key, step), explore)
 
 

@@ -57,7 +57,8 @@ class ParameterServer:
 
     def compile_update_ahead(self) -> None:
         """Compiles the update in the background while the actors fill the buffer up to `learning_starts` (the
-        Atari DQN update compiles for tens of seconds on 2 cores); the server waits for it before its first step.
+        Atari DQN update compiles for tens of seconds on a small CPU machine); the server waits for it before its
+        first step.
         Batches have the layout of `agent.example` (the buffers are built from it), [N learners, b, ...]."""
         n, b = self.num_learners, self.sub_batch
         batch = {name: jax.ShapeDtypeStruct((n, b, *np.shape(value)), jax.dtypes.canonicalize_dtype(

@@ -44,7 +44,7 @@ Sampling never returns torn data: the batch is drawn under the tree lock, the fr
 generations of the drawn transitions (bumped whenever one is invalidated or reserved) are re-read under the lock;
 transitions whose generation moved are redrawn (a seqlock, as in `buffers.py`). After 3 optimistic tries the copy is
 made under the tree lock, which cannot be torn (see above). Copying under the lock every time would be simpler, but a
-batch of 256 Atari transitions is 2 x 7.2 MB of gathered frames (1.5-3 ms measured on a 2-core VM), during which every
+batch of 256 Atari transitions is 2 x 7.2 MB of gathered frames (milliseconds of copying), during which every
 actor's insert and every other sampler would wait; a redraw is needed only for transitions at the tail of a stream's
 ring that an actor overwrites during the copy, so it is rare.
 

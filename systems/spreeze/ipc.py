@@ -37,7 +37,7 @@ class Flag:
         self._array[self._index] = 1
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Polls every 10 ms until set or `timeout` seconds pass; returns whether it is set."""
+        """Polls every `_POLL_SECONDS` until set or `timeout` seconds pass; returns whether it is set."""
         deadline = math.inf if timeout is None else time.monotonic() + timeout
         while not self.is_set():
             left = deadline - time.monotonic()

@@ -23,7 +23,7 @@ would rely on the resource tracker, which a SIGKILL of the process group kills t
 Lock discipline. One lock per buffer: a POSIX record lock (`fcntl.lockf`) on the segment's descriptor, which belongs
 to the process and which the kernel releases when the process dies, taken under a per-segment threading lock (record
 locks do not exclude threads of one process). No named semaphore exists, so none can be left in /dev/shm. A lock
-and unlock pair costs about 3 us (two system calls) where a multiprocessing lock cost 0.6 us:
+and unlock pair costs two system calls, a few times a multiprocessing lock's cost:
 - insert: validate and convert the batch with no lock held (a bad batch raises ValueError and writes nothing); then
   under the lock: `started = total + n`, copy the n rows into the ring (at most two slices per field), `total += n`,
   the writer's count `+= n`. For MuJoCo a transition is 168 bytes and n is a few dozen, so the lock is held for a few
@@ -58,11 +58,9 @@ is multiprocessing's own (the baseline the paper measures), with its three named
 ends in any way but a SIGKILL of the whole process group, resource tracker included, which leaves them in /dev/shm.
 
 Memory: `memory_bytes` is the segment size. MuJoCo transitions (obs f32[17], action f32[6], reward f32,
-next_obs f32[17], done f32) take 168 bytes: 168 MB for 1,000,000 transitions. Single-process latency there (2-core
-CPU box, capacity 1M, full, a training run busy on the other core; medians of 5 timed loops, 2026-11-25):
-insert of 16 transitions 11 us (9 us with the former `multiprocessing` lock, same run: the record lock's two system
-calls), sample of 256 55 us, of 8192 1.5 ms (random rows of a 168 MB array: cache and TLB misses; np.take is about 2x
-faster than fancy indexing). Idle, the former lock measured 6.4 us, 37 us and 1.2 ms.
+next_obs f32[17], done f32) take 168 bytes: 168 MB for 1,000,000 transitions.
+Sampling draws random rows of that array (cache and TLB misses), with `np.take`, about twice as fast as fancy
+indexing (`benchmarks/replay.py` times insert and sample).
 """
 
 from __future__ import annotations
