@@ -10,8 +10,10 @@ import sys
 
 import pytest
 
+from systems.registry import ENTRIES, LAUNCHERS
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SYSTEMS = ("hts", "sync", "ba3c", "gala", "pal", "spreeze", "anakin")
+SYSTEMS = tuple(ENTRIES)  # systems.registry: the one list of systems
 FLOORS = ("systems/common", "systems/replay", "systems/offpolicy", "agents", "envs")
 TOOLS = ("analysis", "launch", "benchmarks")  # above every system: nothing in systems/, agents/ or envs/ imports them
 
@@ -64,6 +66,14 @@ def test_systems_agents_and_envs_import_no_tool(package):
 def test_every_system_folder_is_listed():
     folders = {p.name for p in (ROOT / "systems").iterdir() if (p / "system.py").is_file()}
     assert folders == set(SYSTEMS)
+
+
+def test_the_registry_is_the_list_the_launchers_and_their_flag_sets_follow():
+    """Each registered system has its launcher module and its flag set, and no flag set belongs to no system."""
+    from launch import flagsets
+
+    assert set(flagsets.LAUNCHERS) == set(LAUNCHERS)
+    assert all((ROOT / "launch" / f"{launcher}.py").is_file() for launcher in LAUNCHERS)
 
 
 def test_the_test_sees_a_back_import(tmp_path):

@@ -14,27 +14,27 @@ import json
 import pytest
 from multidevice import run_python
 
-_ALLREDUCE_A2C = """
+_RUN = """
 import json, sys
-from systems.ba3c import system
-config = system.BA3CConfig(
-    env_id="CartPole-v1", seed=3, num_devices=2, sync_interval=5, local_batch=80, total_steps=80_000,
-    optimizer="rmsprop", learning_rate=7e-4, opt_eps=1e-5, eval_episodes=10, eval_every=12_500,
-    eval_deterministic=True, target_return=450.0, stop_at_target=True, quiet=True, logdir=sys.argv[1],
-)
+from systems.{package} import system
+config = system.{config_class}(**{fields!r}, logdir=sys.argv[1])
 print(json.dumps(system.run(config)))
 """
+_SOLVE = dict(env_id="CartPole-v1", eval_episodes=10, eval_deterministic=True, target_return=450.0,
+              stop_at_target=True, quiet=True)
 
-_GALA = """
-import json, sys
-from systems.gala import system
-config = system.GALAConfig(
-    env_id="CartPole-v1", seed=1, num_learners=4, envs_per_learner=16, sync_interval=5, total_steps=100_000,
-    gossip="pmap", optimizer="rmsprop", learning_rate=7e-4, opt_eps=1e-5, eval_episodes=10, eval_every=12_500,
-    eval_deterministic=True, target_return=450.0, stop_at_target=True, quiet=True, logdir=sys.argv[1],
-)
-print(json.dumps(system.run(config)))
-"""
+
+def _run_code(package: str, config_class: str, **fields) -> str:
+    """A child's script that runs `systems.<package>.system.run` on the config of `fields` and prints its summary."""
+    return _RUN.format(package=package, config_class=config_class, fields={**_SOLVE, **fields})
+
+
+_ALLREDUCE_A2C = _run_code("ba3c", "BA3CConfig", seed=3, num_devices=2, sync_interval=5, local_batch=80,
+                           total_steps=80_000, optimizer="rmsprop", learning_rate=7e-4, opt_eps=1e-5,
+                           eval_every=12_500)
+_GALA_FIELDS = dict(seed=1, num_learners=4, envs_per_learner=16, sync_interval=5, total_steps=100_000, gossip="pmap",
+                    optimizer="rmsprop", learning_rate=7e-4, opt_eps=1e-5, eval_every=12_500)
+_GALA = _run_code("gala", "GALAConfig", **_GALA_FIELDS)
 
 
 # Distributed BA3C's large-batch Adam (eps inside the root, beta1 0.8, beta2 0.75) at an effective batch of 1280 over
@@ -42,16 +42,8 @@ print(json.dumps(system.run(config)))
 # one of two seeds reached 450 within 1M steps (results/learning_cpu.md); at 3e-3 seed 0 first reached 450 at 175k
 # env steps, and seed 1 peaked at 429 at 251k and fell back (A2C is unstable after it nears the task's end, so the
 # test asks for the threshold within the budget).
-_BA3C_1280 = """
-import json, sys
-from systems.ba3c import system
-config = system.BA3CConfig(
-    env_id="CartPole-v1", seed=0, num_devices=4, sync_interval=5, local_batch=320, total_steps=300_000,
-    learning_rate=3e-3, eval_episodes=10, eval_every=25_000, eval_deterministic=True, target_return=450.0,
-    stop_at_target=True, quiet=True, logdir=sys.argv[1],
-)
-print(json.dumps(system.run(config)))
-"""
+_BA3C_1280 = _run_code("ba3c", "BA3CConfig", seed=0, num_devices=4, sync_interval=5, local_batch=320,
+                       total_steps=300_000, learning_rate=3e-3, eval_every=25_000)
 
 # GALA as Algorithm 1 runs it: asynchronous learner threads, so the run depends on thread timing and no seed fixes
 # it. Over the learning benchmark's ten runs (results/learning_cpu.md, CartPole-v1 a2c, both presets) the first
@@ -61,8 +53,8 @@ print(json.dumps(system.run(config)))
 # 1224-1280, balanced); on 2026-11-29 the suite's run peaked at 443.6 and, of 13 more, one with a staleness bound of
 # 2 at 447.5. Every run seen reached 400 (a random policy scores about 22), so the async test asks for 400, a margin
 # every run seen passes.
-_GALA_ASYNC = (_GALA.replace('gossip="pmap"', 'gossip="async"').replace("total_steps=100_000", "total_steps=400_000")
-               .replace("eval_every=12_500", "eval_every=25_000").replace("target_return=450.0", "target_return=400.0"))
+_GALA_ASYNC = _run_code("gala", "GALAConfig", **{**_GALA_FIELDS, "gossip": "async", "total_steps": 400_000,
+                                                "eval_every": 25_000, "target_return": 400.0})
 
 
 @pytest.mark.slow

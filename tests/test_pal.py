@@ -14,6 +14,7 @@ import pytest
 
 from launch import pal as launch_pal
 from systems.common.concurrency import StopRequested
+from systems.common.config import ConfigError
 from systems.pal import system
 from systems.pal.allocate import choose_allocation, format_profile
 from tests.helpers import assert_profile, launcher_config, read_config, read_summary, run_launcher, tiny_pal
@@ -314,9 +315,14 @@ def test_on_policy_launcher_refuses_off_policy_algo():
     assert result.returncode == 2 and "launch.pal" in result.stderr
 
 
-def test_dataclass_defaults_are_valid():
+def test_dataclass_defaults_are_valid_and_the_validator_reads_them():
+    """The defaults pass; the same config with one default broken is refused with its flag's name."""
     config = dataclasses.replace(system.PALConfig(env_id="CartPole-v1"), num_envs=4)
-    system.validate(config)
+    assert system.validate(config) is None
+    for change, flag in [(dict(batch_size=0), "--batch_size"), (dict(tree_k=1), "--tree_k"),
+                         (dict(learning_starts=config.total_steps), "--learning_starts")]:
+        with pytest.raises(ConfigError, match=flag):
+            system.validate(dataclasses.replace(config, **change))
 
 
 def test_prioritized_replay_takes_a_quarter_of_the_presets_step_size():
