@@ -27,7 +27,7 @@ from absl import app, flags
 
 from envs.factory import make_spec
 from systems.common import config as config_lib
-from systems.common import learner
+from systems.common import learner, presets
 from systems.common.rollout import rollout_shapes
 
 _OUT = flags.DEFINE_string("out", "/tmp/gpu_probe.json", "JSON file for the measurements.")
@@ -39,7 +39,7 @@ _ENV = "Breakout-v5"
 
 
 def _config(num_envs: int, alpha: int) -> config_lib.TrainConfig:
-    values = dict(config_lib.preset("atari", "ppo"), num_envs=num_envs, sync_interval=alpha)
+    values = dict(presets.preset("atari", "ppo"), num_envs=num_envs, sync_interval=alpha)
     return config_lib.TrainConfig(env_id=_ENV, **values)
 
 

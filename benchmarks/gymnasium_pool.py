@@ -51,7 +51,7 @@ def pool_sps(env_id: str, repeats: int) -> float:
 
 
 def hts_run(env_id: str) -> dict:
-    from systems.common.config import preset
+    from systems.common.presets import preset
     from systems.hts import system as hts
 
     values = preset("classic", "ppo")

@@ -103,7 +103,7 @@ SIDE_SPECS = {
     "sb3": Side("SB3 PPO, rl-zoo3 tuned (peer)", zoo_algo="ppo"),
     "sync": Side("sync-PPO, default preset (ours)", "sync"),
     "hts_zoo": Side("HTS-PPO with rl-zoo3's hyperparameters as flags (ours)", "hts"),  # + ZOO_FLAGS[task]
-    # The env family's preset (CleanRL's) where the task has its own (`systems.common.config.TASK_PRESETS`); the
+    # The env family's preset (CleanRL's) where the task has its own (`systems.common.presets.TASK_PRESETS`); the
     # default rows of such tasks before 2026-11-25 (commit 8984870 and earlier) ran it, as the default then.
     "hts_family": Side("HTS-PPO, family preset (ours)", "hts", ("--preset=family",)),
     # CartPole-v1's default rows before 2026-11-30: HTS's former half batches of its 8 envs (the default since steps
@@ -633,7 +633,7 @@ def peer_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) -
 def applies(side: str, task: Task) -> bool:
     """Whether a side has a row on `task`: the peer's flags and the family preset only where they differ from the
     default command."""
-    from systems.common.config import TASK_PRESETS
+    from systems.common.presets import TASK_PRESETS
 
     if side == "hts_zoo":
         return task.env_id in ZOO_FLAGS

@@ -77,8 +77,7 @@ class Preset:
 
 def all_presets() -> list[Preset]:
     """Every (launcher, family, algorithm) combination the launchers have a preset for."""
-    from launch.pal import PRESETS as PAL_PRESETS  # imports JAX; only the driver needs it
-    from launch.spreeze import PRESETS as SPREEZE_PRESETS
+    from systems.offpolicy.presets import PAL_PRESETS, SPREEZE_PRESETS
 
     one_round = ("--total_steps=1", "--eval_episodes=0")
     presets = []

@@ -203,7 +203,7 @@ def device_env(num_devices: int) -> dict:
 
 def _make_config(job: dict):
     from envs.factory import family_of
-    from systems.common.config import preset
+    from systems.common.presets import preset
 
     if job["system"] == "hts":
         return _hts_config(job)
@@ -235,7 +235,7 @@ def _hts_config(job: dict):
     minibatches, clip 0.2, GAE 0.95; Breakout: CleanRL's Atari PPO), the row's envs and rollout length, actors on
     device 0 and the row's learner replicas (process `process_id` of the job)."""
     from envs.factory import family_of
-    from systems.common.config import preset
+    from systems.common.presets import preset
     from systems.hts.system import HTSConfig, run
 
     atari = family_of(job["env_id"]) == "atari"

@@ -157,7 +157,8 @@ def _measure_ceiling(job: dict) -> dict:
 
 def _measure_system(job: dict) -> dict:
     from envs.factory import family_of
-    from systems.common.config import TrainConfig, preset
+    from systems.common.config import TrainConfig
+    from systems.common.presets import preset
 
     if job["system"] == "hts":
         from systems.hts.system import HTSConfig as config_cls

@@ -14,18 +14,17 @@ cli.exit_at_once_on_signals()  # before the heavy imports below
 
 from launch import common, flagsets  # noqa: E402
 from systems.ba3c import system  # noqa: E402
+from systems.common import presets  # noqa: E402
 
 FLAGS = flagsets.flag_values("ba3c")
 
-# BA3C's optimizer unless --optimizer says otherwise (then the family preset's learning rate and epsilon apply).
-_BA3C_DEFAULTS = dict(optimizer="adam_large_batch", learning_rate=1e-3, anneal_lr=False, opt_eps=None)
 
 
 def make_config() -> system.BA3CConfig:
     uses_ba3c_adam = not common.flag_given(FLAGS, "optimizer") or FLAGS.optimizer == "adam_large_batch"
     config = common.config_from_flags(
         FLAGS, system.BA3CConfig, validate=False, algo="a2c",
-        defaults=dict(_BA3C_DEFAULTS if uses_ba3c_adam else {}, **common.NO_NORMALIZATION),
+        defaults=dict(presets.BA3C_OPTIMIZER if uses_ba3c_adam else {}, **presets.NO_NORMALIZATION),
         extra=dict(common.settings_from_flags(FLAGS, system.BA3CConfig, "ba3c"),
                    lr_scaling=FLAGS.lr_scaling or system.BA3CConfig.lr_scaling, **common.multihost_values(FLAGS)),
     )

@@ -2,9 +2,9 @@
 statuses, Ctrl-C and SIGTERM) and `launch`. The flags themselves are each launcher's own (`launch.flagsets`).
 
 Hyperparameter flags default to None, meaning "the preset": the task's own tuned one where there is one
-(`systems.common.config.TASK_PRESETS`, e.g. rl-zoo3's PPO for CartPole-v1), else that of its env family and
+(`systems.common.presets.TASK_PRESETS`, e.g. rl-zoo3's PPO for CartPole-v1), else that of its env family and
 algorithm (Atari: CleanRL PPO / HTS-RL A2C; GFootball: the HTS-RL scripts; classic control: CleanRL;
-`systems.common.config.PRESETS`); `--preset=family` takes the family's even where a task has its own."""
+`systems.common.presets.PRESETS`); `--preset=family` takes the family's even where a task has its own."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from absl import flags, logging
 from envs.factory import family_of, resolve_env_id
 from launch import cli, flagsets
 from systems.common import config as config_lib
+from systems.common import presets
 from systems.common.xla_flags import prefer_memory_saving_cpu_schedule
 
 # Config fields set from the flag of the same name when the launcher has it and it was given (else: the preset):
@@ -31,7 +32,6 @@ _PRESET_FIELDS = (
 )
 # Fields beyond the "run" group read from the launcher's flag when it has one (the config's default otherwise).
 _PLAIN_FIELDS = ("eval_deterministic", "step_time")
-NO_NORMALIZATION = dict(normalize_obs=False, normalize_reward=False)
 
 
 def config_from_flags(
@@ -51,7 +51,7 @@ def config_from_flags(
     f = launcher_flags
     env_id = resolve_env_id(f.game, f.env)
     algo = algo or f.algo or "ppo"
-    preset_name, values = config_lib.preset_values(env_id, family_of(env_id), algo, config_cls,
+    preset_name, values = presets.preset_values(env_id, family_of(env_id), algo, config_cls,
                                                    f.preset if "preset" in f else "task")
     values.update(defaults or {})
     for name in _PRESET_FIELDS:

@@ -6,7 +6,7 @@ Groups: RUN (every training launcher), ON_POLICY / PPO / NORMALIZATION (the PPO 
 threads and batches of launch.hts), HTS_DEVICES (its actor and learner devices), MULTI_HOST (launch.hts, and within
 the scale-out group launch.ba3c and launch.gala), SCALE_OUT (launch.ba3c and launch.gala), OFF_POLICY (launch.pal and
 launch.spreeze), and one group per launcher for what only it takes. Hyperparameter flags default to None: the
-preset of the env family and algorithm (`systems.common.config.PRESETS`, `launch.pal.PRESETS`, ...).
+preset of the env family and algorithm (`systems.common.presets`, `systems.offpolicy.presets`).
 
 Every group's flags are generated from their configs' `hyperparameter` / `setting` fields (`from_fields`; the
 multi-host ones from `MultiHostConfig`): help text, choices, group and kind are declared once, in the field; a
@@ -24,7 +24,8 @@ from absl import flags
 
 from systems.anakin.config import AnakinConfig
 from systems.ba3c.config import BA3CConfig
-from systems.common.config import PRESET_CHOICES, TASK_PRESETS, TrainConfig, hyperparameters
+from systems.common.config import TrainConfig, hyperparameters
+from systems.common.presets import PRESET_CHOICES, TASK_PRESETS
 from systems.gala.config import GALAConfig
 from systems.hts.config import HTSConfig
 from systems.pal.config import PALConfig

@@ -16,24 +16,21 @@ cli.exit_at_once_on_signals()  # before the heavy imports below
 
 from envs.factory import family_of  # noqa: E402
 from launch import common, flagsets  # noqa: E402
+from systems.common import presets  # noqa: E402
 from systems.gala import system  # noqa: E402
 
 FLAGS = flagsets.flag_values("gala")
 
-# GFootball's engine holds tens of megabytes per env: 4 learners x 16 envs outgrow a small machine's memory
-# (`benchmarks/presets.py` measures the peak), so its preset keeps HTS's GFootball total of 16 envs.
-_PRESET_ENVS_PER_LEARNER = {"gfootball": 4}
-_DEFAULT_LEARNERS = 4
 
 
 def make_config() -> system.GALAConfig:
     config = common.config_from_flags(
-        FLAGS, system.GALAConfig, validate=False, algo="a2c", defaults=common.NO_NORMALIZATION,
+        FLAGS, system.GALAConfig, validate=False, algo="a2c", defaults=presets.NO_NORMALIZATION,
         extra=dict(common.settings_from_flags(FLAGS, system.GALAConfig, "gala"),
-                   num_learners=_DEFAULT_LEARNERS if FLAGS.num_learners is None else FLAGS.num_learners,
+                   num_learners=system.GALAConfig.num_learners if FLAGS.num_learners is None else FLAGS.num_learners,
                    lr_scaling=FLAGS.lr_scaling or system.GALAConfig.lr_scaling, **common.multihost_values(FLAGS)),
     )
-    envs = FLAGS.envs_per_learner or _PRESET_ENVS_PER_LEARNER.get(family_of(config.env_id), 16)
+    envs = FLAGS.envs_per_learner or presets.gala_envs_per_learner(family_of(config.env_id))
     config = dataclasses.replace(config, envs_per_learner=envs, num_envs=0)  # num_envs: the plan's
     system.validate(config)
     return config

@@ -275,7 +275,7 @@ def test_a_task_with_a_tuned_preset_uses_it_and_config_says_which():
     normalization."""
     import launch.gala
     import launch.hts
-    from systems.common.config import PRESETS, TASK_PRESETS
+    from systems.common.presets import PRESETS, TASK_PRESETS
 
     tuned = launcher_config(launch.hts, "--env=CartPole-v1")
     zoo = TASK_PRESETS[("CartPole-v1", "ppo")][1]

@@ -7,7 +7,7 @@ test's, ended at 500)."""
 
 import pytest
 
-from systems.common.config import preset
+from systems.common.presets import preset
 from systems.hts import system as hts
 from systems.sync import system as sync
 from tests.helpers import tiny_hts

@@ -82,7 +82,7 @@ def test_scaled_out_a2c_solves_cartpole(tmp_path, code, devices, budget, round_s
 
 _HTS = """
 import json, sys
-from systems.common.config import preset
+from systems.common.presets import preset
 from systems.hts.system import HTSConfig
 from systems.hts import system
 values = preset("classic", "ppo")

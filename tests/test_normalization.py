@@ -30,7 +30,7 @@ from agents.normalization import (
 )
 from agents.types import Rollout, TrainState
 from systems.common.checkpoint import list_checkpoints
-from systems.common.config import preset
+from systems.common.presets import preset
 from systems.common.restore import restore_run
 from systems.hts import system as hts
 from systems.hts.system import HTSConfig

@@ -15,6 +15,7 @@ import pytest
 from launch import pal as launch_pal
 from systems.common.concurrency import StopRequested
 from systems.common.config import ConfigError
+from systems.offpolicy.presets import PAL_PRESETS
 from systems.pal import system
 from systems.pal.allocate import choose_allocation, format_profile
 from tests.helpers import assert_profile, launcher_config, read_config, read_summary, run_launcher, tiny_pal
@@ -328,12 +329,12 @@ def test_dataclass_defaults_are_valid_and_the_validator_reads_them():
 def test_prioritized_replay_takes_a_quarter_of_the_presets_step_size():
     """Schaul et al.'s step size for PER (a quarter of uniform replay's) is the DQN preset's; a flag is taken as
     given, and the continuous algorithms keep their rate."""
-    rate = launch_pal.PRESETS["box2d"]["discrete"]["learning_rate"]
+    rate = PAL_PRESETS["box2d"]["discrete"]["learning_rate"]
     assert launcher_config(launch_pal, "--env=LunarLander-v2").learning_rate == pytest.approx(rate / 4)
     assert launcher_config(launch_pal, "--env=LunarLander-v2", "--replay=uniform").learning_rate == rate
     assert launcher_config(launch_pal, "--env=LunarLander-v2", "--learning_rate=0.001").learning_rate == 1e-3
     sac = launcher_config(launch_pal, "--env=Pendulum-v1", "--algo=sac")
-    assert sac.replay == "per" and sac.learning_rate == launch_pal.PRESETS["classic"]["continuous"]["learning_rate"]
+    assert sac.replay == "per" and sac.learning_rate == PAL_PRESETS["classic"]["continuous"]["learning_rate"]
 
 
 def test_mujoco_presets_take_per_algorithm_values():

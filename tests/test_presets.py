@@ -35,11 +35,12 @@ import jax
 jax.config.update("jax_enable_compilation_cache", False)  # compile for real: the test inspects the program
 from envs.factory import make_spec
 from systems.common import config as config_lib
+from systems.common import presets
 from systems.common.learner import build
 from systems.common.rollout import rollout_shapes
 
 family, algo, env_id = {args!r}
-config = config_lib.TrainConfig(env_id=env_id, algo=algo, **config_lib.preset(family, algo))
+config = config_lib.TrainConfig(env_id=env_id, algo=algo, **presets.preset(family, algo))
 spec = make_spec(env_id)
 setup, state = build(config, spec)
 rollout = rollout_shapes(config.sync_interval, config.num_envs, spec.obs_shape, spec.obs_dtype, setup.action_shape,
