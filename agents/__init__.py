@@ -13,7 +13,7 @@ from agents.ddpg import DDPGConfig, DDPGState, ddpg_act, ddpg_config, ddpg_init,
 from agents.distributions import entropy, log_prob, mode, sample_actions
 from agents.dqn import DQNConfig, DQNState, dqn_act, dqn_init, dqn_update
 from agents.gae import gae_advantages
-from agents.losses import a2c_loss, ppo_loss
+from agents.losses import a2c_loss
 from agents.networks import ActorCritic, make_network
 from agents.optim import (
     LARGE_BATCH_EPS,
@@ -23,7 +23,7 @@ from agents.optim import (
     scale_learning_rate,
 )
 from agents.parallel import DEVICE_AXIS, LEARNER_AXIS, mean_over_axis
-from agents.ppo import PPOConfig, ppo_update
+from agents.ppo import PPOConfig, ppo_loss, ppo_update
 from agents.sac import SACConfig, SACState, sac_act, sac_init, sac_update
 from agents.types import Rollout, TrainState
 

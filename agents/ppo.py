@@ -13,12 +13,14 @@ minibatch gradient is averaged across replicas with ``mean_over_axis`` before it
 import dataclasses
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
 
+from agents import distributions
 from agents.batching import FlatBatch, prepare_batch
-from agents.losses import ppo_loss
+from agents.losses import check_batch, masked_mean
 from agents.parallel import mean_over_axis
 from agents.types import Rollout, TrainState
 
@@ -36,7 +38,7 @@ class PPOConfig:
       num_epochs: passes over the rollout per update.
       num_minibatches: minibatches per epoch; must divide ``T * B``.
       normalize_advantages: normalise advantages per minibatch (masked mean/std).
-      clip_value_loss: CleanRL's value clipping around the behaviour values (``agents.losses.ppo_loss``).
+      clip_value_loss: CleanRL's value clipping around the behaviour values (``ppo_loss``).
       unroll_epochs, unroll_minibatches: ``jax.lax.scan``'s ``unroll`` for the epoch and minibatch
         loops (``True``: fully unrolled, ``False``/``1``: a rolled while loop, ``k``: k steps per
         iteration). Rolled loops build in seconds whatever ``num_epochs * num_minibatches`` is; fully
@@ -57,6 +59,111 @@ class PPOConfig:
     clip_value_loss: bool = False
     unroll_epochs: bool | int = False
     unroll_minibatches: bool | int = False
+
+
+def _normalized_advantages(advantages: jax.Array, valid: jax.Array) -> jax.Array:
+    """``(A - mean) / (std + 1e-8)`` with masked statistics, so invalid rows neither shift nor scale the valid ones."""
+    adv_mean = masked_mean(advantages, valid)
+    adv_std = jnp.sqrt(masked_mean(jnp.square(advantages - adv_mean), valid))
+    return (advantages - adv_mean) / (adv_std + 1e-8)
+
+
+def _clipped_surrogate_loss(
+    log_ratio: jax.Array, advantages: jax.Array, valid: jax.Array, *, clip_eps: float
+) -> tuple[jax.Array, jax.Array]:
+    """Negated L^CLIP (Schulman et al. 2017, Eq. 7): ``-mean(min(r A, clip(r, 1 - eps, 1 + eps) A))``.
+
+    Returns:
+      ``(policy_loss, ratio [N])`` with ``r = exp(log_ratio)``.
+    """
+    ratio = jnp.exp(log_ratio)
+    surrogate = ratio * advantages
+    clipped_surrogate = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
+    return masked_mean(-jnp.minimum(surrogate, clipped_surrogate), valid), ratio
+
+
+def _value_loss(
+    values: jax.Array,
+    returns: jax.Array,
+    valid: jax.Array,
+    *,
+    behaviour_values: jax.Array | None,
+    clip_value_loss: bool,
+    clip_eps: float,
+) -> jax.Array:
+    """PPO's value loss (unweighted), a masked mean over the ``[N]`` rows.
+
+    ``0.5 * (returns - V)^2``, or with ``clip_value_loss`` CleanRL's clipped form
+    ``0.5 * max((returns - V)^2, (returns - V_clip)^2)`` with ``V_clip = V_b + clip(V - V_b, -eps, eps)``
+    around the behaviour values ``V_b`` (the same ``clip_eps`` as the ratio, as CleanRL's ``clip_vloss``).
+    """
+    returns = jax.lax.stop_gradient(returns)
+    value_error = jnp.square(returns - values)
+    if clip_value_loss:
+        if behaviour_values is None:
+            raise ValueError("clip_value_loss needs behaviour_values")
+        chex.assert_equal_shape([behaviour_values, values])
+        behaviour_values = jax.lax.stop_gradient(behaviour_values)
+        clipped_values = behaviour_values + jnp.clip(values - behaviour_values, -clip_eps, clip_eps)
+        value_error = jnp.maximum(value_error, jnp.square(returns - clipped_values))
+    return masked_mean(0.5 * value_error, valid)
+
+
+def _ratio_statistics(log_ratio: jax.Array, ratio: jax.Array, valid: jax.Array, *, clip_eps: float) -> dict:
+    """Diagnostics, without gradient: ``approx_kl`` (the low-variance ``(r - 1) - log r``) and ``clip_fraction``."""
+    log_ratio = jax.lax.stop_gradient(log_ratio)
+    ratio = jax.lax.stop_gradient(ratio)
+    return {
+        "approx_kl": masked_mean((ratio - 1.0) - log_ratio, valid),
+        "clip_fraction": masked_mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32), valid),
+    }
+
+
+def ppo_loss(params, batch: FlatBatch, config: PPOConfig, apply_fn) -> tuple[jax.Array, dict]:
+    """PPO's loss on one minibatch (Schulman et al. 2017, Eq. 9 without its sign): ``L^CLIP`` (Eq. 7), the value
+    loss weighted by ``config.value_coef`` and the entropy bonus weighted by ``config.entropy_coef``,
+
+        loss = -L^CLIP + value_coef * L^VF - entropy_coef * H.
+
+    ``L^VF`` is ``0.5 * (returns - V)^2``, or with ``config.clip_value_loss`` CleanRL's clipped form around
+    ``batch.behaviour_values`` (``_value_loss``); advantages are normalised per minibatch with masked statistics
+    when ``config.normalize_advantages``. Rows with ``batch.valid`` 0 change neither the loss nor its gradient.
+
+    Args:
+      params: network parameters being optimised.
+      batch: the minibatch's ``[N]`` rows (``FlatBatch``: obs, actions, behaviour log-probs, advantages,
+        returns, valid mask, behaviour values).
+      config: ``PPOConfig`` (``clip_eps``, ``value_coef``, ``entropy_coef``, ``normalize_advantages``,
+        ``clip_value_loss`` are read).
+      apply_fn: ``apply_fn(params, obs) -> (policy_out, value)``.
+
+    Returns:
+      ``(loss, metrics)`` with metrics ``policy_loss``, ``value_loss`` (unweighted), ``entropy``,
+      ``total_loss``, ``approx_kl`` (the low-variance ``(r - 1) - log r`` estimator) and
+      ``clip_fraction``.
+    """
+    check_batch(batch.obs, batch.actions, batch.valid, batch.behaviour_log_probs, batch.advantages, batch.returns)
+    policy_out, values = apply_fn(params, batch.obs)
+    chex.assert_equal_shape([values, batch.valid])
+    valid = batch.valid.astype(jnp.float32)
+
+    advantages = jax.lax.stop_gradient(batch.advantages)
+    if config.normalize_advantages:
+        advantages = _normalized_advantages(advantages, valid)
+    log_ratio = distributions.log_prob(policy_out, batch.actions) - batch.behaviour_log_probs  # [N]
+    policy_loss, ratio = _clipped_surrogate_loss(log_ratio, advantages, valid, clip_eps=config.clip_eps)
+    value_loss = _value_loss(values, batch.returns, valid, behaviour_values=batch.behaviour_values,
+                             clip_value_loss=config.clip_value_loss, clip_eps=config.clip_eps)
+    entropy = masked_mean(distributions.entropy(policy_out), valid)
+    total_loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
+    metrics = {
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "total_loss": total_loss,
+        **_ratio_statistics(log_ratio, ratio, valid, clip_eps=config.clip_eps),
+    }
+    return total_loss, metrics
 
 
 def _minibatch_size(num_steps: int, num_envs: int, num_minibatches: int) -> int:
@@ -82,22 +189,7 @@ def _minibatch_step(
 ):
     """One clipped-surrogate optimizer step on ``minibatch``; gradient and metrics averaged over ``axis_name``."""
     params, opt_state = carry
-    grads, metrics = jax.grad(ppo_loss, has_aux=True)(
-        params,
-        apply_fn,
-        minibatch.obs,
-        minibatch.actions,
-        minibatch.behaviour_log_probs,
-        minibatch.advantages,
-        minibatch.returns,
-        minibatch.valid,
-        clip_eps=config.clip_eps,
-        value_coef=config.value_coef,
-        entropy_coef=config.entropy_coef,
-        normalize_advantages=config.normalize_advantages,
-        behaviour_values=minibatch.behaviour_values,
-        clip_value_loss=config.clip_value_loss,
-    )
+    grads, metrics = jax.grad(ppo_loss, has_aux=True)(params, minibatch, config, apply_fn)
     grads, metrics = mean_over_axis((grads, metrics), axis_name, ordered=ordered_mean)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)

@@ -13,7 +13,9 @@ import numpy as np
 from absl.testing import parameterized
 
 from agents import distributions
-from agents.losses import a2c_loss, ppo_loss
+from agents.batching import FlatBatch
+from agents.losses import a2c_loss
+from agents.ppo import PPOConfig, ppo_loss
 
 LOG2 = math.log(2.0)
 
@@ -30,6 +32,10 @@ ACTIONS = jnp.array([0, 1], jnp.int32)
 ADVANTAGES = jnp.array([2.0, -1.0], jnp.float32)
 RETURNS = jnp.array([3.0, 1.0], jnp.float32)
 VALID = jnp.ones((2,), jnp.float32)
+
+
+def _batch(obs, actions, behaviour_log_probs, advantages, returns, valid, behaviour_values=None):
+    return FlatBatch(obs, actions, behaviour_log_probs, advantages, returns, valid, behaviour_values)
 
 
 def _with_invalid_row(*arrays):
@@ -160,17 +166,8 @@ class PPOLossTest(parameterized.TestCase):
         ("clipping_inactive", 0.6, -1.25, 0.0),
     )
     def test_hand_values(self, clip_eps, expected_policy_loss, expected_clip_fraction):
-        loss_fn = self.variant(
-            lambda *a: ppo_loss(
-                PARAMS,
-                linear_apply,
-                *a,
-                clip_eps=clip_eps,
-                value_coef=0.5,
-                entropy_coef=0.01,
-                normalize_advantages=False,
-            )
-        )
+        config = PPOConfig(clip_eps=clip_eps, value_coef=0.5, entropy_coef=0.01, normalize_advantages=False)
+        loss_fn = self.variant(lambda *a: ppo_loss(PARAMS, _batch(*a), config, linear_apply))
         loss, metrics = loss_fn(OBS, ACTIONS, self.BEHAVIOUR_LOG_PROBS, ADVANTAGES, RETURNS, VALID)
         np.testing.assert_allclose(metrics["policy_loss"], expected_policy_loss, rtol=1e-5)
         np.testing.assert_allclose(metrics["clip_fraction"], expected_clip_fraction)
@@ -182,55 +179,25 @@ class PPOLossTest(parameterized.TestCase):
         np.testing.assert_allclose(loss, expected_policy_loss + 0.5 * 1.25 - 0.01 * LOG2, rtol=1e-5)
 
     def test_clipped_rows_get_no_policy_gradient(self):
-        grads = jax.grad(
-            lambda p: ppo_loss(
-                p,
-                linear_apply,
-                OBS,
-                ACTIONS,
-                self.BEHAVIOUR_LOG_PROBS,
-                ADVANTAGES,
-                RETURNS,
-                VALID,
-                clip_eps=0.2,
-                value_coef=0.0,
-                entropy_coef=0.0,
-                normalize_advantages=False,
-            )[0]
-        )(PARAMS)
+        config = PPOConfig(clip_eps=0.2, value_coef=0.0, entropy_coef=0.0, normalize_advantages=False)
+        batch = _batch(OBS, ACTIONS, self.BEHAVIOUR_LOG_PROBS, ADVANTAGES, RETURNS, VALID)
+        grads = jax.grad(lambda p: ppo_loss(p, batch, config, linear_apply)[0])(PARAMS)
         np.testing.assert_allclose(grads["w"], 0.0)
 
     def test_normalized_advantages_hand_values(self):
         # Advantages [2, -1]: mean 0.5, (biased) std 1.5 -> normalised [1, -1]. Ratios 1.
-        loss, metrics = ppo_loss(
-            PARAMS,
-            linear_apply,
-            OBS,
-            ACTIONS,
-            jnp.full((2,), -LOG2),
-            ADVANTAGES,
-            RETURNS,
-            VALID,
-            clip_eps=0.2,
-            value_coef=0.5,
-            entropy_coef=0.0,
-            normalize_advantages=True,
-        )
+        config = PPOConfig(clip_eps=0.2, value_coef=0.5, entropy_coef=0.0, normalize_advantages=True)
+        loss, metrics = ppo_loss(PARAMS, _batch(OBS, ACTIONS, jnp.full((2,), -LOG2), ADVANTAGES, RETURNS, VALID),
+                                 config, linear_apply)
         np.testing.assert_allclose(metrics["policy_loss"], 0.0, atol=1e-6)
         np.testing.assert_allclose(metrics["approx_kl"], 0.0, atol=1e-7)
 
     @parameterized.parameters(True, False)
     def test_invalid_row_changes_nothing(self, normalize_advantages):
+        config = PPOConfig(clip_eps=0.2, value_coef=0.5, entropy_coef=0.01, normalize_advantages=normalize_advantages)
+
         def loss(params, *batch):
-            return ppo_loss(
-                params,
-                linear_apply,
-                *batch,
-                clip_eps=0.2,
-                value_coef=0.5,
-                entropy_coef=0.01,
-                normalize_advantages=normalize_advantages,
-            )
+            return ppo_loss(params, _batch(*batch), config, linear_apply)
 
         base_batch = (OBS, ACTIONS, self.BEHAVIOUR_LOG_PROBS, ADVANTAGES, RETURNS, VALID)
         (loss_a, metrics_a), grad_a = jax.value_and_grad(loss, has_aux=True)(PARAMS, *base_batch)

@@ -4,7 +4,7 @@ merges the round in (step, env) order, HTS stays bit-identical across actor coun
 survive --resume, and evaluation applies the frozen statistics of the policy it evaluates."""
 
 import csv
-import functools
+import dataclasses
 import json
 import os
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from agents import make_network
-from agents.losses import ppo_loss
+from agents.batching import FlatBatch
 from agents.normalization import (
     OBS_NORM,
     REWARD_NORM,
@@ -28,6 +28,7 @@ from agents.normalization import (
     scale_rewards,
     update_stats,
 )
+from agents.ppo import PPOConfig, ppo_loss
 from agents.types import Rollout, TrainState
 from systems.common.checkpoint import list_checkpoints
 from systems.common.presets import preset
@@ -150,18 +151,17 @@ def test_value_clipping_is_cleanrl_clip_vloss():
     n = 4
     args = (jnp.zeros((n, 1)), jnp.zeros(n, jnp.int32), jnp.full(n, jnp.log(0.5)), jnp.ones(n))
     returns, valid, behaviour_values = jnp.full(n, 2.0), jnp.ones(n), jnp.zeros(n)
-    loss = functools.partial(ppo_loss, apply_fn=apply_fn, clip_eps=0.2, value_coef=1.0, entropy_coef=0.0,
-                             normalize_advantages=False, behaviour_values=behaviour_values)
-    _, plain = loss({"v": jnp.asarray(1.0)}, obs=args[0], actions=args[1], behaviour_log_probs=args[2],
-                    advantages=args[3], returns=returns, valid=valid)
-    _, clipped = loss({"v": jnp.asarray(1.0)}, obs=args[0], actions=args[1], behaviour_log_probs=args[2],
-                      advantages=args[3], returns=returns, valid=valid, clip_value_loss=True)
+    batch = FlatBatch(*args, returns=returns, valid=valid, behaviour_values=behaviour_values)
+    config = PPOConfig(clip_eps=0.2, value_coef=1.0, entropy_coef=0.0, normalize_advantages=False)
+    params = {"v": jnp.asarray(1.0)}
+    _, plain = ppo_loss(params, batch, config, apply_fn)
+    _, clipped = ppo_loss(params, batch, dataclasses.replace(config, clip_value_loss=True), apply_fn)
     assert float(plain["value_loss"]) == pytest.approx(0.5 * 1.0**2)
     # V moved from 0 to 1; the clipped value 0.2 is further from the return 2: max(1, 1.8^2) / 2.
     assert float(clipped["value_loss"]) == pytest.approx(0.5 * 1.8**2, rel=1e-6)
     with pytest.raises(ValueError, match="behaviour_values"):
-        ppo_loss({"v": jnp.asarray(1.0)}, apply_fn, *args[:4], returns, valid, clip_eps=0.2, value_coef=1.0,
-                 entropy_coef=0.0, clip_value_loss=True)
+        ppo_loss(params, batch._replace(behaviour_values=None), dataclasses.replace(config, clip_value_loss=True),
+                 apply_fn)
 
 
 def test_mujoco_presets_normalize_by_default_and_others_do_not():
