@@ -72,3 +72,18 @@ def test_the_style_check_sees_each_kind(source, what):
 def test_the_style_check_reads_no_string_but_docstrings():
     source = 'def f():\n    """Steps the envs."""\n    raise ValueError("more than this machine holds, 12.5 ms")\n'
     assert findings(source) == []
+
+
+def test_the_training_launchers_hold_no_preset_value():
+    """A launcher reads flags and presets; every default number lives in `systems/common/presets.py`,
+    `systems/offpolicy/presets.py` or a config field (0, 1 and -1 are counts and sentinels, not presets)."""
+    from systems.registry import LAUNCHERS
+
+    offending = []
+    for launcher in LAUNCHERS:
+        path = ROOT / "launch" / f"{launcher}.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Constant) and type(node.value) in (int, float)
+                    and node.value not in (0, 1, -1)):
+                offending.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+    assert not offending, offending
