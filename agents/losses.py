@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from agents import distributions
 from agents.types import Rollout
 
-__all__ = ["Rollout", "a2c_loss", "check_batch", "masked_mean"]
+__all__ = ["Rollout", "a2c_loss", "check_batch", "combined_loss", "masked_mean"]
 
 
 def masked_mean(x: jax.Array, valid: jax.Array) -> jax.Array:
@@ -73,11 +73,13 @@ def a2c_loss(
     policy_loss = masked_mean(-log_probs * jax.lax.stop_gradient(advantages), valid)
     value_loss = masked_mean(0.5 * jnp.square(jax.lax.stop_gradient(returns) - values), valid)
     entropy = masked_mean(distributions.entropy(policy_out), valid)
+    return combined_loss(policy_loss, value_loss, entropy, value_coef=value_coef, entropy_coef=entropy_coef)
+
+
+def combined_loss(policy_loss: jax.Array, value_loss: jax.Array, entropy: jax.Array, *, value_coef: float,
+                  entropy_coef: float) -> tuple[jax.Array, dict]:
+    """The actor-critic objective both A2C and PPO minimise, ``policy_loss + value_coef * value_loss -
+    entropy_coef * entropy``, with its terms as metrics (``value_loss`` unweighted)."""
     total_loss = policy_loss + value_coef * value_loss - entropy_coef * entropy
-    metrics = {
-        "policy_loss": policy_loss,
-        "value_loss": value_loss,
-        "entropy": entropy,
-        "total_loss": total_loss,
-    }
-    return total_loss, metrics
+    return total_loss, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy,
+                        "total_loss": total_loss}

@@ -20,7 +20,7 @@ import optax
 
 from agents import distributions
 from agents.batching import FlatBatch, prepare_batch
-from agents.losses import check_batch, masked_mean
+from agents.losses import check_batch, combined_loss, masked_mean
 from agents.parallel import mean_over_axis
 from agents.types import Rollout, TrainState
 
@@ -155,15 +155,9 @@ def ppo_loss(params, batch: FlatBatch, config: PPOConfig, apply_fn) -> tuple[jax
     value_loss = _value_loss(values, batch.returns, valid, behaviour_values=batch.behaviour_values,
                              clip_value_loss=config.clip_value_loss, clip_eps=config.clip_eps)
     entropy = masked_mean(distributions.entropy(policy_out), valid)
-    total_loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
-    metrics = {
-        "policy_loss": policy_loss,
-        "value_loss": value_loss,
-        "entropy": entropy,
-        "total_loss": total_loss,
-        **_ratio_statistics(log_ratio, ratio, valid, clip_eps=config.clip_eps),
-    }
-    return total_loss, metrics
+    total_loss, metrics = combined_loss(policy_loss, value_loss, entropy, value_coef=config.value_coef,
+                                        entropy_coef=config.entropy_coef)
+    return total_loss, {**metrics, **_ratio_statistics(log_ratio, ratio, valid, clip_eps=config.clip_eps)}
 
 
 def _minibatch_size(num_steps: int, num_envs: int, num_minibatches: int) -> int:
