@@ -82,7 +82,7 @@ def test_a_round_is_the_synchronous_baselines_round(tmp_path):
     """The same envs, actions and rollout as launch.sync's first round on the same task (its metrics of the data are
     equal), and the same update but for the last bits (XLA fuses it differently inside the scan). Compared under
     XLA's default fusion emitters (`multidevice.run_with_fusion_emitters`), as runs outside the tests compile."""
-    from multidevice import run_with_fusion_emitters
+    from tests.multidevice import run_with_fusion_emitters
 
     run_with_fusion_emitters(check_a_round_is_the_synchronous_baselines_round, str(tmp_path))
 
@@ -111,7 +111,7 @@ def test_normalized_rounds_are_the_synchronous_baselines_rounds(tmp_path):
     """--normalize_obs / --normalize_reward (`agents.normalization`, statistics in the parameters) on a continuous
     task: two rounds are launch.sync's two rounds (equal episodes, the same statistics and update up to the last
     bits), under XLA's default fusion emitters."""
-    from multidevice import run_with_fusion_emitters
+    from tests.multidevice import run_with_fusion_emitters
 
     run_with_fusion_emitters(check_normalized_rounds_are_the_synchronous_baselines_rounds, str(tmp_path))
 

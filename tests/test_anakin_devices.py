@@ -8,7 +8,8 @@ import os
 
 import numpy as np
 import pytest
-from multidevice import run_python, run_two_process_job
+
+from tests.multidevice import run_python, run_two_process_job
 
 _RUN = """
 import json, sys
@@ -82,9 +83,8 @@ def test_sigterm_of_a_two_process_job_saves_the_same_round_on_both(tmp_path):
     """Both processes of a job stop with exit status 143, each having saved the round the other reached: a process
     that stops first leaves the other's next collective (a program call, or the agreed round count) to fail, which
     it treats as the job's stop."""
-    from multidevice import free_port, start_launcher_job, stop_job_when
-
     from systems.common.checkpoint import list_checkpoints
+    from tests.multidevice import free_port, start_launcher_job, stop_job_when
 
     run_dir = tmp_path / "run"
 

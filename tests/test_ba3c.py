@@ -8,7 +8,8 @@ import json
 
 import numpy as np
 import pytest
-from multidevice import run_python, run_two_process_job
+
+from tests.multidevice import run_python, run_two_process_job
 
 _RUN = """
 import collections, json, sys

@@ -8,10 +8,10 @@ import time
 
 import numpy as np
 import pytest
-from multidevice import free_port, run_processes, run_python
 
 from systems.common.config import ConfigError
 from systems.gala import system
+from tests.multidevice import free_port, run_processes, run_python
 
 _ONE_ITERATION_OLD = """
 import functools, json

@@ -173,7 +173,7 @@ def test_hts_learns_a_pixel_env_through_the_pixel_cnn(tmp_path):
     convolution runs 15x slower at the suite's -O0 (conftest). Two minibatches: the CNN update unrolls its minibatch
     loop on a CPU (`learner.ppo_loop_plan`), each minibatch seconds of compiling. Seeds 1, 2, 3 and 0 ended at 18.8,
     16.4, 18.4 and 18.3."""
-    from multidevice import run_python
+    from tests.multidevice import run_python
 
     out = run_python(f"""
         from systems.hts import system as hts

@@ -117,7 +117,7 @@ def test_the_jitted_evaluation_plays_the_pooled_evaluations_episodes():
     two evaluations in a row (the env and action keys carry over), sampled and greedy, discrete and continuous.
     Compared under XLA's default fusion emitters (`multidevice.run_with_fusion_emitters`): Pendulum's returns
     follow the last bits of its fused physics."""
-    from multidevice import run_with_fusion_emitters
+    from tests.multidevice import run_with_fusion_emitters
 
     run_with_fusion_emitters(check_the_jitted_evaluation_plays_the_pooled_evaluations_episodes)
 

@@ -73,7 +73,7 @@ def check_classic_or_box2d(env_id: str, layout: tuple) -> None:
 def test_classic_and_box2d_bits_do_not_depend_on_actors_or_batches(env_id):
     """In a child under XLA's default fusion emitters, as the other families (their docstring says why: at batch 1
     the policy is such a fused loop too)."""
-    from multidevice import run_with_fusion_emitters
+    from tests.multidevice import run_with_fusion_emitters
 
     run_with_fusion_emitters(check_classic_or_box2d, env_id)
 
@@ -107,7 +107,7 @@ def test_other_families_bits_do_not_depend_on_actors_or_batches(env_id, num_envs
     child under XLA's default fusion emitters (the pixel env: the launchers' flags, as XLA's convolutions run 15x
     slower at -O0): with the suite's quick-compile flags, the elemental emitter at -O0, gymnax CartPole's jitted step
     is not reproducible run to run in its last bits (XLA CPU; not under the launchers' flags)."""
-    from multidevice import call_in_child, run_with_fusion_emitters
+    from tests.multidevice import call_in_child, run_with_fusion_emitters
 
     if env_id == "Breakout-v5":
         call_in_child(check_other_family, env_id, num_envs, optimized=True)
@@ -148,7 +148,7 @@ def _reference_on_devices(num_envs: int, learners: str, root: str) -> str:
 
 @pytest.mark.slow
 def test_learner_replicas_bits_do_not_depend_on_actors_batches_or_actor_devices():
-    from multidevice import run_python
+    from tests.multidevice import run_python
 
     run_python("from tests import test_hts_determinism_space as t\nt.check_twelve_envs_over_three_replicas()\n"
                "t.check_learner_replicas()", num_devices=4)

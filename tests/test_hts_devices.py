@@ -8,7 +8,6 @@ import json
 
 import numpy as np
 import pytest
-from multidevice import free_port, run_processes, run_python
 
 from launch import hts as launch_hts
 from systems.common.config import ConfigError
@@ -16,6 +15,7 @@ from systems.hts import layout
 from systems.hts import system as hts
 from systems.hts.system import HTSConfig
 from tests.helpers import read_summary, run_launcher
+from tests.multidevice import free_port, run_processes, run_python
 
 # One child process, several runs: prints one JSON line per run (fingerprint, lag, the recorded layout).
 _RUNS = """
@@ -185,7 +185,7 @@ def test_launcher_refuses_bad_device_flags(tmp_path, capsys, flags, message):
 
 
 def _start_job(run_dir, port: int, *extra: str) -> list:
-    from multidevice import start_launcher_job
+    from tests.multidevice import start_launcher_job
 
     return start_launcher_job("launch.hts", ["--env=CartPole-v1", "--num_envs=8", "--sync_interval=128",
                                              "--total_steps=4000000", "--eval_episodes=0", "--quiet"],
@@ -200,7 +200,7 @@ def _newest_checkpoint(directory) -> str:
 
 @pytest.mark.slow
 def test_sigterm_of_a_two_process_job_checkpoints_one_round_and_resumes(tmp_path):
-    from multidevice import stop_job_when
+    from tests.multidevice import stop_job_when
 
     run_dir = tmp_path / "run"
     progress = run_dir / "progress.csv"
@@ -251,7 +251,7 @@ def test_a_bug_in_one_process_ends_the_job_in_seconds_not_at_jaxs_shutdown_deadl
     import sys
     import time
 
-    from multidevice import ROOT, device_env
+    from tests.multidevice import ROOT, device_env
 
     port, procs = free_port(), []
     for pid in range(2):

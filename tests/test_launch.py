@@ -62,7 +62,7 @@ def test_launcher_smoke(tmp_path, launcher, kwargs, steps, optimized):
     (XLA's own loops) run several times faster than under the suite's quick-compile flags (conftest)."""
     run_dir = str(tmp_path / "run")
     if optimized:
-        from multidevice import call_in_child
+        from tests.multidevice import call_in_child
 
         call_in_child(check_launcher_smoke, run_dir, launcher, kwargs, steps, optimized=True)
     else:

@@ -47,7 +47,7 @@ def test_pal_dqn_per_solves_cartpole(tmp_path):
 def test_pal_continuous_reaches_minus_300_on_pendulum(tmp_path, algo):
     """In a child process at XLA's default optimization: its time is the updates' (batch 256, one per env step),
     which the suite's quick-compile flags slow (conftest; 34-35 s under them, 30 s in the child)."""
-    from multidevice import run_python
+    from tests.multidevice import run_python
 
     out = run_python(f"""
         import json, pathlib

@@ -12,7 +12,8 @@ import csv
 import json
 
 import pytest
-from multidevice import run_python
+
+from tests.multidevice import run_python
 
 _RUN = """
 import json, sys

@@ -8,7 +8,8 @@ the time to the target is the learner's speed, which the suite's quick-compile f
 import json
 
 import pytest
-from multidevice import run_python
+
+from tests.multidevice import run_python
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,8 @@ import subprocess
 import time
 
 import pytest
-from multidevice import run_processes, run_python
+
+from tests.multidevice import run_processes, run_python
 
 _DEVICES = "import jax; print(len(jax.devices()))"
 

@@ -11,9 +11,9 @@ import json
 import sys
 
 import pytest
-from multidevice import run_python
 
 from systems.common.learner import MAX_UNROLLED_CONV_STEPS, ppo_loop_plan
+from tests.multidevice import run_python
 
 _TASKS = {"atari": "Breakout-v5", "gfootball": "gfootball/academy_empty_goal_close-v1", "classic": "CartPole-v1",
           "box2d": "LunarLander-v2", "mujoco": "Hopper-v4"}

@@ -188,7 +188,7 @@ def _model_parallel_code(run_dir: str) -> str:
 
 @pytest.mark.slow
 def test_model_parallel_run_on_two_devices(tmp_path):
-    from multidevice import run_python
+    from tests.multidevice import run_python
 
     out = run_python(_model_parallel_code(str(tmp_path / "run")), 2)
     summary = json.loads(next(line for line in out.splitlines() if line.startswith("SUMMARY "))[len("SUMMARY "):])
@@ -229,7 +229,7 @@ def test_the_cpu_time_of_spreezes_children_reaches_the_launchers_parent():
     """Spreeze's children are forked by a forkserver, which reaps them: the launcher waits for the forkserver at exit,
     so a parent's `wait4` (`time`, the benchmarks' CPU column) counts the children's CPU time. Left to init, it
     counted none of it (a HalfCheetah run: 26 CPU-s reported of the 86 its processes spent)."""
-    from multidevice import run_python
+    from tests.multidevice import run_python
 
     counted = float(run_python(_FORKSERVER_CPU, num_devices=1).strip().splitlines()[-1])
     assert counted > 0.3, counted
