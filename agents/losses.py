@@ -28,6 +28,8 @@ def masked_mean(x: jax.Array, valid: jax.Array) -> jax.Array:
 
 
 def check_batch(obs, actions, valid, *per_row):
+    """Shape checks of a flat batch: ``valid`` and each of ``per_row`` are ``[N]``; ``obs`` and ``actions`` have N
+    rows."""
     chex.assert_rank(valid, 1)
     n = valid.shape[0]
     chex.assert_axis_dimension(obs, 0, n)

@@ -1,7 +1,8 @@
 """The on-policy systems' presets, by env family and algorithm and by task, from the papers and peers (REFERENCE.md),
-and the one precedence rule the launchers apply: a flag given > the task's preset > the family's preset > the
-config field's default. `config.json` records which preset filled a run (`TrainConfig.preset`). The off-policy
-systems' presets are `systems.offpolicy.presets`."""
+and the one precedence rule the launchers apply (`launch.common.config_from_flags`): a flag given > the system's own
+values below (BA3C's optimizer) > the task's preset > the family's preset > the config field's default.
+`config.json` records which preset filled a run (`TrainConfig.preset`). The off-policy systems' presets are
+`systems.offpolicy.presets`."""
 
 from __future__ import annotations
 
