@@ -30,7 +30,8 @@ def make_config() -> system.GALAConfig:
                    num_learners=system.GALAConfig.num_learners if FLAGS.num_learners is None else FLAGS.num_learners,
                    lr_scaling=FLAGS.lr_scaling or system.GALAConfig.lr_scaling, **common.multihost_values(FLAGS)),
     )
-    envs = FLAGS.envs_per_learner or presets.gala_envs_per_learner(family_of(config.env_id))
+    envs = FLAGS.envs_per_learner or presets.GALA_ENVS_PER_LEARNER.get(family_of(config.env_id),
+                                                                      system.GALAConfig.envs_per_learner)
     config = dataclasses.replace(config, envs_per_learner=envs, num_envs=0)  # num_envs: the plan's
     system.validate(config)
     return config

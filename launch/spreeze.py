@@ -25,7 +25,7 @@ def make_config() -> system.SpreezeConfig:
     values.update(common.preset_overrides(f, system.SpreezeConfig, ("off_policy",), batch_auto=True))
     if f.total_steps is not None:
         values["total_steps"] = f.total_steps
-    values = {**presets.SPREEZE_FALLBACKS, **values}
+    values = {**presets.CONTINUOUS_FALLBACKS, **values}
     if f.eval_every is not None:
         values["eval_every"] = f.eval_every
     settings = common.settings_from_flags(f, system.SpreezeConfig, "spreeze")

@@ -155,12 +155,7 @@ NO_NORMALIZATION = dict(normalize_obs=False, normalize_reward=False)
 # BA3C's optimizer (seed 001, Table 1 and Sec. 2.4) unless `--optimizer` names another (then the family preset's
 # learning rate and epsilon apply); epsilon None: the optimizer's own (`agents.optim.LARGE_BATCH_EPS`).
 BA3C_OPTIMIZER = dict(optimizer="adam_large_batch", learning_rate=1e-3, anneal_lr=False, opt_eps=None)
-# GALA's envs per learner by env family (seed 004's 16). GFootball's engine holds tens of megabytes per env: 4
-# learners x 16 envs outgrow a small machine's memory (`benchmarks/presets.py` measures the peak), so its preset
-# keeps HTS's GFootball total of 16 envs.
+# GALA's envs per learner where a family's differ from the config field's (seed 004's 16). GFootball's engine holds
+# tens of megabytes per env: 4 learners x 16 envs outgrow a small machine's memory (`benchmarks/presets.py` measures
+# the peak), so its preset keeps HTS's GFootball total of 16 envs.
 GALA_ENVS_PER_LEARNER = {"gfootball": 4}
-GALA_DEFAULT_ENVS_PER_LEARNER = 16
-
-
-def gala_envs_per_learner(family: str) -> int:
-    return GALA_ENVS_PER_LEARNER.get(family, GALA_DEFAULT_ENVS_PER_LEARNER)

@@ -42,14 +42,16 @@ PAL_PRESETS["brax"] = PAL_PRESETS["mujoco"]  # Brax's tasks are MuJoCo's, as JAX
 # initialisation (CleanRL's and SB3's): from Flax's its tanh actor saturated on Hopper (`benchmarks/learning.py`).
 # TD3 keeps 5k random steps, not CleanRL's td3_continuous_action.py's 25k: on Hopper-v4 at 300k steps 5k ended
 # higher in every seed compared. DDPG's 25k is CleanRL's, untested against other values.
-_MUJOCO_PAL_ALGO_PRESETS = {"td3": dict(learning_starts=5_000, network_init="torch"),
+_MUJOCO_ALGO_PRESETS = {"td3": dict(learning_starts=5_000, network_init="torch"),
                         "ddpg": dict(learning_starts=25_000), "sac": dict(critic_learning_rate=1e-3)}
 PAL_ALGO_PRESETS = {(family, algo): values for family in ("mujoco", "brax")
-                for algo, values in _MUJOCO_PAL_ALGO_PRESETS.items()}
-# Values neither a preset nor a flag set: gradient clipping for the discrete algorithms (CleanRL's DQN: 10) and none
-# for the continuous ones, Adam's epsilon (SB3's continuous 1e-8, discrete 1e-5), the critics at the actor's rate.
+                for algo, values in _MUJOCO_ALGO_PRESETS.items()}
+# Values neither a preset nor a flag set, for PAL and Spreeze alike: gradient clipping for the discrete algorithms
+# (CleanRL's DQN: 10) and none for the continuous ones, Adam's epsilon (SB3's continuous 1e-8, discrete 1e-5), the
+# critics at the actor's rate.
+CONTINUOUS_FALLBACKS = dict(max_grad_norm=0.0, opt_eps=1e-8, critic_learning_rate=0.0)
 _PAL_FALLBACKS = {"discrete": dict(max_grad_norm=10.0, opt_eps=1e-5, critic_learning_rate=0.0),
-                  "continuous": dict(max_grad_norm=0.0, opt_eps=1e-8, critic_learning_rate=0.0)}
+                  "continuous": CONTINUOUS_FALLBACKS}
 
 
 def pal_preset(env_id: str, family: str, algo: str, replay: str) -> tuple[dict, dict]:
@@ -77,10 +79,6 @@ SPREEZE_PRESETS = {
                    eval_every=10_000),
 }
 SPREEZE_PRESETS["brax"] = SPREEZE_PRESETS["mujoco"]  # Brax's tasks are MuJoCo's, as JAX envs
-
-# Spreeze's values neither a preset nor a flag set: no gradient clipping, Adam's epsilon 1e-8 (SB3's), the critics at
-# the actor's rate.
-SPREEZE_FALLBACKS = dict(max_grad_norm=0.0, opt_eps=1e-8, critic_learning_rate=0.0)
 
 
 def spreeze_preset(family: str) -> dict:
