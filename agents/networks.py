@@ -82,9 +82,9 @@ def uniform_conv_plan(form: str, layers: int = 3) -> ConvPlan:
     return (LayerForms(form, form, form),) * layers
 
 
-# The earlier plan of every backend, kept for comparison (`benchmarks/cnn_cpu.py`): the first convolution as
-# space-to-depth, the others as XLA's convolution.
-PREVIOUS_CPU_PLAN = (LayerForms("space_to_depth", "space_to_depth", "space_to_depth"),
+# A candidate `systems.common.conv_tuning` times beside the table: the first convolution as space-to-depth in every
+# pass, the others as XLA's convolution.
+SPACE_TO_DEPTH_FIRST_PLAN = (LayerForms("space_to_depth", "space_to_depth", "space_to_depth"),
                      LayerForms("direct", "direct", "direct"), LayerForms("direct", "direct", "direct"))
 # XLA CPU's fastest exact forms as `benchmarks/cnn_cpu.py` times them: the actors' small batches run XLA's
 # convolution in NHWC (the fastest whole network at a few frames); the learner's minibatches run channels-major, the

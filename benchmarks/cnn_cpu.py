@@ -237,7 +237,7 @@ def main(argv):
     plans = {}
     for network in ("nature", "gfootball"):
         plans[network] = {"direct (nn.Conv)": networks.uniform_conv_plan("direct"),
-                          "before (space_to_depth conv1)": networks.PREVIOUS_CPU_PLAN,
+                          "before (space_to_depth conv1)": networks.SPACE_TO_DEPTH_FIRST_PLAN,
                           "fastest NHWC per layer": best_plan(rows, network, channels_major=False),
                           "fastest channels-major per layer": best_plan(rows, network, channels_major=True),
                           "fastest per layer": best_plan(rows, network),

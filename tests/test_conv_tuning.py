@@ -30,13 +30,13 @@ def _timer(fastest: str, calls: list):
 def test_a_timing_that_favours_another_form_changes_the_plan_and_the_choice_is_cached(cache):
     calls = []
     plan = conv_tuning.choose_plan("nature", (4, 84, 84), 256, timer=_timer("direct", calls), say=lambda line: None)
-    assert calls == ["table", "direct", "previous"]
+    assert calls == ["table", "direct", "space_to_depth"]
     expected = conv_tuning.candidates("nature")["direct"]
     assert plan == expected != networks.CPU_CONV_PLANS["nature"]
     # The actors' small-batch forms stay the table's in every candidate.
     assert [forms.actor for forms in plan] == [forms.actor for forms in networks.CPU_CONV_PLANS["nature"]]
     (entry,) = json.loads(cache.read_text()).values()
-    assert entry["plan"] == "direct" and set(entry["ms"]) == {"table", "direct", "previous"}
+    assert entry["plan"] == "direct" and set(entry["ms"]) == {"table", "direct", "space_to_depth"}
     assert conv_tuning.chosen()["nature"]["source"] == "timed on this machine"
 
     again = []  # a second run reads the cache: no timing
@@ -46,18 +46,18 @@ def test_a_timing_that_favours_another_form_changes_the_plan_and_the_choice_is_c
     other = []  # another batch is another entry
     assert conv_tuning.choose_plan("nature", (4, 84, 84), 64, timer=_timer("table", other),
                                    say=lambda line: None) == networks.CPU_CONV_PLANS["nature"]
-    assert other == ["table", "direct", "previous"] and len(json.loads(cache.read_text())) == 2
+    assert other == ["table", "direct", "space_to_depth"] and len(json.loads(cache.read_text())) == 2
 
 
 def test_a_failed_timing_is_skipped_and_all_failing_keeps_the_table(cache):
     def timer(name, plan):
-        if name != "previous":
+        if name != "space_to_depth":
             raise RuntimeError("RESOURCE_EXHAUSTED: out of memory\nmore")
         return 0.1
 
     lines = []
     assert conv_tuning.choose_plan("gfootball", (72, 96, 4), 32, timer=timer, say=lines.append) == \
-        conv_tuning.candidates("gfootball")["previous"]
+        conv_tuning.candidates("gfootball")["space_to_depth"]
     assert any("plan 'table' failed (RESOURCE_EXHAUSTED: out of memory)" in line for line in lines)
 
     def failing(name, plan):

@@ -2,7 +2,6 @@
 summary.json's), evaluated with the Evaluator's protocol (same returns as the Evaluator's own action functions, the
 same seed gives the same returns), one episode is saved as a GIF, and bad input is one line with exit code 2."""
 
-import dataclasses
 import json
 import os
 
@@ -182,16 +181,6 @@ def _other_env(tmp_path, hts_run):
     state = restore_run(hts_run, ENTRIES).state
     save_checkpoint(run_dir, 128, state, {"env_steps": 128, "system": "hts"})
     return run_dir
-
-
-def test_a_run_saved_under_a_former_system_name_restores_with_that_system(tmp_path, hts_run):
-    """BA3C's runs carried the system name 'datapar' before its folder took the launcher's name."""
-    run_dir = _no_checkpoint(tmp_path, hts_run)
-    save_checkpoint(run_dir, 64, restore_run(hts_run, ENTRIES).state, {"env_steps": 64, "system": "datapar"})
-    assert ENTRIES["ba3c"].former_names == ("datapar",) and "datapar" not in ENTRIES
-    seen = []
-    entries = {**ENTRIES, "ba3c": dataclasses.replace(ENTRIES["ba3c"], restore=lambda d, raw: seen.append(d) or "ba3c")}
-    assert restore_run(run_dir, entries) == "ba3c" and seen == [run_dir]
 
 
 @pytest.mark.parametrize(

@@ -216,15 +216,6 @@ def test_sigterm_of_a_two_process_job_checkpoints_one_round_and_resumes(tmp_path
     assert summaries[0]["updates"] == int(newest[5:17]) // (8 * 128) + 2
 
 
-def test_hts_own_fields_are_ignored_when_another_system_restores_a_run():
-    import dataclasses
-
-    from systems.common.config import RETIRED_HTS_FIELDS, TrainConfig
-
-    own = {f.name for f in dataclasses.fields(HTSConfig)} - {f.name for f in dataclasses.fields(TrainConfig)}
-    assert own <= RETIRED_HTS_FIELDS, own - RETIRED_HTS_FIELDS
-
-
 _FAILING_JOB_PROCESS = """
 import runpy, sys
 from systems.hts import system

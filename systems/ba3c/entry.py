@@ -9,9 +9,8 @@ def _restore(run_dir: str, raw: dict):
     plan is that of one device: only the optimizer state's structure matters here, not its rates."""
     from systems.ba3c import system as ba3c
     from systems.common import restore as lib  # JAX only when a run is restored
-    from systems.common.config import RETIRED_HTS_FIELDS
 
-    config = lib.config_from_json(ba3c.BA3CConfig, raw, retired=RETIRED_HTS_FIELDS)
+    config = lib.config_from_json(ba3c.BA3CConfig, raw)
     spec, setup, target = ba3c.make_agent(config, ba3c.plan(config, num_global_devices=1))
     state, meta, path = lib.restore_into(run_dir, ba3c.SYSTEM, target)
     return lib.RestoredRun(
@@ -21,4 +20,4 @@ def _restore(run_dir: str, raw: dict):
     )
 
 
-ENTRY = SystemEntry(name="ba3c", launcher="ba3c", restore=_restore, former_names=("datapar",))
+ENTRY = SystemEntry(name="ba3c", launcher="ba3c", restore=_restore)

@@ -156,15 +156,6 @@ NORMALIZATION_SINGLE_LEARNER = (
 )
 
 
-# HTS-RL's own fields (`systems.hts.system.HTSConfig`'s alone): config.json files of other systems' runs may hold
-# them, run directories of older versions (whose every on-policy config carried the first three) and runs a program
-# started with an `HTSConfig`; a system that has a field of the same name (BA3C's `debug`, ...) keeps its own.
-RETIRED_HTS_FIELDS = frozenset({
-    "num_actors", "env_batch_size", "inference_batch", "actor_devices", "learner_devices", "coordinator_address",
-    "num_processes", "process_id", "debug", "ordered_reduction", "startup_timeout",
-})
-
-
 def steps_per_round(config: TrainConfig) -> int:
     return config.num_envs * config.sync_interval
 

@@ -35,12 +35,12 @@ def cache_path() -> str:
 
 def candidates(network: str) -> dict[str, networks.ConvPlan]:
     """The plans timed for `network`: the fixed table's first, then XLA's convolution (and, for the Nature and
-    GFootball CNNs, the earlier space-to-depth plan), each with the table's actor forms."""
+    GFootball CNNs, the first layer as space-to-depth), each with the table's actor forms."""
     table = networks.CPU_CONV_PLANS[network]
     layers = len(table)
     plans = {"table": table, "direct": networks.uniform_conv_plan("direct", layers)}
     if network != "ba3c":
-        plans["previous"] = networks.PREVIOUS_CPU_PLAN
+        plans["space_to_depth"] = networks.SPACE_TO_DEPTH_FIRST_PLAN
     return {name: tuple(networks.LayerForms(t.actor, p.forward, p.backward) for t, p in zip(table, plan, strict=True))
             for name, plan in plans.items()}
 

@@ -26,4 +26,3 @@ class SystemEntry:
     restore: Callable[[str, dict], Any]  # (run dir, config.json values) -> systems.common.restore.RestoredRun
     # The run's checkpoint files, newest last, when they are not Monitor's `checkpoints/ckpt_*.msgpack` (Spreeze).
     checkpoint_files: Callable[[str], list[str]] | None = None
-    former_names: tuple[str, ...] = ()  # names its runs carried before (BA3C's were "datapar")

@@ -123,13 +123,12 @@ def restore_run(run_dir: str, entries: Mapping[str, SystemEntry]) -> RestoredRun
             "the run has not saved one yet"
         )
     system = _system_of(run_dir, files)
-    by_name = {**{old: entry for entry in entries.values() for old in entry.former_names}, **entries}
-    if system not in by_name:
+    if system not in entries:
         raise ConfigError(
             f"run '{run_dir}' was made by system '{system}', which launch.evaluate does not support "
             f"(supported: {', '.join(entries)})"
         )
-    return by_name[system].restore(run_dir, raw_config)
+    return entries[system].restore(run_dir, raw_config)
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -160,17 +159,16 @@ def _system_of(run_dir: str, files: list[str]) -> str:
         raise ConfigError(f"none of the {len(files)} checkpoint file(s) in '{run_dir}' is readable") from None
 
 
-def config_from_json(config_cls: type, values: dict, retired: frozenset = frozenset()) -> Any:
+def config_from_json(config_cls: type, values: dict) -> Any:
     """The config dataclass from its `dataclasses.asdict` JSON: lists back to tuples where the field's default is a
-    tuple (PAL's `hidden_sizes`); keys the class does not know are an error (a config of another system), except
-    `retired` ones: fields the class carried once and dropped (runs written before it dropped them). The run's plan
-    (`PLAN_KEY`, derived values) and the system's name (`SYSTEM_KEY`) are not part of the config."""
+    tuple (PAL's `hidden_sizes`); keys the class does not know are an error (a config of another system). The run's
+    plan (`PLAN_KEY`, derived values) and the system's name (`SYSTEM_KEY`) are not part of the config."""
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    values = {name: value for name, value in values.items()
-              if name not in (PLAN_KEY, SYSTEM_KEY) and (name not in retired or name in fields)}
+    values = {name: value for name, value in values.items() if name not in (PLAN_KEY, SYSTEM_KEY)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ConfigError(f"config.json has fields {config_cls.__name__} does not know: {', '.join(unknown)}")
+        raise ConfigError(f"config.json has fields {config_cls.__name__} does not know: {', '.join(unknown)} (a run "
+                          "of another system, or one written by version 0.1, which reads it)")
     kwargs = {}
     for name, value in values.items():
         if isinstance(value, list) and isinstance(fields[name].default, tuple):
@@ -246,12 +244,11 @@ def on_policy_act(apply_fn: Callable) -> Callable[[str], Callable]:
 # ------------------------------------------------------------------------------------------------ hts and sync
 
 
-def restore_train_state(run_dir: str, raw: dict, system: str, config_cls: type,
-                        retired: frozenset = frozenset()) -> RestoredRun:
+def restore_train_state(run_dir: str, raw: dict, system: str, config_cls: type) -> RestoredRun:
     """hts and sync: `systems.common.learner.build`, the network and state `start_run` makes."""
     from systems.common.learner import build
 
-    config = config_from_json(config_cls, raw, retired)
+    config = config_from_json(config_cls, raw)
     spec = spec_of(config)
     setup, target = build(config, spec)
     state, meta, path = restore_into(run_dir, system, target)

@@ -10,11 +10,10 @@ def _restore(run_dir: str, raw: dict):
     import numpy as np  # JAX only when a run is restored
 
     from systems.common import restore as lib
-    from systems.common.config import RETIRED_HTS_FIELDS
     from systems.common.rollout import stack_host
     from systems.gala import system as gala
 
-    config = lib.config_from_json(gala.GALAConfig, raw, retired=RETIRED_HTS_FIELDS)
+    config = lib.config_from_json(gala.GALAConfig, raw)
     spec, setup, state = gala.make_agent(config, gala.plan(config))
     pmap = config.gossip == "pmap"
     if pmap:

@@ -3,27 +3,19 @@ config.json, the newest checkpoint restored into it, and the two policy modes.""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import jax.numpy as jnp
 
 from systems.common import restore as lib
-from systems.common.config import TrainConfig
 from systems.offpolicy.agent import build_agent
-
-# Fields the off-policy configs carried while they inherited the on-policy `TrainConfig` (and Spreeze's, PAL's
-# layout): config.json files of runs from before the split still hold them.
-_PAL_LAYOUT = ("num_actors", "envs_per_actor", "num_learners", "update_interval", "replay", "per_alpha", "per_beta",
-               "priority_eps", "tree_k", "allocate", "cores", "profile_seconds", "checkpoint_buffer")
-RETIRED_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainConfig)) | frozenset(_PAL_LAYOUT)
 
 
 def restore_off_policy(run_dir: str, raw: dict, system: str, config_cls: type,
                        load: Callable | None = None) -> lib.RestoredRun:
     """`load(run_dir, target, on_skip) -> (state, meta, path) | None` replaces Monitor's checkpoint files (Spreeze's
     weight files)."""
-    config = lib.config_from_json(config_cls, raw, retired=RETIRED_FIELDS)
+    config = lib.config_from_json(config_cls, raw)
     spec = lib.spec_of(config)
     try:
         agent = build_agent(config, spec)

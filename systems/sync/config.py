@@ -16,4 +16,10 @@ class SyncConfig(config_lib.TrainConfig):
     """A synchronous-baseline run: `TrainConfig`'s fields (PPO / A2C, envs, rounds, run)."""
 
 
+def own_config(config: config_lib.TrainConfig) -> SyncConfig:
+    """The baseline's config of any on-policy config: a subclass's own fields (an `HTSConfig`'s actors and devices)
+    mean nothing to one lock-step pool, and the run's config.json records only what it ran."""
+    return SyncConfig(**{field.name: getattr(config, field.name) for field in dataclasses.fields(SyncConfig)})
+
+
 validate = config_lib.validate

@@ -4,11 +4,10 @@ from systems.common.registry import SystemEntry
 
 
 def _restore(run_dir: str, raw: dict):
-    from systems.common.config import RETIRED_HTS_FIELDS
     from systems.common.restore import restore_train_state  # JAX only when a run is restored
     from systems.sync.config import SyncConfig
 
-    return restore_train_state(run_dir, raw, "sync", SyncConfig, retired=RETIRED_HTS_FIELDS)
+    return restore_train_state(run_dir, raw, "sync", SyncConfig)
 
 
 ENTRY = SystemEntry(name="sync", launcher="sync", restore=_restore)

@@ -12,13 +12,14 @@ from systems.common.monitor import LearnerReport
 from systems.common.profile import stage
 from systems.common.rollout import RoundStorage
 from systems.common.run import run_lockstep, start_run
-from systems.sync.config import SYSTEM, SyncConfig, validate
+from systems.sync.config import SYSTEM, SyncConfig, own_config, validate
 
 __all__ = ["SYSTEM", "SyncConfig", "run", "validate"]
 
 
 def run(config: SyncConfig) -> dict:
     """Trains with the synchronous baseline; returns the summary (also written to `<run dir>/summary.json`)."""
+    config = own_config(config)
     ctx = start_run(SYSTEM, config)
     monitor, setup = ctx.monitor, ctx.setup
     if ctx.start_round >= ctx.total_rounds:
