@@ -55,6 +55,7 @@ from systems.common.monitor import LearnerReport, Monitor, Progress, default_run
 from systems.common.outputs import on_policy_columns
 from systems.common.profile import stage
 from systems.common.rollout import place_on_axis
+from systems.common.run import until_stopped
 
 __all__ = ["SYSTEM", "AnakinConfig", "run", "validate"]
 
@@ -200,23 +201,13 @@ def run(config: AnakinConfig) -> dict:
                                        axis_name=program_lib.DEVICE_AXIS if len(devices) * jax.process_count() > 1
                                        else None, delayed=config.delayed_update)
     program = program_lib.make_program(one_round, pmap_devices, chunk_rounds(config))
-    interrupted = None
-    try:
-        _train(config, program, carry, monitors, start.pop(), evaluation, first_env=first_device * shard)
-    except KeyboardInterrupt as stop:
-        interrupted = stop
-        monitors[0].outputs.print(f"[{SYSTEM}] interrupted: saving a checkpoint of every agent's newest parameters")
-    except jax.errors.JaxRuntimeError as error:
-        if jax.process_count() == 1:
-            raise
-        # Another process of the job stopped (Ctrl-C, SIGTERM, a failure): the program's collective cannot complete.
-        reason = str(error).strip().splitlines()[0]
-        monitors[0].outputs.print(f"[{SYSTEM}] a collective with the other processes failed ({reason}): another "
-                                  "process stopped; saving a checkpoint of every agent's newest parameters")
-        interrupted = distributed.PeerStopped()
-    summaries = [m.finish(interrupted=interrupted is not None) for m in monitors[::-1]][::-1]
-    if interrupted is not None:
-        stop = monitors[0].saved(interrupted)
+    stopped = until_stopped(
+        SYSTEM, monitors[0], lambda: _train(config, program, carry, monitors, start.pop(), evaluation,
+                                            first_env=first_device * shard),
+        saving="a checkpoint of every agent's newest parameters", collectives=True)
+    summaries = [m.finish(interrupted=stopped is not None) for m in monitors[::-1]][::-1]
+    if stopped is not None:
+        stop = monitors[0].saved(stopped)
         if len(configs) > 1:  # --resume continues every agent from the root directory (a job's: its --logdir)
             stop.run_dir = os.path.dirname(configs[0].logdir)
             if config.process_id > 0:

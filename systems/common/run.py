@@ -1,21 +1,70 @@
-"""What every on-policy system does before its own loop: validate the config, build the env spec, the agent and
-the monitor (run directory, resume), and make the executor and round collector with the run's settings."""
+"""What every system does around its own loop.
+
+* `until_stopped`: runs the loop and turns an early stop (Ctrl-C, SIGTERM, a user's env that fails, another process
+  of the job that stopped) into the value it returns, after one line that says what the run saves.
+* `finish`: the final evaluation, checkpoint and summary, then re-raises the stop, so the exit status tells
+  SIGTERM from Ctrl-C and the launcher's last line names the checkpoint.
+* `start_run` (on-policy): validate the config, build the env spec, the agent and the monitor (run directory,
+  resume), and make the executor and round collector with the run's settings; `run_lockstep`: the loop of a
+  lock-step system.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
 
+import jax
+
 from envs.executor import Executor
 from envs.factory import EnvSpec, make_spec
 from envs.pool_api import EnvFailed
 from envs.step_time import StepTimeDistribution, parse_step_time
 from systems.common import config as config_lib
+from systems.common import distributed
 from systems.common.learner import LearnerSetup, build, compile_in_background
 from systems.common.monitor import Monitor, Progress, on_policy_evaluator
 from systems.common.outputs import on_policy_columns
 from systems.common.profile import Profile, stage
 from systems.common.rollout import RoundCollector, RoundStorage
+
+StopCause = KeyboardInterrupt | EnvFailed
+"""What ends a run early and still saves it: Ctrl-C, `launch.common.Terminated` (SIGTERM) and
+`distributed.PeerStopped` are KeyboardInterrupts; `EnvFailed` is a user's env that failed."""
+
+
+def until_stopped(system: str, monitor: Monitor, loop: Callable[[], None], *,
+                  saving: str = "a checkpoint of the newest parameters", collectives: bool = False) -> StopCause | None:
+    """Runs `loop` (a system's training loop) and returns what stopped it early, or None when it ran to its end.
+    A stop prints one line saying the run saves `saving`; any other error propagates. `collectives`: the loop's
+    updates all-reduce over a multi-process job, where a failed collective means another process stopped: this
+    one then stops as after a Ctrl-C (`distributed.PeerStopped`), so every process keeps its newest checkpoint."""
+    try:
+        loop()
+    except KeyboardInterrupt as stop:
+        monitor.outputs.print(f"[{system}] interrupted: saving {saving}")
+        return stop
+    except EnvFailed as failure:  # a user's env: the run keeps what it learned (the launcher says what failed)
+        monitor.outputs.print(f"[{system}] an env failed: saving {saving}")
+        return failure
+    except jax.errors.JaxRuntimeError as error:
+        if not collectives or jax.process_count() == 1:
+            raise
+        reason = str(error).strip().splitlines()[0]
+        monitor.outputs.print(f"[{system}] a collective with the other processes failed ({reason}): another "
+                              f"process stopped; saving {saving}")
+        return distributed.PeerStopped()
+    return None
+
+
+def finish(monitor: Monitor, stopped: StopCause | None, *, extra: dict | None = None) -> dict:
+    """The run's final evaluation, checkpoint and summary (`Monitor.finish`, with the system's `extra` fields);
+    returns the summary, or re-raises `stopped` (the same exception: the exit status tells SIGTERM from Ctrl-C)
+    once its checkpoint is saved."""
+    summary = monitor.finish(interrupted=stopped is not None, extra=extra)
+    if stopped is not None:
+        raise monitor.saved(stopped)
+    return summary
 
 
 @dataclasses.dataclass
@@ -95,8 +144,8 @@ def run_lockstep(system: str, executor: Executor, collector: RoundCollector, mon
     the collector is finished; then the final evaluation, checkpoint and summary. Ctrl-C (or a user's env that
     fails, `EnvFailed`) saves a checkpoint of the newest parameters and re-raises it."""
     num_envs = executor.num_envs
-    interrupted: KeyboardInterrupt | EnvFailed | None = None  # Ctrl-C, launch.common.Terminated (SIGTERM), an env
-    try:
+
+    def loop() -> None:
         executor.start()
         while not collector.finished.is_set():
             with stage("env"):
@@ -104,17 +153,11 @@ def run_lockstep(system: str, executor: Executor, collector: RoundCollector, mon
             if results is not None:
                 collector.process(results)
             monitor.heartbeat(executor.env_steps_received)
-    except KeyboardInterrupt as stop:
-        interrupted = stop
-        monitor.outputs.print(f"[{system}] interrupted: saving a checkpoint of the newest parameters")
-    except EnvFailed as failure:  # a user's env: the run keeps what it learned (the launcher says what failed)
-        interrupted = failure
-        monitor.outputs.print(f"[{system}] an env failed: saving a checkpoint of the newest parameters")
+
+    try:
+        stopped = until_stopped(system, monitor, loop)
     finally:
         executor.close()
         if on_exit is not None:
             on_exit()
-    summary = monitor.finish(interrupted=interrupted is not None, extra=summary_extra() if summary_extra else None)
-    if interrupted is not None:
-        raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
-    return summary
+    return finish(monitor, stopped, extra=summary_extra() if summary_extra else None)

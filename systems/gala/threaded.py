@@ -18,7 +18,6 @@ import numpy as np
 from agents import TrainState
 from agents.gossip import ConsensusBound, consensus_distance, make_topology, mix, pairwise_cosine
 from envs.executor import Executor
-from envs.pool_api import EnvFailed
 from envs.step_time import parse_step_time
 from systems.common.concurrency import StopRequested, ThreadGroup
 from systems.common.learner import compile_in_background
@@ -30,6 +29,7 @@ from systems.common.rollout import (
     make_policy_fn,
     rollout_shapes,
 )
+from systems.common.run import StopCause, finish, until_stopped
 from systems.gala.buffers import GossipNetwork
 from systems.gala.config import SYSTEM, GALAConfig, Plan
 from systems.gala.learners import CosineLog, GossipState, make_agent, progress
@@ -73,8 +73,8 @@ def run_async(config: GALAConfig, run_plan: Plan) -> dict:
     learners = _AsyncLearners(config, spec, setup, topology, monitor.state, start, total_iterations,
                               learners_profile)
     gossip_log = _AsyncGossipLog(config, topology, learners.slots, monitor)
-    interrupted = _train_async(learners, gossip_log, monitor, start, total_iterations)
-    return _finish_async(learners, monitor, interrupted)
+    stopped = _train_async(learners, gossip_log, monitor, start, total_iterations)
+    return _finish_async(learners, monitor, stopped)
 
 
 def async_profile() -> Profile:
@@ -277,23 +277,20 @@ class _AsyncGossipLog:
 
 
 def _train_async(learners: _AsyncLearners, gossip_log: _AsyncGossipLog, monitor: Monitor, start: int,
-                 total_iterations: int) -> KeyboardInterrupt | EnvFailed | None:
+                 total_iterations: int) -> StopCause | None:
     """Runs the learner threads and logs their reports until the budget is reported, the monitor stops the run or
-    the threads end; then stops the threads and closes what they used. Returns Ctrl-C (or launch.common.Terminated,
-    SIGTERM) or the failure of a user's env (`EnvFailed`) when it came."""
-    try:
+    the threads end; then stops the threads and closes what they used. Returns what stopped the run early
+    (`until_stopped`: Ctrl-C, SIGTERM, a user's env that fails), if anything did."""
+
+    def loop() -> None:
         learners.start()
         _log_reports(learners, gossip_log, monitor, start, total_iterations)
-    except KeyboardInterrupt as stop:
-        monitor.outputs.print(f"[{SYSTEM}] interrupted: saving a checkpoint of the newest parameters")
-        return stop
-    except EnvFailed as failure:  # a user's env: the run keeps what it learned (the launcher says what failed)
-        monitor.outputs.print(f"[{SYSTEM}] an env failed: saving a checkpoint of the newest parameters")
-        return failure
+
+    try:
+        return until_stopped(SYSTEM, monitor, loop)
     finally:
         learners.close()
         gossip_log.close()
-    return None
 
 
 def _log_reports(learners: _AsyncLearners, gossip_log: _AsyncGossipLog, monitor: Monitor, start: int,
@@ -320,10 +317,9 @@ def _log_reports(learners: _AsyncLearners, gossip_log: _AsyncGossipLog, monitor:
             break
 
 
-def _finish_async(learners: _AsyncLearners, monitor: Monitor, interrupted: KeyboardInterrupt | EnvFailed | None
-                  ) -> dict:
+def _finish_async(learners: _AsyncLearners, monitor: Monitor, stopped: StopCause | None) -> dict:
     """Prints the gossip statistics, then the final evaluation, checkpoint and summary; re-raises Ctrl-C."""
-    if interrupted is None:
+    if stopped is None:
         learners.group.check()
     slots = learners.slots
     gossip_stats = [learners.network.stats(i) for i in range(len(slots))]
@@ -334,11 +330,7 @@ def _finish_async(learners: _AsyncLearners, monitor: Monitor, interrupted: Keybo
         f"{[g['max_staleness_mixed'] for g in gossip_stats]}"
     )
     monitor.state = _async_snapshot(slots, int(monitor.state.update_step))
-    summary = monitor.finish(interrupted=interrupted is not None, extra={"gossip": gossip_stats,
-                                                              "learner_iterations": [s.iterations for s in slots]})
-    if interrupted is not None:
-        raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
-    return summary
+    return finish(monitor, stopped, extra={"gossip": gossip_stats, "learner_iterations": [s.iterations for s in slots]})
 
 
 def _snapshot_state(snapshot: _LearnersSnapshot, update_step: int) -> GossipState:

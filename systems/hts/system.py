@@ -39,7 +39,6 @@ import jax
 
 from agents import DEVICE_AXIS, TrainState
 from envs.executor import Executor
-from envs.pool_api import EnvFailed
 from systems.common import config as config_lib
 from systems.common import distributed
 from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
@@ -55,7 +54,7 @@ from systems.common.rollout import (
     sharded_shapes,
     stack_host,
 )
-from systems.common.run import start_run
+from systems.common.run import StopCause, finish, start_run, until_stopped
 from systems.hts import layout as layout_lib
 from systems.hts.config import (
     MAY_CHANGE_ON_RESUME,
@@ -132,11 +131,7 @@ def run(config: HTSConfig) -> dict:
     workers = [*((f"actor-{i}", functools.partial(_actor_loop, executor, collector, policy, group.stopping, i,
                                                   profile)) for i in range(config.num_actors)), ("learner", learn)]
     distributed.check_same_start(start_round)
-    interrupted = _train(workers, group, executor, reports, monitor, ctx.total_rounds - start_round)
-    summary = monitor.finish(interrupted=interrupted is not None)
-    if interrupted is not None:
-        raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
-    return summary
+    return finish(monitor, _train(workers, group, executor, reports, monitor, ctx.total_rounds - start_round))
 
 
 _SATURATED_LEARNER = Bound(
@@ -329,13 +324,12 @@ def _learner_loop(handover: _Handover, learner: _Learner, wait_for_compile: Call
 
 
 def _train(workers: list[tuple[str, Callable[[], None]]], group: ThreadGroup, executor: Executor,
-           reports: queue.Queue, monitor: Monitor, num_rounds: int) -> KeyboardInterrupt | EnvFailed | None:
+           reports: queue.Queue, monitor: Monitor, num_rounds: int) -> StopCause | None:
     """Starts the worker threads and the executor and hands the learner's reports to the monitor until the last
-    round or an early stop; returns the Ctrl-C (or launch.common.Terminated, SIGTERM) or the failure of a user's env
-    (`EnvFailed`) that stopped the run, if one did. Another worker's error is re-raised here. In a multi-process job
-    a failed collective (another process stopped) stops this one the same way, after a checkpoint."""
-    stopped: KeyboardInterrupt | EnvFailed | None = None
-    try:
+    round or an early stop (`until_stopped`: Ctrl-C, SIGTERM, a user's env that fails, or in a multi-process job a
+    failed collective), which it returns. Another worker's error is re-raised here."""
+
+    def loop() -> None:
         for name, target in workers:
             group.spawn(name, target)
         executor.start()
@@ -343,20 +337,9 @@ def _train(workers: list[tuple[str, Callable[[], None]]], group: ThreadGroup, ex
             report = _next_report(reports, group, executor, monitor)
             if monitor.on_report(report, executor.pop_episodes()):
                 break
-    except KeyboardInterrupt as stop:
-        monitor.outputs.print("[hts] interrupted: saving a checkpoint of the newest parameters")
-        stopped = stop
-    except EnvFailed as failure:  # a user's env: the run keeps what it learned (the launcher says what failed)
-        monitor.outputs.print("[hts] an env failed: saving a checkpoint of the newest parameters")
-        stopped = failure
-    except jax.errors.JaxRuntimeError as error:
-        if jax.process_count() == 1:
-            raise
-        # Another process of the job stopped (Ctrl-C, SIGTERM, a failure): the learners' collective cannot complete.
-        reason = str(error).strip().splitlines()[0]
-        monitor.outputs.print(f"[hts] a collective with the other processes failed ({reason}): another process "
-                              "stopped; saving a checkpoint of the newest parameters")
-        stopped = distributed.PeerStopped()
+
+    try:
+        stopped = until_stopped(SYSTEM, monitor, loop, collectives=True)
     finally:
         # Joins the learner: an update (or its collective) under way completes (or fails) first.
         group.stop(waiting=lambda names: monitor.outputs.print(

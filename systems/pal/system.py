@@ -43,7 +43,6 @@ import jax
 import numpy as np
 
 from envs.factory import EnvSpec, make_spec
-from envs.pool_api import EnvFailed
 from systems.common import config as config_lib
 from systems.common import limits
 from systems.common.checkpoint import Checkpointing, checkpoint_dir
@@ -51,6 +50,7 @@ from systems.common.concurrency import ParameterStore, ThreadGroup
 from systems.common.evaluation import Evaluator
 from systems.common.monitor import Monitor, Progress
 from systems.common.profile import Bound, Profile, stage
+from systems.common.run import StopCause, finish, until_stopped
 from systems.offpolicy.agent import OffPolicyAgent, PALState, build_agent
 from systems.offpolicy.config import metric_columns
 from systems.pal import allocate as allocate_lib
@@ -215,14 +215,11 @@ def run(config: PALConfig) -> dict:
     monitor = _make_monitor(config, threads, spec, agent, buffer, needed)
     warmup, buffer_restored = _restore_replay(config, monitor, buffer)
     framework = _Framework(config, threads, spec, agent, buffer, monitor.state, warmup)
-    interrupted, elapsed = framework.train(monitor)
+    stopped, elapsed = framework.train(monitor)
     collected, updates = framework.gate.snapshot()
     monitor.state = PALState(framework.server.state, np.asarray(updates, np.int64), np.asarray(collected, np.int64))
     extra = _summary_extra(config, threads, framework, updates, elapsed, buffer, needed, profile, buffer_restored)
-    summary = monitor.finish(interrupted=interrupted is not None, extra=extra)
-    if interrupted is not None:
-        raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
-    return summary
+    return finish(monitor, stopped, extra=extra)
 
 
 def _make_monitor(config: PALConfig, threads: Plan, spec: EnvSpec, agent: OffPolicyAgent, buffer,
@@ -337,31 +334,28 @@ class _Framework:
         self._actors_left = threads.num_actors
         self._actors_lock = threading.Lock()
 
-    def train(self, monitor: Monitor) -> tuple[KeyboardInterrupt | EnvFailed | None, float]:
-        """Runs the threads, handing the server's reports to `monitor`, until the run ends; returns the Ctrl-C /
-        SIGTERM (`launch.common.Terminated`) or the failure of a user's env (`EnvFailed`) that stopped it, if one
-        did, and the seconds it ran. Another thread's error is raised here; every thread is stopped and every
-        EnvPool closed either way."""
-        interrupted: KeyboardInterrupt | EnvFailed | None = None
+    def train(self, monitor: Monitor) -> tuple[StopCause | None, float]:
+        """Runs the threads, handing the server's reports to `monitor`, until the run ends; returns what stopped
+        it early (`until_stopped`: Ctrl-C, SIGTERM, a user's env that fails), if anything did, and the seconds it
+        ran. Another thread's error is raised here; every thread is stopped and every EnvPool closed either way."""
+        stopped: StopCause | None = None
         start = time.perf_counter()
-        try:
+
+        def loop() -> None:
             self._spawn(monitor.profile)
             self._follow(monitor)
-        except KeyboardInterrupt as stop:
-            interrupted = stop
-            monitor.outputs.print("[pal] interrupted: saving a checkpoint of the newest parameters")
-        except EnvFailed as failure:  # a user's env: the run keeps what it learned (the launcher says what failed)
-            interrupted = failure
-            monitor.outputs.print("[pal] an env failed: saving a checkpoint of the newest parameters")
+
+        try:
+            stopped = until_stopped("pal", monitor, loop)
         finally:
-            if interrupted is not None:
+            if stopped is not None:
                 self._free_actors_blocked_in_an_env()
             self.group.stop()
             for actor in self.actors:
                 actor.close()
-        if interrupted is None:
+        if stopped is None:
             self.group.check()
-        return interrupted, time.perf_counter() - start
+        return stopped, time.perf_counter() - start
 
     def _free_actors_blocked_in_an_env(self) -> None:
         """A stop (or an env's failure) while an actor waits in a hung env's step: the threads get a moment to stop;

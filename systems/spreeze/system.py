@@ -42,6 +42,7 @@ from systems.common.evaluation import EvaluationRecord, reached_target
 from systems.common.learner import compile_in_background
 from systems.common.monitor import LearnerReport, Monitor, Progress
 from systems.common.profile import Bound, Profile, stage
+from systems.common.run import StopCause, finish, until_stopped
 from systems.offpolicy.agent import PALState, build_agent
 from systems.offpolicy.config import metric_columns
 from systems.spreeze import ipc, workers
@@ -157,17 +158,14 @@ def run(config: SpreezeConfig) -> dict:
     limits.require_memory(row_bytes * config.buffer_size, f"--buffer_size={config.buffer_size:,} (the shared replay)")
     monitor = _make_monitor(config, agent)
     spreeze = _SpreezeRun(config, agent, monitor)
-    interrupted = spreeze.train()
+    stopped = spreeze.train()
     collected = spreeze.collected()
     monitor.state = PALState(spreeze.learner.state(), np.asarray(spreeze.updates, np.int64),
                              np.asarray(collected, np.int64))
     # The final policy, evaluated here (the test process is gone); a resumed run that collected nothing has its own.
-    if config.eval_episodes > 0 and interrupted is None and collected > monitor.start_steps:
+    if config.eval_episodes > 0 and stopped is None and collected > monitor.start_steps:
         _evaluate_final_policy(config, spec, agent, monitor, collected, spreeze.updates)
-    summary = monitor.finish(interrupted=interrupted is not None, extra=spreeze.summary_extra(collected))
-    if interrupted is not None:
-        raise monitor.saved(interrupted)  # the same exception: the exit status tells SIGTERM from Ctrl-C
-    return summary
+    return finish(monitor, stopped, extra=spreeze.summary_extra(collected))
 
 
 def _make_monitor(config: SpreezeConfig, agent) -> Monitor:
@@ -258,30 +256,31 @@ class _SpreezeRun:
         """Env steps collected by the whole run (the resumed ones included)."""
         return self.collected0 + int(np.sum(self.steps[:]))
 
-    def train(self) -> KeyboardInterrupt | None:
-        """Starts the children and learns until the run ends; returns the Ctrl-C / SIGTERM
-        (`launch.common.Terminated`) that stopped it, if one did. Every process is stopped and the replay freed
-        either way; a child's error is raised here."""
-        interrupted: KeyboardInterrupt | None = None
+    def train(self) -> StopCause | None:
+        """Starts the children and learns until the run ends; returns what stopped it early (`until_stopped`:
+        Ctrl-C, SIGTERM), if anything did. Every process is stopped and the replay freed either way; a child's
+        error is raised here."""
+        stopped: StopCause | None = None
         start = time.perf_counter()
         self._last_report = start
-        try:
+
+        def loop() -> None:
             with stage("start_and_tune"):
                 self._start_children()
             self._learn()
-        except KeyboardInterrupt as stop:
-            interrupted = stop
-            self.monitor.outputs.print("[spreeze] interrupted: stopping every process and saving the newest weights")
+
+        try:
+            stopped = until_stopped(SYSTEM, self.monitor, loop, saving="the newest weights, stopping every process")
         finally:
             self.elapsed = time.perf_counter() - start
             self.children.shutdown()
             self.children.channel.close()
             self.replay.close()
             self.replay.unlink()
-        if interrupted is None:
+        if stopped is None:
             _drain_events(self.children, self.monitor, self.episodes)
             self.children.check()
-        return interrupted
+        return stopped
 
     def _start_sampler(self, i: int) -> None:
         self.children.start(f"sampler-{i}", workers.sampler_main, i, self.config, self.replay.handle(),
