@@ -8,7 +8,7 @@ and SAC, each returning new priorities and taking importance weights. No threads
 """
 
 from agents.a2c import A2CConfig, a2c_update
-from agents.acting import policy_step
+from agents.acting import action_keys, policy_step
 from agents.ddpg import DDPGConfig, DDPGState, ddpg_act, ddpg_config, ddpg_init, ddpg_update
 from agents.distributions import entropy, log_prob, mode, sample_actions
 from agents.dqn import DQNConfig, DQNState, dqn_act, dqn_init, dqn_update
@@ -42,6 +42,7 @@ __all__ = [
     "SACState",
     "TrainState",
     "a2c_loss",
+    "action_keys",
     "a2c_update",
     "ddpg_act",
     "ddpg_config",

@@ -10,8 +10,17 @@ deterministic.
 
 import chex
 import jax
+import jax.numpy as jnp
 
 from agents import distributions
+
+
+def action_keys(run_key: jax.Array, env_ids: jax.Array, env_steps: jax.Array) -> jax.Array:
+    """The ``[B]`` PRNG keys of env ``env_ids[i]`` at its step ``env_steps[i]`` (a scalar: the same step for all):
+    ``fold_in(fold_in(run_key, env), step)``. A row's key is owned by its (env, step), as Sec. 4.1 gives every
+    observation its own seed, so an action never depends on which actor, chunk, device or process computed it."""
+    env_steps = jnp.broadcast_to(env_steps, jnp.shape(env_ids))
+    return jax.vmap(lambda env, step: jax.random.fold_in(jax.random.fold_in(run_key, env), step))(env_ids, env_steps)
 
 
 def policy_step(params, obs: jax.Array, keys: jax.Array, *, apply_fn):

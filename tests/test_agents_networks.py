@@ -203,3 +203,19 @@ def test_mlp_options_match_sb3_ortho_init_false_relu_and_log_std_init():
         assert (out.max() > 1.5) == (activation == "relu")
     with pytest.raises(ValueError, match="activation"):
         make_network((17,), 6, True, activation="gelu")
+
+
+def test_an_action_key_is_owned_by_its_env_and_step():
+    """`action_keys` gives row i the key of (env_ids[i], env_steps[i]) alone: the same pair has the same key in any
+    batch, order or step broadcast, and different pairs differ."""
+    run_key = jax.random.PRNGKey(7)
+    env_ids, steps = jnp.array([3, 0, 5, 1]), jnp.array([10, 10, 2, 11])
+    keys = agents.action_keys(run_key, env_ids, steps)
+    pairs = zip([3, 0, 5, 1], [10, 10, 2, 11], strict=True)
+    expected = [jax.random.fold_in(jax.random.fold_in(run_key, e), s) for e, s in pairs]
+    chex.assert_trees_all_equal(keys, jnp.stack(expected))
+    reordered = agents.action_keys(run_key, env_ids[::-1], steps[::-1])
+    chex.assert_trees_all_equal(reordered, keys[::-1])
+    same_step = agents.action_keys(run_key, env_ids[:2], 10)
+    chex.assert_trees_all_equal(same_step, keys[:2])
+    assert len({tuple(np.asarray(k).tolist()) for k in keys}) == len(keys)

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from agents import DEVICE_AXIS, Rollout, TrainState, policy_step
+from agents import DEVICE_AXIS, Rollout, TrainState, action_keys, policy_step
 
 
 class Carry(NamedTuple):
@@ -74,8 +74,8 @@ def make_round(step_one, apply_fn, update_fn, sync_interval: int, axis_name: str
 
     def env_step(carry: Carry, t):
         step = carry.round * sync_interval + t
-        keys = jax.vmap(lambda env: jax.random.fold_in(jax.random.fold_in(carry.action_key, env), step))(carry.env_ids)
-        actions, log_probs, values = policy_step(carry.behaviour_params, carry.obs, keys, apply_fn=apply_fn)
+        actions, log_probs, values = policy_step(carry.behaviour_params, carry.obs,
+                                                 action_keys(carry.action_key, carry.env_ids, step), apply_fn=apply_fn)
         valid = ~carry.done
         env_keys, env_states, done, elapsed, (obs, reward, terminated, truncated, _) = jax.vmap(step_one)(
             carry.env_keys, carry.env_states, carry.done, carry.elapsed, actions)

@@ -4,13 +4,14 @@ A *round* is `sync_interval` (alpha) steps of every env. Its data live in a `Rou
 (step in round, env id), so the stored batch does not depend on which actor handled which observation or when.
 Two storages alternate: actors fill one while the learner reads the other.
 
-Randomness is owned by (env, step) as in the paper's "defer randomness to the executors": the action key of env e
-at its global step s is fold_in(fold_in(run_key, e), s). The policy's forward pass always runs on chunks of a fixed
-size c (`inference_batch`, padded) with env e in row e mod c of its chunk: a row's bits do not depend on its batch
-companions at a fixed shape, but they do depend on the shape (batch 1 and batch 8 differ) and, at some shapes, on the
-row's position (XLA CPU's matrix kernels handle the last rows of a batch of 10 or 12 apart from the first 8). Ready
-envs that share a row go to separate chunks. Together these make the actions, hence the whole run, independent of
-the number of actor threads, EnvPool's batch size, which envs are ready together and thread timing.
+Randomness is owned by (env, step) as in the paper's "defer randomness to the executors": the action key of env e at
+its global step s is fold_in(fold_in(run_key, e), s) (`agents.action_keys`). The policy's forward pass always runs
+on chunks of a fixed size c (`inference_batch`, padded) with env e in row e mod c of its chunk: a row's bits do not
+depend on its batch companions at a fixed shape, but they do depend on the shape (batch 1 and batch 8 differ) and,
+at some shapes, on the row's position (XLA CPU's matrix kernels handle the last rows of a batch of 10 or 12 apart
+from the first 8). Ready envs that share a row go to separate chunks. Together these make the actions, hence the
+whole run, independent of the number of actor threads, EnvPool's batch size, which envs are ready together and
+thread timing.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents import Rollout, policy_step
+from agents import Rollout, action_keys, policy_step
 from envs.executor import Executor, StepResults
 from systems.common.profile import stage
 
@@ -82,11 +83,7 @@ def make_policy_fn(apply_fn: Callable):
 
     @jax.jit
     def policy(params, obs, env_ids, env_steps, run_key):
-        def row_key(env_id, env_step):
-            return jax.random.fold_in(jax.random.fold_in(run_key, env_id), env_step)
-
-        keys = jax.vmap(row_key)(env_ids, env_steps)
-        return policy_step(params, obs, keys, apply_fn=apply_fn)
+        return policy_step(params, obs, action_keys(run_key, env_ids, env_steps), apply_fn=apply_fn)
 
     return policy
 
@@ -261,11 +258,7 @@ def make_sharded_policy_fn(
     total = num_shards * envs_per_shard
 
     def shard_policy(params, obs, env_ids, env_steps, run_key):
-        def row_key(env_id, env_step):
-            return jax.random.fold_in(jax.random.fold_in(run_key, env_id), env_step)
-
-        keys = jax.vmap(row_key)(env_ids, env_steps)
-        return policy_step(params, obs, keys, apply_fn=apply_fn)
+        return policy_step(params, obs, action_keys(run_key, env_ids, env_steps), apply_fn=apply_fn)
 
     sharded = jax.pmap(shard_policy, in_axes=(0, 0, 0, 0, None), devices=devices)
 
