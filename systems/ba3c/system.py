@@ -25,19 +25,18 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
-import numpy as np
 
-from agents import DEVICE_AXIS, make_network
+from agents import make_network
 from envs.executor import Executor
 from envs.factory import make_spec
 from envs.step_time import parse_step_time
 from systems.ba3c.config import SYSTEM, BA3CConfig, Plan, plan, validate
 from systems.common import config as config_lib
 from systems.common import conv_tuning, distributed
-from systems.common.learner import build, compile_in_background, optimizer_steps_per_update
+from systems.common.data_parallel import DataParallelLearner
+from systems.common.learner import build, optimizer_steps_per_update
 from systems.common.monitor import LearnerReport, Monitor, Progress, on_policy_evaluator
 from systems.common.outputs import on_policy_columns
 from systems.common.profile import stage
@@ -45,12 +44,8 @@ from systems.common.rollout import (
     RoundCollector,
     RoundStorage,
     make_sharded_policy_fn,
-    place_on_axis,
     replica,
     rollout_shapes,
-    shard_rollout,
-    sharded_shapes,
-    stack_host,
 )
 from systems.common.run import run_lockstep
 
@@ -118,14 +113,9 @@ def run(config: BA3CConfig) -> dict:
     if start_round >= total_rounds:
         return monitor.finish()
 
-    update = jax.pmap(
-        functools.partial(setup.update_fn, axis_name=DEVICE_AXIS), axis_name=DEVICE_AXIS,
-        devices=distributed.pmap_devices(devices),
-    )
-    replica_spread = (distributed.make_replica_check(distributed.pmap_devices(devices), DEVICE_AXIS)
-                      if config.debug else None)
-    replicated = place_on_axis(stack_host(monitor.state, num_local), distributed.pmap_devices(devices), DEVICE_AXIS)
-    holder = {"state": replicated, "version": start_round}  # version: updates applied so far (a host int)
+    learner = DataParallelLearner(setup.update_fn, distributed.pmap_devices(devices), num_local, monitor.state,
+                                  debug=config.debug)
+    holder = {"state": learner.state, "version": start_round}  # version: updates applied so far (a host int)
 
     first_env = process * num_local * e
     executor = Executor(
@@ -135,20 +125,15 @@ def run(config: BA3CConfig) -> dict:
     stop = [False]
     round_shapes = rollout_shapes(config.sync_interval, num_local * e, spec.obs_shape, spec.obs_dtype,
                                   setup.action_shape, setup.action_dtype)
-    wait_for_compile = compile_in_background(update, replicated, replicated.params,
-                                             sharded_shapes(round_shapes, num_local))
+    wait_for_compile = learner.compile_ahead(round_shapes)
 
     def on_round_complete(storage: RoundStorage, last: bool):
         current, version = holder["state"], holder["version"]
         with stage("compile"):
             wait_for_compile()
         with stage("update"):  # ends when the metrics are on the host: the update has run
-            new_state, metrics = update(current, current.params, shard_rollout(storage, num_local))
+            new_state, metrics = learner.learn(current, current.params, storage)
             metrics = replica(metrics)
-        if replica_spread is not None:
-            gap = float(np.max(np.asarray(replica_spread(new_state.params))))
-            if gap != 0.0:
-                raise RuntimeError(f"data-parallel replicas diverged (max |difference| {gap:g})")
         holder["state"], holder["version"] = new_state, version + 1
         report = LearnerReport(replica(new_state), metrics, version, version)
         stop[0] = monitor.on_report(report, executor.pop_episodes())
@@ -160,7 +145,7 @@ def run(config: BA3CConfig) -> dict:
             setup.network.apply, distributed.pmap_devices(devices), e, env_id_offset=first_env, num_shards=num_local
         ),
         run_key=setup.action_key, sync_interval=config.sync_interval, inference_batch=num_local * e,
-        first_round=start_round, total_rounds=total_rounds, params=replicated.params, version=start_round,
+        first_round=start_round, total_rounds=total_rounds, params=learner.state.params, version=start_round,
         on_round_complete=on_round_complete, action_shape=setup.action_shape, action_dtype=setup.action_dtype,
     )
     # Lock-step: every env of this process, then one synchronous all-reduced update.

@@ -37,22 +37,19 @@ from typing import Any, NamedTuple
 
 import jax
 
-from agents import DEVICE_AXIS, TrainState
+from agents import TrainState
 from envs.executor import Executor
 from systems.common import config as config_lib
 from systems.common import distributed
 from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
+from systems.common.data_parallel import DataParallelLearner
 from systems.common.learner import LearnerSetup, compile_in_background
 from systems.common.monitor import LearnerReport, Monitor
 from systems.common.profile import Bound, Profile, stage
 from systems.common.rollout import (
     RoundCollector,
     RoundStorage,
-    place_on_axis,
     replica,
-    shard_rollout,
-    sharded_shapes,
-    stack_host,
 )
 from systems.common.run import StopCause, finish, start_run, until_stopped
 from systems.hts import layout as layout_lib
@@ -174,34 +171,27 @@ class _Learner:
     def __init__(self, setup: LearnerSetup, layout: layout_lib.Layout, state: TrainState, *, debug: bool,
                  ordered: bool):
         self._layout = layout
-        self._num_local = len(layout.learner_devices)
         self._replicated = layout.num_replicas > 1
-        self._spread = None
+        self._parallel = None
         if self._replicated:
-            devices = list(layout.pmap_devices)
-            update = functools.partial(setup.update_fn, axis_name=DEVICE_AXIS, ordered_mean=ordered)
-            self.update = jax.pmap(update, axis_name=DEVICE_AXIS, devices=devices)
-            self.state = place_on_axis(stack_host(state, self._num_local), devices, DEVICE_AXIS)
-            self._spread = distributed.make_replica_check(devices, DEVICE_AXIS) if debug else None
+            self._parallel = DataParallelLearner(setup.update_fn, list(layout.pmap_devices),
+                                                 len(layout.learner_devices), state, ordered=ordered, debug=debug)
+            self.state = self._parallel.state
         else:
-            self.update = setup.update
+            self._update = setup.update
             self.state = _on_device(state, layout.learner_devices[0])
 
     def compile_ahead(self, rollout_shapes) -> Callable[[], None]:
         """Compiles the update in the background while the first round is collected (`compile_in_background`)."""
-        if self._replicated:
-            rollout_shapes = sharded_shapes(rollout_shapes, self._num_local)
-        return compile_in_background(self.update, self.state, self.state.params, rollout_shapes)
+        if self._parallel is not None:
+            return self._parallel.compile_ahead(rollout_shapes)
+        return compile_in_background(self._update, self.state, self.state.params, rollout_shapes)
 
     def learn(self, state: TrainState, behaviour_params, storage: RoundStorage) -> tuple[TrainState, dict]:
         """One update on the round's storage; with `--debug`, RuntimeError unless every replica holds the same bits."""
-        rollout = shard_rollout(storage, self._num_local) if self._replicated else storage.to_rollout()
-        state, metrics = self.update(state, behaviour_params, rollout)
-        if self._spread is not None:
-            gap = float(replica(self._spread(state.params)))
-            if gap != 0.0:
-                raise RuntimeError(f"learner replicas diverged (max |difference| {gap:g})")
-        return state, metrics
+        if self._parallel is not None:
+            return self._parallel.learn(state, behaviour_params, storage)
+        return self._update(state, behaviour_params, storage.to_rollout())
 
     def host_view(self, tree: Any) -> Any:
         """What the monitor keeps: one replica's values (read from this process's first learner device)."""
