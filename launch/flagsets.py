@@ -2,35 +2,32 @@
 exactly the flags that launcher takes, grouped, with their defaults, and a flag of another launcher is refused with
 one line naming who takes it.
 
-Groups: RUN (every training launcher), ON_POLICY / PPO / NORMALIZATION (the PPO / A2C launchers), HTS (actor
-threads and batches of launch.hts), HTS_DEVICES (its actor and learner devices), MULTI_HOST (launch.hts, and within
-the scale-out group launch.ba3c and launch.gala), SCALE_OUT (launch.ba3c and launch.gala), OFF_POLICY (launch.pal and
-launch.spreeze), and one group per launcher for what only it takes. Hyperparameter flags default to None: the
-preset of the env family and algorithm (`systems.common.presets`, `systems.offpolicy.presets`).
+Which groups a launcher offers, under which --help titles, and its --algo choices come from its system's registry
+entry (`systems.registry`, `SystemEntry.flag_groups` and `algos`). The groups (`GROUPS`): run (every training
+launcher; Spreeze's without checkpoints), on_policy / ppo / normalization (the PPO / A2C launchers; BA3C's and
+GALA's on_policy without --num_envs), multi_host, scale_out (launch.ba3c and launch.gala, multi-host within it),
+off_policy (launch.pal and launch.spreeze), and "fields:<group>" for what only one system takes (its config's fields
+of that group). Hyperparameter flags default to None: the preset of the env family and algorithm
+(`systems.common.presets`, `systems.offpolicy.presets`).
 
 Every group's flags are generated from their configs' `hyperparameter` / `setting` fields (`from_fields`; the
 multi-host ones from `MultiHostConfig`): help text, choices, group and kind are declared once, in the field; a
 hyperparameter's flag defaults to None (the preset), a setting's to the field's value. (ml_collections'
-`config_flags` would rename every flag to `--config.<name>`.) Only --game / --env (read into `env_id`) and each
-launcher's --algo choices are written here, and the launchers' own few (--preset, --eval_deterministic,
---step_time)."""
+`config_flags` would rename every flag to `--config.<name>`.) Only --game / --env (read into `env_id`) are written
+here, and the launchers' own few (--preset, --eval_deterministic, --step_time)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 from absl import flags
 
-from systems.anakin.config import AnakinConfig
-from systems.ba3c.config import BA3CConfig
-from systems.common.config import TrainConfig, hyperparameters
+from systems.common.config import MultiHostConfig, TrainConfig, hyperparameters
 from systems.common.presets import PRESET_CHOICES, TASK_PRESETS
-from systems.gala.config import GALAConfig
-from systems.hts.config import HTSConfig
-from systems.pal.config import PALConfig
-from systems.spreeze.config import SpreezeConfig
-from systems.sync.config import SyncConfig
+from systems.common.registry import SystemEntry
+from systems.registry import ENTRIES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,9 +112,7 @@ def on_policy_group(*, algos: tuple[str, ...], num_envs: bool = True) -> list[Sp
 
 PPO = from_fields(TrainConfig, PPO_HYPERPARAMETERS)
 NORMALIZATION = from_fields(TrainConfig, NORMALIZATION_HYPERPARAMETERS)
-HTS = from_fields(HTSConfig, hyperparameters(HTSConfig, "hts"))
-HTS_DEVICES = from_fields(HTSConfig, hyperparameters(HTSConfig, "hts_devices"))
-MULTI_HOST = from_fields(HTSConfig, hyperparameters(HTSConfig, "multi_host"))
+MULTI_HOST = from_fields(MultiHostConfig, hyperparameters(MultiHostConfig, "multi_host"))
 
 
 def scale_out_group(config_cls: type) -> list[Spec]:
@@ -145,49 +140,45 @@ def define(flag_values: flags.FlagValues, section: str, specs: list[Spec]) -> No
             define_fn(spec.name, spec.default, spec.help, **common)
 
 
-# PAL's flags in --help order: its threads and replay, the DQN exploration fields (`OffPolicyConfig`), allocation.
-PAL_FLAGS = (*hyperparameters(PALConfig, "pal"), *hyperparameters(PALConfig, "dqn"),
-             *hyperparameters(PALConfig, "pal_run"))
-PAL = from_fields(PALConfig, PAL_FLAGS)
-SPREEZE = from_fields(SpreezeConfig, hyperparameters(SpreezeConfig, "spreeze"))
-BA3C = from_fields(BA3CConfig, hyperparameters(BA3CConfig, "ba3c"))
-GALA = from_fields(GALAConfig, hyperparameters(GALAConfig, "gala"))
-ANAKIN = from_fields(AnakinConfig, hyperparameters(AnakinConfig, "anakin"))
-
-_ON_POLICY_ALGOS = ("ppo", "a2c")
-# Each training launcher's flag groups, in --help order: (section title, flags).
-LAUNCHERS: dict[str, list[tuple[str, list[Spec]]]] = {
-    "hts": [("run", run_group(HTSConfig)), ("PPO / A2C", on_policy_group(algos=_ON_POLICY_ALGOS)),
-            ("PPO only", PPO),
-            ("observation and reward normalization", NORMALIZATION), ("HTS-RL actors and batches", HTS),
-            ("devices", HTS_DEVICES),
-            ("multi-host (the same command on every host with its own --process_id)", MULTI_HOST)],
-    "sync": [("run", run_group(SyncConfig)), ("PPO / A2C", on_policy_group(algos=_ON_POLICY_ALGOS)),
-             ("PPO only", PPO),
-             ("observation and reward normalization", NORMALIZATION)],
-    "ba3c": [("run", run_group(BA3CConfig)), ("A2C", on_policy_group(algos=("a2c",), num_envs=False)),
-             ("scale-out", scale_out_group(BA3CConfig)),
-             ("BA3C", BA3C)],
-    "gala": [("run", run_group(GALAConfig)), ("A2C", on_policy_group(algos=("a2c",), num_envs=False)),
-             ("scale-out", scale_out_group(GALAConfig)),
-             ("GALA", GALA)],
-    "pal": [("run", run_group(PALConfig)),
-            ("off-policy", off_policy_group(PALConfig, algos=("dqn", "ddqn", "ddpg", "td3", "sac"))),
-            ("PAL actors, learners and replay", PAL)],
-    "anakin": [("run", run_group(AnakinConfig)), ("PPO / A2C", on_policy_group(algos=_ON_POLICY_ALGOS)),
-               ("PPO only", PPO), ("observation and reward normalization (one device)", NORMALIZATION),
-               ("Anakin: agents, chunks and devices", ANAKIN),
-               ("multi-host (the same command on every host with its own --process_id)", MULTI_HOST)],
-    "spreeze": [("run", run_group(SpreezeConfig, checkpoints=False)),
-                ("off-policy", off_policy_group(SpreezeConfig, algos=("sac", "td3", "ddpg"))),
-                ("Spreeze processes", SPREEZE)],
+# The groups a system's registry entry names (`SystemEntry.flag_groups`): group -> (config class, algos) -> flags.
+GROUPS = {
+    "run": lambda config_cls, algos: run_group(config_cls),
+    "run_without_checkpoints": lambda config_cls, algos: run_group(config_cls, checkpoints=False),
+    "on_policy": lambda config_cls, algos: on_policy_group(algos=algos),
+    "on_policy_without_num_envs": lambda config_cls, algos: on_policy_group(algos=algos, num_envs=False),
+    "ppo": lambda config_cls, algos: PPO,
+    "normalization": lambda config_cls, algos: NORMALIZATION,
+    "multi_host": lambda config_cls, algos: MULTI_HOST,
+    "scale_out": lambda config_cls, algos: scale_out_group(config_cls),
+    "off_policy": lambda config_cls, algos: off_policy_group(config_cls, algos=algos),
 }
+
+
+def groups_of(entry: SystemEntry) -> list[tuple[str, list[Spec]]]:
+    """The launcher's flag groups, in --help order, as its registry entry names them: (section title, flags)."""
+    config_cls = entry.config_class()
+    sections = []
+    for title, group in entry.flag_groups:
+        if group.startswith("fields:"):
+            names = [name for g in group[len("fields:"):].split(",") for name in hyperparameters(config_cls, g)]
+            specs = from_fields(config_cls, tuple(names))
+        else:
+            specs = GROUPS[group](config_cls, entry.algos)
+        sections.append((title, specs))
+    return sections
+
+
+@functools.cache
+def sections(launcher: str) -> list[tuple[str, list[Spec]]]:
+    """`launcher`'s flag groups (`groups_of` its registry entry), built when first asked for: a launcher imports only
+    its own system's config (another's only to name who takes a stray flag)."""
+    return groups_of(next(entry for entry in ENTRIES.values() if entry.launcher == launcher))
 
 
 def flag_values(launcher: str) -> flags.FlagValues:
     """A new `FlagValues` holding exactly `launcher`'s flags, grouped by section for --help."""
     flag_values_ = flags.FlagValues()
-    for section, specs in LAUNCHERS[launcher]:
+    for section, specs in sections(launcher):
         define(flag_values_, section, specs)
     return flag_values_
 
@@ -195,8 +186,8 @@ def flag_values(launcher: str) -> flags.FlagValues:
 def taken_by(name: str) -> list[str]:
     """The launchers that take `--name` (with or without a `no` prefix of a boolean)."""
     found = []
-    for launcher, groups in LAUNCHERS.items():
-        for _, specs in groups:
+    for launcher in (entry.launcher for entry in ENTRIES.values()):
+        for _, specs in sections(launcher):
             if any(spec.name == name or (spec.kind == "boolean" and name == f"no{spec.name}") for spec in specs):
                 found.append(launcher)
                 break
@@ -204,13 +195,13 @@ def taken_by(name: str) -> list[str]:
 
 
 def algos_of(launcher: str) -> tuple[str, ...]:
-    return next(spec.choices for _, specs in LAUNCHERS[launcher] for spec in specs if spec.name == "algo")
+    return next(e.algos for e in ENTRIES.values() if e.launcher == launcher)
 
 
 def launchers_training(algo: str) -> list[str]:
-    return [launcher for launcher in LAUNCHERS if algo in algos_of(launcher)]
+    return [entry.launcher for entry in ENTRIES.values() if algo in entry.algos]
 
 
 def help_text(launcher: str, flag_values_: flags.FlagValues) -> str:
     """The launcher's flags, section by section in definition order, with their defaults (absl's format)."""
-    return "\n\n".join(flag_values_.module_help(section).strip("\n") for section, _ in LAUNCHERS[launcher])
+    return "\n\n".join(flag_values_.module_help(section).strip("\n") for section, _ in sections(launcher))

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from systems.registry import ENTRIES, LAUNCHERS
+from systems.registry import ENTRIES
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SYSTEMS = tuple(ENTRIES)  # systems.registry: the one list of systems
@@ -69,11 +69,19 @@ def test_every_system_folder_is_listed():
 
 
 def test_the_registry_is_the_list_the_launchers_and_their_flag_sets_follow():
-    """Each registered system has its launcher module and its flag set, and no flag set belongs to no system."""
+    """Each registered system has its launcher module, whose flags are the groups its entry names (each one the
+    flag set knows) with the entry's --algo choices, and its config class is the folder's."""
+    import importlib
+
     from launch import flagsets
 
-    assert set(flagsets.LAUNCHERS) == set(LAUNCHERS)
-    assert all((ROOT / "launch" / f"{launcher}.py").is_file() for launcher in LAUNCHERS)
+    for entry in ENTRIES.values():
+        assert (ROOT / "launch" / f"{entry.launcher}.py").is_file()
+        assert all(group in flagsets.GROUPS or group.startswith("fields:") for _, group in entry.flag_groups), entry
+        launcher_flags = importlib.import_module(f"launch.{entry.launcher}").FLAGS
+        assert set(launcher_flags) == set(flagsets.flag_values(entry.launcher)), entry.name
+        assert launcher_flags["algo"].parser.enum_values == list(entry.algos), entry.name
+        assert entry.config_class().__module__ == f"systems.{entry.name}.config", entry.name
 
 
 def test_the_test_sees_a_back_import(tmp_path):

@@ -20,4 +20,13 @@ def _restore(run_dir: str, raw: dict):
     )
 
 
-ENTRY = SystemEntry(name="ba3c", launcher="ba3c", restore=_restore)
+def _config() -> type:
+    from systems.ba3c.config import BA3CConfig
+
+    return BA3CConfig
+
+
+ENTRY = SystemEntry(name="ba3c", launcher="ba3c", restore=_restore,
+                    config_class=_config, algos=("a2c",),
+                    flag_groups=(("run", "run"), ("A2C", "on_policy_without_num_envs"), ("scale-out", "scale_out"),
+                                 ("BA3C", "fields:ba3c")))

@@ -70,4 +70,13 @@ def _learner_params(state, learner: str, n: int, pmap: bool):
     return state.params[index]
 
 
-ENTRY = SystemEntry(name="gala", launcher="gala", restore=_restore)
+def _config() -> type:
+    from systems.gala.config import GALAConfig
+
+    return GALAConfig
+
+
+ENTRY = SystemEntry(name="gala", launcher="gala", restore=_restore,
+                    config_class=_config, algos=("a2c",),
+                    flag_groups=(("run", "run"), ("A2C", "on_policy_without_num_envs"), ("scale-out", "scale_out"),
+                                 ("GALA", "fields:gala")))

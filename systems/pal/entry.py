@@ -11,4 +11,13 @@ def _restore(run_dir: str, raw: dict):
     return restore_off_policy(run_dir, raw, "pal", PALConfig)
 
 
-ENTRY = SystemEntry(name="pal", launcher="pal", restore=_restore)
+def _config() -> type:
+    from systems.pal.config import PALConfig
+
+    return PALConfig
+
+
+ENTRY = SystemEntry(name="pal", launcher="pal", restore=_restore,
+                    config_class=_config, algos=("dqn", "ddqn", "ddpg", "td3", "sac"),
+                    flag_groups=(("run", "run"), ("off-policy", "off_policy"),
+                                 ("PAL actors, learners and replay", "fields:pal,dqn,pal_run")))

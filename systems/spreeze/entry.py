@@ -32,4 +32,13 @@ def _restore(run_dir: str, raw: dict):
     return restore_off_policy(run_dir, raw, "spreeze", SpreezeConfig, _load)
 
 
-ENTRY = SystemEntry(name="spreeze", launcher="spreeze", restore=_restore, checkpoint_files=_checkpoint_files)
+def _config() -> type:
+    from systems.spreeze.config import SpreezeConfig
+
+    return SpreezeConfig
+
+
+ENTRY = SystemEntry(name="spreeze", launcher="spreeze", restore=_restore, checkpoint_files=_checkpoint_files,
+                    config_class=_config, algos=("sac", "td3", "ddpg"),
+                    flag_groups=(("run", "run_without_checkpoints"), ("off-policy", "off_policy"),
+                                 ("Spreeze processes", "fields:spreeze")))

@@ -10,4 +10,13 @@ def _restore(run_dir: str, raw: dict):
     return restore_train_state(run_dir, raw, "sync", SyncConfig)
 
 
-ENTRY = SystemEntry(name="sync", launcher="sync", restore=_restore)
+def _config() -> type:
+    from systems.sync.config import SyncConfig
+
+    return SyncConfig
+
+
+ENTRY = SystemEntry(name="sync", launcher="sync", restore=_restore,
+                    config_class=_config, algos=("ppo", "a2c"),
+                    flag_groups=(("run", "run"), ("PPO / A2C", "on_policy"), ("PPO only", "ppo"),
+                                 ("observation and reward normalization", "normalization")))
