@@ -607,7 +607,7 @@ def _header_lines(command, started, minutes, run_rows, figures) -> list[str]:
         + (f"**{busy_runs} of {len(loads)} runs had more than {BUSY_CORES:g} cores taken by other jobs** (a shared "
            "2-core machine): their times are inflated and noisier than on an idle machine." if busy_runs
            else f"no run had more than {BUSY_CORES:g} cores taken by other jobs."),
-        "- Formulas and simulations: `analysis/theory.py` (tests: `tests/test_theory.py`). Figures: "
+        "- Formulas and simulations: `analysis/theory.py` (tests: `tests/analysis/test_theory.py`). Figures: "
         + ", ".join(f"`{p}`" for p in figures) + ".",
         "",
     ]

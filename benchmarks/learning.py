@@ -512,7 +512,8 @@ NOTES = {
         "at the end), the evaluation protocol (greedy, 10 episodes, on both sides), "
         "advantage normalization (off on both) or the network (separate 64x64 tanh MLPs, orthogonal init, on both). "
         "Nor the learner's equations: our A2C update replays 150 of SB3's own updates on LunarLander-v3 onto its "
-        "weights to 1e-4 (`tests/test_a2c_peer_update.py`), once the value weight is doubled (SB3 weighs the MSE, "
+        "weights to 1e-4 (`tests/agents/test_a2c_peer_update.py`), once the value weight is doubled (SB3 weighs the "
+        "MSE, "
         "ours half of it: the presets ran half the peer's weight until 2026-11-28). With the peer's weight the "
         "shared learner (`launch.sync --algo=a2c`, 8 envs x 5 steps, the task preset) ends at 6.1 over seeds 0-7 "
         "(median 46.9; -119 to 78) against -45.4 (median -70.3) at the former half weight, 5 of 8 seeds higher: "
@@ -1014,7 +1015,8 @@ def write_report(rows: list[dict]) -> None:
         f"({_targets_text()}).",
         "",
         "Value weight: our value loss is `value_coef` x 0.5 x MSE (CleanRL's form); Stable-Baselines3 and Kostrikov's",
-        "A2C weigh the MSE itself, so their coefficient c is our 2c (`tests/test_a2c_peer_update.py`). Rows measured",
+        "A2C weigh the MSE itself, so their coefficient c is our 2c (`tests/agents/test_a2c_peer_update.py`). Rows",
+        "measured "
         "up to 2026-11-27 ran the A2C family presets, rl-zoo3's PPO presets (CartPole-v1, Acrobot-v1, HalfCheetah-v4)",
         "and the `hts_zoo` flags at c itself, half the source's weight; the presets and flags now double it. A row's",
         "commit (`learning_cpu_runs.csv`) says which it ran.",

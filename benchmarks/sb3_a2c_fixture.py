@@ -1,7 +1,7 @@
 """Writes tests/data/sb3_a2c_lunarlander.npz: Stable-Baselines3's A2C on LunarLander-v3 (rl-zoo3's settings, a
 constant learning rate) for a number of updates, with every rollout it trained on and its parameters before and after.
-`tests/test_a2c_peer_update.py` replays those rollouts through our A2C update and checks that it lands on the peer's
-parameters, so the learner's equations (loss weights, GAE, RMSProp, clipping) are the peer's to float precision.
+`tests/agents/test_a2c_peer_update.py` replays those rollouts through our A2C update and checks that it lands on the
+peer's parameters, so the learner's equations (loss weights, GAE, RMSProp, clipping) are the peer's to float precision.
 
 Run in the peer's venv (benchmarks/requirements-learning.txt), not the project's:
   /tmp/learn-venv/bin/python benchmarks/sb3_a2c_fixture.py [--updates=150]

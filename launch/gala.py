@@ -5,8 +5,8 @@ mixing parameters by gossip over a directed ring (`--num_peers`) or a time-varyi
 `--max_staleness`; timing-dependent by design. `--gossip=pmap`: lock-step learners on a pmap axis (one per device),
 `ppermute` with one-iteration-old messages; bit-reproducible, multi-host with `--num_processes`. Envs are sized by
 `--envs_per_learner` (there is no `--num_envs`). Hyperparameters default to seed 004's Table 2 (A2C, RMSProp, 16
-envs per learner (GFootball 4), horizon 5, learning rate 7e-4 x sqrt(learners)). `--help` lists the flags with
-their defaults (`launch.flagsets`)."""
+envs per learner (GFootball 4), horizon 5, learning rate 7e-4 x sqrt(learners); CartPole-v1: x learners,
+`presets.GALA_LR_SCALING`). `--help` lists the flags with their defaults (`launch.flagsets`)."""
 
 import dataclasses
 
@@ -28,11 +28,12 @@ def make_config() -> system.GALAConfig:
         FLAGS, system.GALAConfig, validate=False, algo="a2c", defaults=presets.NO_NORMALIZATION,
         extra=dict(common.settings_from_flags(FLAGS, system.GALAConfig, "gala"),
                    num_learners=system.GALAConfig.num_learners if FLAGS.num_learners is None else FLAGS.num_learners,
-                   lr_scaling=FLAGS.lr_scaling or system.GALAConfig.lr_scaling, **common.multihost_values(FLAGS)),
+                   **common.multihost_values(FLAGS)),
     )
     envs = FLAGS.envs_per_learner or presets.GALA_ENVS_PER_LEARNER.get(family_of(config.env_id),
                                                                       system.GALAConfig.envs_per_learner)
-    config = dataclasses.replace(config, envs_per_learner=envs, num_envs=0)  # num_envs: the plan's
+    scaling = FLAGS.lr_scaling or presets.GALA_LR_SCALING.get(config.env_id, system.GALAConfig.lr_scaling)
+    config = dataclasses.replace(config, envs_per_learner=envs, lr_scaling=scaling, num_envs=0)  # num_envs: the plan's
     system.validate(config)
     return config
 

@@ -44,7 +44,8 @@ os.environ["XLA_FLAGS"] = " ".join(
 ).strip()
 
 # The convolution plans of image tasks stay the fixed table's (`systems.common.conv_tuning`): timing them at every
-# small batch the tests use would add minutes; tests/test_conv_tuning.py turns it on with its own cache file.
+# small batch the tests use would add minutes; tests/systems/common/test_conv_tuning.py turns it on with its own
+# cache file.
 os.environ.setdefault("HTSRL_CONV_TUNING", "off")
 
 

@@ -1,5 +1,6 @@
-"""Fault-injection helpers shared by the reliability tests (tests/test_reliability.py, tests/test_sweep.py, and the
-video write failures of tests/test_video.py and tests/test_evaluate.py)."""
+"""Fault-injection helpers shared by the reliability tests (tests/integration/test_reliability.py,
+tests/launch/test_sweep.py, and the video write failures of tests/systems/common/test_video.py and
+tests/launch/test_evaluate.py)."""
 
 from __future__ import annotations
 

@@ -34,8 +34,9 @@ class GALAConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
     max_staleness: int = setting(
         -1, "tau: wait when the newest in-peer message is more than tau local iterations old (-1: never).", "gala")
     lr_scaling: str = hyperparameter(
-        "sqrt", "Scale the learning rate by the batch multiplier (learners): none, linear or sqrt (default: sqrt, as "
-        "the GALA paper).", choices=LR_SCALING_RULES, group="scale_out")
+        "sqrt", "Scale the learning rate by the batch multiplier (learners): none, linear or sqrt (default: the "
+        "task's preset, linear on CartPole-v1; else sqrt, as the GALA paper).", choices=LR_SCALING_RULES,
+        group="scale_out")
     log_grad_cosine: bool = setting(False, "Log the learners' pairwise gradient cosine similarity.", "gala")
 
 

@@ -1,0 +1,166 @@
+"""HTS-RL's bit-identity over its configuration space (seed 000, section 4.1), drawn by hypothesis: for a seed, every
+env count, actor count, EnvPool batch and inference batch the validator accepts gives the parameters of the
+single-actor run with the same env count and inference batch, on every env family. The hand-picked cases that once
+broke (12 and 10 envs with several actors: rows placed by arrival in the forward pass) are explicit examples.
+
+Each example is a short run (a few rounds of 4 steps); a reference run is made once per (family, envs, inference
+batch) and reused, so an example costs one run of compiled programs plus, for a new shape, one compile."""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from systems.common.rollout import chunk_members
+from systems.hts import system as hts
+from systems.hts.system import HTSConfig
+
+_ALPHA, _ROUNDS = 4, 3
+_SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _config(env_id: str, num_envs: int, inference_batch: int, logdir: str, **changes) -> HTSConfig:
+    return HTSConfig(env_id=env_id, num_envs=num_envs, inference_batch=inference_batch, sync_interval=_ALPHA,
+                     total_steps=num_envs * _ALPHA * _ROUNDS, num_epochs=2, num_minibatches=1, eval_episodes=0,
+                     quiet=True, seed=5, logdir=logdir, **changes)
+
+
+def _fingerprint(config: HTSConfig) -> str:
+    summary = hts.run(config)
+    assert summary["updates"] == _ROUNDS and summary["max_policy_lag"] == 1
+    return summary["param_fingerprint"]
+
+
+@functools.cache
+def _reference(env_id: str, num_envs: int, inference_batch: int, root: str) -> str:
+    """The single-actor run: one thread, EnvPool's default batch for it."""
+    return _fingerprint(_config(env_id, num_envs, inference_batch, f"{root}/ref-{env_id}-{num_envs}-{inference_batch}"))
+
+
+@st.composite
+def _layouts(draw, max_envs: int):
+    """(num_envs, num_actors, env_batch_size, inference_batch): 0 is the default, any other value one the validator
+    accepts (a batch of at most the envs)."""
+    num_envs = draw(st.integers(1, max_envs))
+    return (num_envs, draw(st.integers(1, 5)), draw(st.integers(0, num_envs)), draw(st.integers(0, num_envs)))
+
+
+def _check_equals_single_actor(root: str, env_id: str, layout: tuple) -> None:
+    num_envs, num_actors, env_batch, inference = layout
+    config = _config(env_id, num_envs, inference, tempfile.mkdtemp(dir=root), num_actors=num_actors,
+                     env_batch_size=env_batch)
+    hts.validate(config)
+    assert _fingerprint(config) == _reference(env_id, num_envs, hts.inference_batch(config), root), layout
+
+
+@settings(max_examples=6, **_SETTINGS)
+@given(layout=_layouts(max_envs=33))
+@example(layout=(12, 2, 0, 0))  # the default batches with 12 envs: two actors split the envs 6 + 6
+@example(layout=(12, 3, 0, 0))
+@example(layout=(10, 2, 0, 0))
+def check_classic_or_box2d(env_id: str, layout: tuple) -> None:
+    _check_equals_single_actor(_child_root(), env_id, layout)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "LunarLander-v2"])
+def test_classic_and_box2d_bits_do_not_depend_on_actors_or_batches(env_id):
+    """In a child under XLA's default fusion emitters, as the other families (their docstring says why: at batch 1
+    the policy is such a fused loop too)."""
+    from tests.multidevice import run_with_fusion_emitters
+
+    run_with_fusion_emitters(check_classic_or_box2d, env_id)
+
+
+@st.composite
+def _splits(draw, num_envs: int):
+    """(num_envs, num_actors, env_batch_size, 0) for a fixed env count: the actors and EnvPool's batch drawn, the
+    inference batch the default (one reference run, so one compile of the family's programs)."""
+    return (num_envs, draw(st.integers(1, 5)), draw(st.integers(0, num_envs)), 0)
+
+
+@settings(max_examples=2, **_SETTINGS)
+@given(data=st.data())
+def check_other_family(env_id: str, num_envs: int, data) -> None:
+    _check_equals_single_actor(_child_root(), env_id, data.draw(_splits(num_envs)))
+
+
+@functools.cache
+def _child_root() -> str:
+    root = tempfile.mkdtemp(prefix="hts-space-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
+@pytest.mark.parametrize("env_id, num_envs", [
+    pytest.param("gymnax/CartPole-v1", 7, marks=pytest.mark.slow), ("gymnasium/CartPole-v1", 6),
+    pytest.param("Breakout-v5", 6, marks=pytest.mark.slow),
+])
+def test_other_families_bits_do_not_depend_on_actors_or_batches(env_id, num_envs):
+    """A JAX env, a user's Gymnasium env (worker processes) and a pixel env (the CNN), each at one env count. In a
+    child under XLA's default fusion emitters (the pixel env: the launchers' flags, as XLA's convolutions run 15x
+    slower at -O0): with the suite's quick-compile flags, the elemental emitter at -O0, gymnax CartPole's jitted step
+    is not reproducible run to run in its last bits (XLA CPU; not under the launchers' flags)."""
+    from tests.multidevice import call_in_child, run_with_fusion_emitters
+
+    if env_id == "Breakout-v5":
+        call_in_child(check_other_family, env_id, num_envs, optimized=True)
+    else:
+        run_with_fusion_emitters(check_other_family, env_id, num_envs)
+
+
+@settings(max_examples=4, **_SETTINGS)
+@given(data=st.data())
+def check_learner_replicas(data) -> None:
+    """1-3 learner replicas on devices 1-3 of four: for each replica count and env count, every actor count, EnvPool
+    batch and actor device (0, or 0 and 1 with actor thread i on the (i mod 2)-th) gives the single-actor run."""
+    replicas = data.draw(st.integers(1, 3), label="replicas")
+    num_envs = replicas * data.draw(st.integers(1, 4), label="envs per replica")
+    learners = ",".join(str(1 + i) for i in range(replicas))
+    num_actors, env_batch = data.draw(st.integers(1, 5), label="actors"), data.draw(st.integers(0, num_envs))
+    actors = data.draw(st.sampled_from(["0", "0,1"]), label="actor devices")
+    root = _child_root()
+    reference = _reference_on_devices(num_envs, learners, root)
+    config = _config("CartPole-v1", num_envs, 0, tempfile.mkdtemp(dir=root), num_actors=num_actors,
+                     env_batch_size=env_batch, actor_devices=actors, learner_devices=learners, debug=True)
+    assert _fingerprint(config) == reference, (num_envs, learners, num_actors, env_batch, actors)
+
+
+def check_twelve_envs_over_three_replicas() -> None:
+    """The hand-picked case that once broke: 12 envs, three replicas, one and three actor threads."""
+    root = _child_root()
+    config = _config("CartPole-v1", 12, 0, tempfile.mkdtemp(dir=root), num_actors=3,
+                     learner_devices="1,2,3")
+    assert _fingerprint(config) == _reference_on_devices(12, "1,2,3", root)
+
+
+@functools.cache
+def _reference_on_devices(num_envs: int, learners: str, root: str) -> str:
+    return _fingerprint(_config("CartPole-v1", num_envs, 0, tempfile.mkdtemp(dir=root), actor_devices="0",
+                                learner_devices=learners))
+
+
+@pytest.mark.slow
+def test_learner_replicas_bits_do_not_depend_on_actors_batches_or_actor_devices():
+    from tests.multidevice import run_python
+
+    run_python("from tests.systems.hts import test_hts_determinism_space as t\n"
+               "t.check_twelve_envs_over_three_replicas()\nt.check_learner_replicas()", num_devices=4)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(rows=st.lists(st.integers(0, 7), max_size=40))
+def test_chunks_hold_every_ready_env_once_and_no_row_twice(rows):
+    rows = np.asarray(rows, np.int64)
+    chunks = chunk_members(rows)
+    members = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+    assert sorted(members.tolist()) == list(range(len(rows)))
+    assert all(len(set(rows[chunk].tolist())) == len(chunk) for chunk in chunks)
+    # As few forward passes as the most crowded row needs.
+    assert len(chunks) == (np.bincount(rows).max() if len(rows) else 0)
