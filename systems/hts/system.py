@@ -171,9 +171,8 @@ class _Learner:
     def __init__(self, setup: LearnerSetup, layout: layout_lib.Layout, state: TrainState, *, debug: bool,
                  ordered: bool):
         self._layout = layout
-        self._replicated = layout.num_replicas > 1
         self._parallel = None
-        if self._replicated:
+        if layout.num_replicas > 1:
             self._parallel = DataParallelLearner(setup.update_fn, list(layout.pmap_devices),
                                                  len(layout.learner_devices), state, ordered=ordered, debug=debug)
             self.state = self._parallel.state
@@ -195,11 +194,11 @@ class _Learner:
 
     def host_view(self, tree: Any) -> Any:
         """What the monitor keeps: one replica's values (read from this process's first learner device)."""
-        return replica(tree) if self._replicated else tree
+        return replica(tree) if self._parallel is not None else tree
 
     def published(self, params) -> _Published:
         """The learner's parameters and a copy on every actor device (made here, off the actors' path)."""
-        if self._replicated:
+        if self._parallel is not None:
             one = replica(params)
             return _Published(params, tuple(jax.device_put(one, device) for device in self._layout.actor_devices))
         return _Published(params, tuple(_on_device(params, device) for device in self._layout.actor_devices))
