@@ -174,19 +174,23 @@ def _algo_update(
 ) -> Callable:
     """`--algo`'s update (A2C or PPO) before jit: `update(state, behaviour_params, rollout) -> (state, metrics)`."""
     if config.algo == "a2c":
-        algo_config = A2CConfig(
-            gamma=config.gamma, gae_lambda=config.gae_lambda, value_coef=config.value_coef,
-            entropy_coef=config.entropy_coef,
-        )
-        return functools.partial(a2c_update, apply_fn=apply_fn, optimizer=optimizer, config=algo_config)
-    algo_config = PPOConfig(
-        gamma=config.gamma, gae_lambda=config.gae_lambda, clip_eps=config.clip_eps,
-        value_coef=config.value_coef, entropy_coef=config.entropy_coef, num_epochs=config.num_epochs,
-        num_minibatches=config.num_minibatches, normalize_advantages=config.normalize_advantages,
-        clip_value_loss=config.clip_value_loss,
-        **ppo_loop_plan(spec.obs_shape, config.num_epochs, config.num_minibatches),
-    )
-    return functools.partial(ppo_update, apply_fn=apply_fn, optimizer=optimizer, config=algo_config)
+        return functools.partial(a2c_update, apply_fn=apply_fn, optimizer=optimizer, config=algo_config(config))
+    loop_plan = ppo_loop_plan(spec.obs_shape, config.num_epochs, config.num_minibatches)
+    return functools.partial(ppo_update, apply_fn=apply_fn, optimizer=optimizer,
+                             config=algo_config(config, **loop_plan))
+
+
+# How PPO's loops are built: chosen per network kind and backend (`ppo_loop_plan`), not a hyperparameter.
+_PPO_BUILD_FIELDS = ("unroll_epochs", "unroll_minibatches")
+
+
+def algo_config(config: config_lib.TrainConfig, **build) -> A2CConfig | PPOConfig:
+    """`--algo`'s hyperparameters (`agents.A2CConfig` or `agents.PPOConfig`), each read from the run config's field
+    of the same name: a hyperparameter is one `TrainConfig` field that the algorithm's config names, never copied
+    by hand. `build` gives PPO's loop forms (`_PPO_BUILD_FIELDS`)."""
+    algo_cls = A2CConfig if config.algo == "a2c" else PPOConfig
+    names = [f.name for f in dataclasses.fields(algo_cls) if f.name not in _PPO_BUILD_FIELDS]
+    return algo_cls(**{name: getattr(config, name) for name in names}, **build)
 
 
 def normalization_config(config: config_lib.TrainConfig, spec: EnvSpec) -> NormalizationConfig:
