@@ -9,6 +9,8 @@ import math
 from agents.optim import OPTIMIZERS
 from envs.step_time import parse_step_time
 
+CONV_PLAN_CHOICES = ("auto", "table", "xla")  # --conv_plan (`systems.common.conv_tuning.plan_for`)
+
 
 class ConfigError(ValueError):
     """A user mistake found while starting a run (bad flag value, missing checkpoint): one line, exit 2."""
@@ -146,6 +148,11 @@ class TrainConfig(RunConfig):
     orthogonal_init: bool = hyperparameter(
         True, "MLP: orthogonal init (CleanRL; default) or PyTorch's default (SB3 ortho_init=False).")
     log_std_init: float = hyperparameter(0.0, "Initial log-std of a continuous policy (default 0).")
+    conv_plan: str = setting(
+        "auto", "How the learner computes an image task's convolutions on a CPU: auto = time the candidate plans "
+        "once per machine and keep the fastest (cached); table = the fixed per-layer table; xla = XLA's own "
+        "convolution. Accelerators use XLA's under auto. summary.json's hardware card records the choice.",
+        "on_policy", choices=CONV_PLAN_CHOICES)
     step_time: str = "none"  # simulated env step time: none | const:S | exp:MEAN | gamma:SHAPE:MEAN
     preset: str = ""  # the preset that filled the hyperparameters no flag gave (`preset_values`), for config.json
 
@@ -278,6 +285,8 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(f"--time_limit must be non-negative, got {config.time_limit}")
     if not config.hidden_sizes or min(config.hidden_sizes) < 1:
         raise ConfigError(f"--hidden_sizes must be positive widths, got {','.join(map(str, config.hidden_sizes))}")
+    if config.conv_plan not in CONV_PLAN_CHOICES:
+        raise ConfigError(f"--conv_plan must be one of {', '.join(CONV_PLAN_CHOICES)}, got '{config.conv_plan}'")
     if config.activation not in ("tanh", "relu"):
         raise ConfigError(f"--activation must be tanh or relu, got '{config.activation}'")
     for name in ("obs_clip", "reward_clip"):

@@ -120,16 +120,26 @@ def tuning_enabled() -> bool:
     return os.environ.get("HTSRL_CONV_TUNING", "on").strip().lower() not in ("off", "0", "false", "no")
 
 
-def plan_for(torso: str, obs_shape: tuple, batch: int) -> networks.ConvPlan | None:
-    """The convolution plan of a run's `torso` at a learner batch of `batch` frames: None (the backend's default)
-    for the MLP, with tuning off, or in a multi-process job (every process must run the same plan, so that the
-    replicas agree bit for bit: the fixed table); else `choose_plan`."""
+def plan_for(torso: str, obs_shape: tuple, batch: int, choice: str = "auto",
+             say: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> networks.ConvPlan | None:
+    """The convolution plan of a run's `torso` at a learner batch of `batch` frames under `--conv_plan=choice`:
+    None (the backend's default) for the MLP; `table` / `xla` the fixed table's or XLA's own convolution (with the
+    table's actor forms), said and recorded; `auto` the backend's default with tuning off or in a multi-process job
+    (every process must run the same plan, so that the replicas agree bit for bit: an explicit choice is the same
+    in every process), else `choose_plan`."""
     import jax
 
     network = networks.torso_network(torso)
-    if network is None or not tuning_enabled() or jax.process_count() > 1:
+    if network is None:
         return None
-    return choose_plan(network, obs_shape, batch)
+    if choice != "auto":
+        name = {"table": "table", "xla": "direct"}[choice]
+        _chosen[network] = {"plan": name, "source": f"--conv_plan={choice}"}
+        say(f"[conv] --conv_plan={choice}: the {network} network's learner runs the '{name}' plan")
+        return candidates(network)[name]
+    if not tuning_enabled() or jax.process_count() > 1:
+        return None
+    return choose_plan(network, obs_shape, batch, say=say)
 
 
 def chosen() -> dict:

@@ -123,7 +123,7 @@ def _default_network(config: config_lib.TrainConfig, spec: EnvSpec) -> ActorCrit
         spec.obs_shape, spec.action_dim, spec.continuous, hidden_sizes=config.hidden_sizes,
         activation=config.activation, orthogonal_init=config.orthogonal_init, log_std_init=config.log_std_init,
     )
-    plan = conv_tuning.plan_for(network.torso, spec.obs_shape, learner_batch(config))
+    plan = conv_tuning.plan_for(network.torso, spec.obs_shape, learner_batch(config), config.conv_plan)
     return network if plan is None else network.clone(conv_plan=plan)
 
 

@@ -313,7 +313,9 @@ def test_a_hyperparameter_is_declared_once_in_its_config_and_every_launcher_offe
         for field in dataclasses.fields(TrainConfig):
             if field.metadata.get("group") in offered:
                 assert flag_values[field.name].help.endswith(field.metadata["help"]), (launcher, field.name)
-                assert flag_values[field.name].default is None  # the preset
+                # A hyperparameter's flag defaults to the preset, a setting's to the field's value.
+                expected = None if field.metadata["preset"] else field.metadata["flag_default"]
+                assert flag_values[field.name].default == expected, (launcher, field.name)
     assert flagsets.flag_values("hts")["optimizer"].parser.enum_values == ["adam", "rmsprop", "adam_large_batch"]
     # The systems' own groups: settings default to the field's value, hyperparameters to the preset.
     from systems.ba3c.config import BA3CConfig

@@ -9,6 +9,7 @@ import pytest
 
 from agents import networks
 from systems.common import conv_tuning
+from systems.common.config import ConfigError, TrainConfig, validate
 
 
 @pytest.fixture
@@ -86,3 +87,22 @@ def test_the_real_timer_times_each_candidate_of_a_small_batch(cache):
     record = conv_tuning.chosen()["nature"]
     assert plan == conv_tuning.candidates("nature")[record["plan"]]
     assert all(ms > 0 for ms in record["ms"].values()) and len(record["ms"]) == 3
+
+
+@pytest.mark.parametrize("choice, name", [("table", "table"), ("xla", "direct")])
+def test_an_explicit_conv_plan_is_used_said_and_recorded_whatever_tuning_says(cache, monkeypatch, choice, name):
+    said = []
+    for tuning, processes in (("off", 1), ("on", 2)):
+        monkeypatch.setenv("HTSRL_CONV_TUNING", tuning)
+        monkeypatch.setattr(jax, "process_count", lambda processes=processes: processes)
+        plan = conv_tuning.plan_for("nature_cnn", (4, 84, 84), 256, choice, say=said.append)
+        assert plan == conv_tuning.candidates("nature")[name]
+        assert conv_tuning.chosen()["nature"] == {"plan": name, "source": f"--conv_plan={choice}"}
+    assert len(said) == 2 and f"--conv_plan={choice}" in said[0]
+    assert conv_tuning.plan_for("mlp", (4,), 64, choice) is None
+    assert not cache.exists()  # nothing was timed
+
+
+def test_conv_plan_outside_the_choices_is_refused():
+    with pytest.raises(ConfigError, match="--conv_plan must be one of auto, table, xla"):
+        validate(TrainConfig(env_id="CartPole-v1", total_steps=8 * 128, conv_plan="fast"))
