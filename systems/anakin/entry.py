@@ -5,9 +5,10 @@ from systems.common.registry import MULTI_HOST_SECTION, SystemEntry
 
 def _restore(run_dir: str, raw: dict):
     from systems.anakin.config import AnakinConfig
+    from systems.common.learner import build
     from systems.common.restore import restore_train_state  # JAX only when a run is restored
 
-    return restore_train_state(run_dir, raw, "anakin", AnakinConfig)
+    return restore_train_state(run_dir, raw, "anakin", AnakinConfig, build)
 
 
 def _config() -> type:

@@ -76,8 +76,7 @@ def make_agent(config: BA3CConfig, run_plan: Plan):
         hidden=config.hidden, hidden_sizes=config.hidden_sizes, activation=config.activation,
         orthogonal_init=config.orthogonal_init, log_std_init=config.log_std_init,
     )
-    plan = conv_tuning.plan_for(network.torso, spec.obs_shape, config.local_batch, config.conv_plan)
-    network = network if plan is None else network.clone(conv_plan=plan)
+    network = conv_tuning.with_plan(network, spec.obs_shape, config.local_batch, config.conv_plan)
     optimizer_settings = dict(
         name=config.optimizer, learning_rate=run_plan.learning_rate,
         total_updates=run_plan.total_rounds * optimizer_steps_per_update(config),

@@ -142,6 +142,12 @@ def plan_for(torso: str, obs_shape: tuple, batch: int, choice: str = "auto",
     return choose_plan(network, obs_shape, batch, say=say)
 
 
+def with_plan(network, obs_shape: tuple, batch: int, choice: str = "auto"):
+    """`network` (an `agents.networks.ActorCritic`) running the convolution plan `plan_for` picks for its torso."""
+    plan = plan_for(network.torso, obs_shape, batch, choice)
+    return network if plan is None else network.clone(conv_plan=plan)
+
+
 def chosen() -> dict:
     """{network: {plan, source, ms?}} of the plans this process chose (for the hardware card)."""
     return dict(_chosen)

@@ -73,18 +73,21 @@ def build(
     network: ActorCritic | None = None,
     optimizer_settings: dict | None = None,
     optimizer: optax.GradientTransformation | None = None,
+    update: functools.partial | None = None,
 ) -> tuple[LearnerSetup, TrainState]:
-    """The agent of `config`; a system may pass its own `network` (BA3C's), `optimizer_settings`
-    (`agents.optim.make_optimizer`'s arguments: BA3C's and GALA's scaled learning rates, large-batch Adam) or an
-    `optimizer` that function cannot build (Anakin's swept rates). The programs are made once per process for an
-    equal network and optimizer settings (`jit_cache`); for an `optimizer`, once per call.
+    """The agent of `config` from its parts: the `network` (default `default_network`), the optimizer
+    (`optimizer_settings`, `agents.optim.make_optimizer`'s arguments, default `optimizer_settings(config)`; or an
+    `optimizer` that function cannot build: Anakin's swept rates) and the `update` rule with its hyperparameters
+    (`functools.partial(agents.ppo_update or agents.a2c_update, config=...)`, default `algo_update`), to which
+    `build` gives the network's `apply_fn` and the optimizer. The programs are made once per process for an equal
+    network, optimizer settings and update (`jit_cache`); for an `optimizer`, once per call.
 
     With `--normalize_obs` / `--normalize_reward` the network is wrapped (`agents.normalization`): its variables
     carry the running statistics beside `params`, the optimizer sees `params` only, and the update normalizes each
     round with its behaviour statistics and merges the round into the learner's, in round order.
     """
     if network is None:
-        network = _default_network(config, spec)
+        network = default_network(config, spec)
     norm = normalization_config(config, spec)
     raw_network = network  # the normalized update feeds the raw network normalized observations
     if norm.enabled:
@@ -93,11 +96,13 @@ def build(
         raise ValueError("build takes an optimizer or its settings, not both")
     optimizer_key = None  # an optimizer passed in cannot be compared
     if optimizer is None:
-        settings = _optimizer_settings(config) if optimizer_settings is None else optimizer_settings
+        settings = default_optimizer_settings(config) if optimizer_settings is None else optimizer_settings
         optimizer, optimizer_key = make_optimizer(**settings), tuple(sorted(settings.items()))
     initial_state = initial_state_fn(network, optimizer, spec, optimizer_key)
     state = initial_state(config.seed)
-    update = _algo_update(config, spec, raw_network.apply, optimizer)
+    if update is None:
+        update = algo_update(config, spec)
+    update = functools.partial(update, apply_fn=raw_network.apply, optimizer=optimizer)
     # What the update closes over.
     update_key = None if optimizer_key is None else (
         "update", raw_network, optimizer_key, norm, update.func, update.keywords["config"])
@@ -118,13 +123,14 @@ def build(
     return setup, state
 
 
-def _default_network(config: config_lib.TrainConfig, spec: EnvSpec) -> ActorCritic:
+def default_network(config: config_lib.TrainConfig, spec: EnvSpec) -> ActorCritic:
+    """The on-policy actor-critic of `spec` (`agents.make_network`: the family's torso, `--hidden_sizes`' MLP) with
+    the convolution plan `--conv_plan` picks for the learner's batch (`conv_tuning.with_plan`)."""
     network = make_network(
         spec.obs_shape, spec.action_dim, spec.continuous, hidden_sizes=config.hidden_sizes,
         activation=config.activation, orthogonal_init=config.orthogonal_init, log_std_init=config.log_std_init,
     )
-    plan = conv_tuning.plan_for(network.torso, spec.obs_shape, learner_batch(config), config.conv_plan)
-    return network if plan is None else network.clone(conv_plan=plan)
+    return conv_tuning.with_plan(network, spec.obs_shape, learner_batch(config), config.conv_plan)
 
 
 def learner_batch(config: config_lib.TrainConfig) -> int:
@@ -133,7 +139,7 @@ def learner_batch(config: config_lib.TrainConfig) -> int:
     return frames // config.num_minibatches if config.algo == "ppo" else frames
 
 
-def _optimizer_settings(config: config_lib.TrainConfig) -> dict:
+def default_optimizer_settings(config: config_lib.TrainConfig) -> dict:
     """`make_optimizer`'s arguments for `config`."""
     return dict(name=config.optimizer, learning_rate=config.learning_rate,
                 total_updates=config_lib.total_rounds(config) * optimizer_steps_per_update(config),
@@ -169,15 +175,13 @@ def initial_state_fn(
     return initial_state
 
 
-def _algo_update(
-    config: config_lib.TrainConfig, spec: EnvSpec, apply_fn: Callable, optimizer: optax.GradientTransformation
-) -> Callable:
-    """`--algo`'s update (A2C or PPO) before jit: `update(state, behaviour_params, rollout) -> (state, metrics)`."""
+def algo_update(config: config_lib.TrainConfig, spec: EnvSpec) -> functools.partial:
+    """`--algo`'s update rule with its hyperparameters (`build`'s `update`): `agents.a2c_update` with an
+    `A2CConfig`, or `agents.ppo_update` with a `PPOConfig` whose loops are built by `ppo_loop_plan`."""
     if config.algo == "a2c":
-        return functools.partial(a2c_update, apply_fn=apply_fn, optimizer=optimizer, config=algo_config(config))
+        return functools.partial(a2c_update, config=algo_config(config))
     loop_plan = ppo_loop_plan(spec.obs_shape, config.num_epochs, config.num_minibatches)
-    return functools.partial(ppo_update, apply_fn=apply_fn, optimizer=optimizer,
-                             config=algo_config(config, **loop_plan))
+    return functools.partial(ppo_update, config=algo_config(config, **loop_plan))
 
 
 # How PPO's loops are built: chosen per network kind and backend (`ppo_loop_plan`), not a hyperparameter.

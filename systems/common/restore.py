@@ -241,16 +241,15 @@ def on_policy_act(apply_fn: Callable) -> Callable[[str], Callable]:
     return make
 
 
-# ------------------------------------------------------------------------------------------------ hts and sync
+# ------------------------------------------------------------------------------------------------ on-policy
 
 
-def restore_train_state(run_dir: str, raw: dict, system: str, config_cls: type) -> RestoredRun:
-    """hts and sync: `systems.common.learner.build`, the network and state `start_run` makes."""
-    from systems.common.learner import build
-
+def restore_train_state(run_dir: str, raw: dict, system: str, config_cls: type, make_agent: Callable) -> RestoredRun:
+    """hts, sync and anakin: the network and state of the system's agent, `make_agent(config, spec)` (for hts and
+    sync the agent `start_run` made)."""
     config = config_from_json(config_cls, raw)
     spec = spec_of(config)
-    setup, target = build(config, spec)
+    setup, target = make_agent(config, spec)
     state, meta, path = restore_into(run_dir, system, target)
     return RestoredRun(
         run_dir=run_dir, system=system, config=config, spec=spec, state=state, meta=meta, checkpoint_path=path,

@@ -4,9 +4,9 @@
   of the job that stopped) into the value it returns, after one line that says what the run saves.
 * `finish`: the final evaluation, checkpoint and summary, then re-raises the stop, so the exit status tells
   SIGTERM from Ctrl-C and the launcher's last line names the checkpoint.
-* `start_run` (on-policy): validate the config, build the env spec, the agent and the monitor (run directory,
-  resume), and make the executor and round collector with the run's settings; `run_lockstep`: the loop of a
-  lock-step system.
+* `start_run` (on-policy): validate the config, build the env spec, the system's agent and the monitor (run
+  directory, resume), and make the executor and round collector with the run's settings; `run_lockstep`: the
+  loop of a lock-step system.
 """
 
 from __future__ import annotations
@@ -16,17 +16,21 @@ from collections.abc import Callable
 
 import jax
 
+from agents import TrainState
 from envs.executor import Executor
 from envs.factory import EnvSpec, make_spec
 from envs.pool_api import EnvFailed
 from envs.step_time import StepTimeDistribution, parse_step_time
 from systems.common import config as config_lib
 from systems.common import distributed
-from systems.common.learner import LearnerSetup, build, compile_in_background
+from systems.common.learner import LearnerSetup, compile_in_background
 from systems.common.monitor import Monitor, Progress, on_policy_evaluator
 from systems.common.outputs import on_policy_columns
 from systems.common.profile import Profile, stage
 from systems.common.rollout import RoundCollector, RoundStorage
+
+AgentMaker = Callable[[config_lib.TrainConfig, EnvSpec], tuple[LearnerSetup, TrainState]]
+"""A system's agent: `(config, spec) -> (LearnerSetup, initial TrainState)` (`learner.build` of its parts)."""
 
 StopCause = KeyboardInterrupt | EnvFailed
 """What ends a run early and still saves it: Ctrl-C, `launch.common.Terminated` (SIGTERM) and
@@ -121,16 +125,18 @@ class RunContext:
         return compile_in_background(self.setup.update, state, state.params, collector.rollout_shapes())
 
 
-def start_run(system: str, config: config_lib.TrainConfig, *, may_change_on_resume: frozenset = frozenset(),
-              header: str = "", plan: dict | None = None, profile: Profile | None = None) -> RunContext:
-    """Validates `config` (ConfigError on a bad value) and prepares the run (restoring a checkpoint on resume;
-    `may_change_on_resume`: the system's fields a resumed run may change, `rundir.claim`; `header`: lines the
-    progress output starts with, after the run's own; `plan`: the values the system derived, for config.json;
-    `profile`: the system's stages by thread, `Monitor`'s default otherwise)."""
+def start_run(system: str, config: config_lib.TrainConfig, make_agent: AgentMaker, *,
+              may_change_on_resume: frozenset = frozenset(), header: str = "", plan: dict | None = None,
+              profile: Profile | None = None) -> RunContext:
+    """Validates `config` (ConfigError on a bad value) and prepares the run: the env spec, the system's agent
+    (`make_agent(config, spec)`) and the monitor (restoring a checkpoint on resume; `may_change_on_resume`: the
+    system's fields a resumed run may change, `rundir.claim`; `header`: lines the progress output starts with,
+    after the run's own; `plan`: the values the system derived, for config.json; `profile`: the system's stages by
+    thread, `Monitor`'s default otherwise)."""
     config_lib.validate(config)
     step_time = parse_step_time(config.step_time)
     spec = make_spec(config.env_id, config.env_kwargs)
-    setup, state = build(config, spec)
+    setup, state = make_agent(config, spec)
     monitor = Monitor(system, config, state, progress=Progress(metric_columns=on_policy_columns(config), header=header),
                       evaluator=on_policy_evaluator(config, spec, setup), may_change_on_resume=may_change_on_resume,
                       plan=plan, profile=profile)

@@ -5,9 +5,9 @@ from systems.common.registry import MULTI_HOST_SECTION, SystemEntry
 
 def _restore(run_dir: str, raw: dict):
     from systems.common.restore import restore_train_state  # JAX only when a run is restored
-    from systems.hts.system import HTSConfig
+    from systems.hts.system import HTSConfig, make_agent
 
-    return restore_train_state(run_dir, raw, "hts", HTSConfig)
+    return restore_train_state(run_dir, raw, "hts", HTSConfig, make_agent)
 
 
 def _config() -> type:

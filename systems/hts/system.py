@@ -37,10 +37,11 @@ from typing import Any, NamedTuple
 
 import jax
 
-from agents import TrainState
+from agents import TrainState, a2c_update, make_network, ppo_update
 from envs.executor import Executor
+from envs.factory import EnvSpec
 from systems.common import config as config_lib
-from systems.common import distributed
+from systems.common import conv_tuning, distributed, learner
 from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
 from systems.common.data_parallel import DataParallelLearner
 from systems.common.learner import LearnerSetup, compile_in_background
@@ -63,7 +64,26 @@ from systems.hts.config import (
     validate,
 )
 
-__all__ = ["SYSTEM", "HTSConfig", "env_batch_size", "inference_batch", "local_envs", "run", "validate"]
+__all__ = ["SYSTEM", "HTSConfig", "env_batch_size", "inference_batch", "local_envs", "make_agent", "run",
+           "validate"]
+
+
+def make_agent(config: config_lib.TrainConfig, spec: EnvSpec) -> tuple[LearnerSetup, TrainState]:
+    """What HTS-RL trains: the actor-critic of the env family (`agents.networks`), its convolutions in the plan
+    `--conv_plan` picks for the learner's batch; `--optimizer` (`agents.optim.make_optimizer`, optax); and
+    `--algo`'s update, PPO's clipped surrogate (`agents.ppo`) or A2C with the one-step delay (`agents.a2c`, Eq. 6).
+    `learner.build` jits the update and the actors' policy and initializes the state from `--seed`."""
+    network = make_network(spec.obs_shape, spec.action_dim, spec.continuous, hidden_sizes=config.hidden_sizes,
+                           activation=config.activation, orthogonal_init=config.orthogonal_init,
+                           log_std_init=config.log_std_init)
+    network = conv_tuning.with_plan(network, spec.obs_shape, learner.learner_batch(config), config.conv_plan)
+    optimizer = learner.default_optimizer_settings(config)
+    if config.algo == "ppo":
+        loops = learner.ppo_loop_plan(spec.obs_shape, config.num_epochs, config.num_minibatches)
+        update = functools.partial(ppo_update, config=learner.algo_config(config, **loops))
+    else:
+        update = functools.partial(a2c_update, config=learner.algo_config(config))
+    return learner.build(config, spec, network=network, optimizer_settings=optimizer, update=update)
 
 
 def _resolve_layout(config: HTSConfig) -> tuple[HTSConfig, layout_lib.Layout]:
@@ -107,7 +127,7 @@ def run(config: HTSConfig) -> dict:
     validate(config)
     config, layout = _resolve_layout(config)
     header = layout.describe() + accelerator_hint(config.num_envs, config.sync_interval, layout)
-    ctx = start_run(SYSTEM, config, may_change_on_resume=MAY_CHANGE_ON_RESUME, header=header,
+    ctx = start_run(SYSTEM, config, make_agent, may_change_on_resume=MAY_CHANGE_ON_RESUME, header=header,
                     plan=_plan(config, layout), profile=hts_profile())
     monitor, start_round = ctx.monitor, ctx.start_round
     if start_round >= ctx.total_rounds:

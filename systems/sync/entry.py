@@ -5,9 +5,9 @@ from systems.common.registry import SystemEntry
 
 def _restore(run_dir: str, raw: dict):
     from systems.common.restore import restore_train_state  # JAX only when a run is restored
-    from systems.sync.config import SyncConfig
+    from systems.sync.system import SyncConfig, make_agent
 
-    return restore_train_state(run_dir, raw, "sync", SyncConfig)
+    return restore_train_state(run_dir, raw, "sync", SyncConfig, make_agent)
 
 
 def _config() -> type:

@@ -8,19 +8,31 @@ from __future__ import annotations
 
 import jax
 
+from agents import TrainState
+from envs.factory import EnvSpec
+from systems.common import learner
 from systems.common.monitor import LearnerReport
 from systems.common.profile import stage
 from systems.common.rollout import RoundStorage
 from systems.common.run import run_lockstep, start_run
 from systems.sync.config import SYSTEM, SyncConfig, own_config, validate
 
-__all__ = ["SYSTEM", "SyncConfig", "run", "validate"]
+__all__ = ["SYSTEM", "SyncConfig", "make_agent", "run", "validate"]
+
+
+def make_agent(config: SyncConfig, spec: EnvSpec) -> tuple[learner.LearnerSetup, TrainState]:
+    """HTS-RL's agent (`systems.hts.system.make_agent`: the same network, optimizer and update, so that the baseline
+    differs from HTS in its schedule alone), from `learner.build`'s default parts: `default_network`,
+    `default_optimizer_settings` and `algo_update` (here with behaviour parameters equal to the current ones)."""
+    return learner.build(config, spec, network=learner.default_network(config, spec),
+                         optimizer_settings=learner.default_optimizer_settings(config),
+                         update=learner.algo_update(config, spec))
 
 
 def run(config: SyncConfig) -> dict:
     """Trains with the synchronous baseline; returns the summary (also written to `<run dir>/summary.json`)."""
     config = own_config(config)
-    ctx = start_run(SYSTEM, config)
+    ctx = start_run(SYSTEM, config, make_agent)
     monitor, setup = ctx.monitor, ctx.setup
     if ctx.start_round >= ctx.total_rounds:
         return monitor.finish()

@@ -30,7 +30,7 @@ from flax import serialization
 
 from envs.factory import make_spec
 from systems.common import config as config_lib
-from systems.common import run as run_lib
+from systems.common import learner as learner_lib
 from systems.common import rundir
 from systems.common.checkpoint import list_checkpoints, load_latest_checkpoint
 from systems.common.evaluation import Evaluator
@@ -53,7 +53,7 @@ ROOT = REPO_ROOT
 def _poison_updates_from(monkeypatch, first_bad_update: int) -> None:
     """Every on-policy system built after this call gets an update that turns the parameters NaN once the update
     counter reaches `first_bad_update` (the real update otherwise, jitted the same way)."""
-    real_build = run_lib.build
+    real_build = learner_lib.build
 
     def poisoned_build(config, spec, **kwargs):
         setup, state = real_build(config, spec, **kwargs)
@@ -66,7 +66,7 @@ def _poison_updates_from(monkeypatch, first_bad_update: int) -> None:
 
         return dataclasses.replace(setup, update=jax.jit(update), update_fn=update), state
 
-    monkeypatch.setattr(run_lib, "build", poisoned_build)
+    monkeypatch.setattr(learner_lib, "build", poisoned_build)
 
 
 # --------------------------------------------------------------------------------------------- non-finite guard
@@ -121,15 +121,15 @@ def test_launcher_exits_3_with_one_line_on_a_nan_update(tmp_path):
     """The launcher's side of the guard, through a driver that poisons the update as the fixture above does."""
     driver = (
         "import sys, dataclasses, jax, jax.numpy as jnp\n"
-        "from systems.common import run as run_lib\n"
-        "real = run_lib.build\n"
+        "from systems.common import learner as learner_lib\n"
+        "real = learner_lib.build\n"
         "def build(config, spec, **kw):\n"
         "    setup, state = real(config, spec, **kw)\n"
         "    def update(s, b, r):\n"
         "        n, m = setup.update_fn(s, b, r)\n"
         "        return n, {**m, 'value_loss': jnp.where(n.update_step >= 2, jnp.nan, m['value_loss'])}\n"
         "    return dataclasses.replace(setup, update=jax.jit(update), update_fn=update), state\n"
-        "run_lib.build = build\n"
+        "learner_lib.build = build\n"
         "from launch import common, hts\n"
         "common.launch('hts', hts.FLAGS, hts.main, hts.__doc__)\n"
     )

@@ -5,8 +5,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from systems.common import learner as learner_lib
-from systems.common import run as run_lib
 from systems.common.evaluation import EvaluationRecord, final_metric, required_time
 from systems.hts import system as hts
 from tests.fixtures import tiny_hts
@@ -63,10 +61,10 @@ class _Boom(Exception):
 
 @pytest.mark.parametrize("where", ["learner", "actor"])
 def test_an_error_in_a_worker_thread_stops_the_run_with_the_original_exception(tmp_path, monkeypatch, where):
-    real_build = learner_lib.build
+    real_make_agent = hts.make_agent
 
-    def failing_build(config, spec):
-        setup, state = real_build(config, spec)
+    def failing_agent(config, spec):
+        setup, state = real_make_agent(config, spec)
         if where == "learner":
             def update(*args):
                 raise _Boom("learner failed")
@@ -80,7 +78,7 @@ def test_an_error_in_a_worker_thread_stops_the_run_with_the_original_exception(t
             return setup.policy(*args)
         return dataclasses.replace(setup, policy=policy), state
 
-    monkeypatch.setattr(run_lib, "build", failing_build)
+    monkeypatch.setattr(hts, "make_agent", failing_agent)
     with pytest.raises(_Boom, match=f"{where} failed") as info:
         hts.run(_tiny(tmp_path, eval_episodes=0))
     # The original traceback is kept: its innermost frame is the raising function.
