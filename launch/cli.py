@@ -33,7 +33,7 @@ def exit_at_once_on_signals() -> None:
 
 def parse_flags(argv: Sequence[str]) -> list[str]:
     """`app.run`'s `flags_parser`: absl's own prints its usage and exits 1 on a bad flag; a bad flag here is one
-    `error:` line and exit status 2, as every other bad value (README, "Stopping a run")."""
+    `error:` line and exit status 2, as every other bad value (docs/getting-started.md, "Stopping a run")."""
     try:
         return flags.FLAGS(list(argv))
     except flags.Error as error:

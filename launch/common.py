@@ -169,7 +169,7 @@ def _already_stopping(signum, frame):  # a signal handler's signature
                 b"written before stay whole)\n")
 
 
-# Exit statuses of every launcher (README, "Stopping a run"); the others live in launch.cli.
+# Exit statuses of every launcher (docs/getting-started.md, "Stopping a run"); the others live in launch.cli.
 EXIT_NON_FINITE = 3
 EXIT_IO_ERROR = 74  # sysexits.h EX_IOERR: a write failed (full disk, read-only file system, file-size limit)
 EXIT_UNAVAILABLE = 69  # sysexits.h EX_UNAVAILABLE: a multi-host job did not form within --startup_timeout

@@ -1,7 +1,8 @@
 """Reliability: what a run promises when things go wrong. Fault injection (a NaN update, SIGTERM, bad
 values) against the on-policy systems; each test failed before its fix. Extend it with a new fault per promise.
 
-Promises (README, "Stopping a run"): a non-finite loss or parameter stops the run with one line and exit status 3,
+Promises (docs/getting-started.md, "Stopping a run"):
+a non-finite loss or parameter stops the run with one line and exit status 3,
 never writes a non-finite checkpoint and leaves the last finite one newest; SIGTERM is Ctrl-C with exit status 143
 (checkpoint of the newest parameters, summary, children stopped); a bad value is one line and exit status 2.
 """
