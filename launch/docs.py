@@ -59,14 +59,28 @@ def results_names() -> list[str]:
     return sorted(name[:-3] for name in os.listdir(RESULTS) if name.endswith(".md"))
 
 
+def _joined_tables(text: str) -> str:
+    """Drops the blank lines between a table's row groups: Markdown would end the table at the first one and print
+    the next group's rows as text."""
+    lines = text.split("\n")
+    kept = [line for i, line in enumerate(lines)
+            if not (line.strip() == "" and 0 < i < len(lines) - 1
+                    and lines[i - 1].startswith("|") and lines[i + 1].startswith("|"))]
+    return "\n".join(kept)
+
+
 def results_page(name: str) -> tuple[str, list[str]]:
     """The results table `<name>.md` of `RESULTS` as a docs page, and the figures (paths under `RESULTS`) it shows."""
     with open(os.path.join(RESULTS, f"{name}.md")) as f:
         text = f.read()
+    text = _joined_tables(text)
     figures = [m.group(2) for m in _IMAGE.finditer(text)]
     text = _IMAGE.sub(lambda m: f"![{m.group(1)}](figures/{m.group(2)})", text)
-    source = f"*Source: `benchmarks/results/{name}.md`, written by its benchmark (`benchmarks/README.md`).*\n\n"
-    return _GENERATED + source + text, figures
+    source = f"*Source: `benchmarks/results/{name}.md`, written by its benchmark (`benchmarks/README.md`).*\n"
+    heading, newline, body = text.partition("\n")
+    if not heading.startswith("# "):
+        return _GENERATED + source + "\n" + text, figures
+    return _GENERATED + heading + newline + "\n" + source + body, figures
 
 
 def _title(text: str, fallback: str) -> str:
