@@ -27,6 +27,7 @@ import numpy as np
 from gymnasium import spaces as gym_spaces
 
 from envs import brax_env, gymnasium_pool, gymnax_env, jax_pool
+from envs.observations import say_on_stderr
 
 # EnvPool's module path for each task id -> our family name. Anything else is not supported.
 _FAMILY_BY_MODULE = {
@@ -303,12 +304,13 @@ def make_pool(
 
 def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:
     """The spaces of a `gymnasium/<id>` task: a vector `Box` observation or a uint8 image `Box` (``HxWxC``, or
-    ``CxHxW`` of sides 36 or more: `agents.networks.image_torso`), and a `Discrete` or 1-D `Box` action; any other
-    space is refused with one line naming it."""
+    ``CxHxW`` of sides 36 or more: `agents.networks.image_torso`), after `envs.observations.adapted` (any rank of
+    Box, Discrete / MultiDiscrete / MultiBinary, Dict and Tuple of those, frame stacks), and a `Discrete` or 1-D
+    `Box` action; any other space is refused with one line naming it."""
     import gymnasium
 
     try:
-        env = gymnasium_pool.make_env(env_id, env_kwargs=env_kwargs)
+        env = gymnasium_pool.make_env(env_id, env_kwargs=env_kwargs, say=say_on_stderr)
     except (gymnasium.error.Error, ModuleNotFoundError, ImportError, AttributeError, TypeError) as error:
         raise ValueError(f"{env_id}: gymnasium.make failed: {str(error).strip().splitlines()[0]}") from None
     try:
@@ -317,8 +319,8 @@ def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:
     finally:
         env.close()
     if not isinstance(obs_space, gym_spaces.Box) or len(obs_space.shape) not in (1, 3):
-        raise ValueError(f"{env_id}: unsupported observation space {obs_space} (gymnasium/ takes a 1-D Box or a "
-                         "uint8 image Box HxWxC / CxHxW)")
+        raise ValueError(f"{env_id}: unsupported observation space {obs_space} (gymnasium/ takes a Box, Discrete, "
+                         "MultiDiscrete, MultiBinary, a Dict or Tuple of those, or a uint8 image Box HxWxC / CxHxW)")
     if len(obs_space.shape) == 3:
         _check_image(env_id, obs_space)
     if isinstance(act_space, gym_spaces.Discrete):

@@ -78,13 +78,17 @@ def parse_kwargs(env_kwargs: str) -> dict:
     return kwargs
 
 
-def make_env(env_id: str, render: bool = False, env_kwargs: str = ""):
+def make_env(env_id: str, render: bool = False, env_kwargs: str = "", say=lambda line: None):
     """`gymnasium.make` of a `gymnasium/<id>` task with its `--env_kwargs` (its module imported first for the
-    `module:Name` form)."""
+    `module:Name` form), its observation in a form the networks read (`envs.observations.adapted`; `say` gets its
+    note line)."""
     import gymnasium
 
-    return gymnasium.make(gymnasium_id(env_id), **parse_kwargs(env_kwargs),
-                          **({"render_mode": "rgb_array"} if render else {}))
+    from envs.observations import adapted
+
+    env = gymnasium.make(gymnasium_id(env_id), **parse_kwargs(env_kwargs),
+                         **({"render_mode": "rgb_array"} if render else {}))
+    return adapted(env, say=say)
 
 
 class _Envs:

@@ -1,7 +1,8 @@
 """A small Gymnasium env of the test suite's own, for `--env=gymnasium/tests.gym_envs:Walk-v0` (the `module:Name`
 form imports this module, which registers it): a walker on a line starts at a random point of [-1, 1] and moves by
 +-step_size (a keyword argument, 0.1) per step; reaching +1 ends the episode with reward 1 (each step costs 0.01),
-reaching -1 ends it with 0, and the time limit is 50 steps. Also a space no launcher takes (`DictObs-v0`), and
+reaching -1 ends it with 0, and the time limit is 50 steps; the same walk seen through a Dict (`DictObs-v0`) and a
+Dict of a table, a Discrete and a Text (`MixedObs-v0`), a space no launcher takes (`SequenceObs-v0`), and
 `Lamp-v0`, a uint8 image env of any `shape` (a keyword argument, HxWxC or CxHxW): each step shows a lit or a dark
 image, and the action that names it (1 lit, 0 dark) earns 1; 20 steps an episode, so a random policy scores 10."""
 
@@ -42,6 +43,27 @@ class Walk(gymnasium.Env):
 
 class DictObs(Walk):
     observation_space = spaces.Dict({"position": spaces.Box(-1.0, 1.0, (1,), np.float32)})
+
+
+class MixedObs(Walk):
+    """Walk seen as a Dict of a 2-D Box (the position in a 1x2 table), a Discrete (which half of the line) and a
+    Text part that no network reads (MiniGrid's `mission`)."""
+
+    observation_space = spaces.Dict({"table": spaces.Box(-2.0, 2.0, (1, 2), np.float32),
+                                     "half": spaces.Discrete(2), "mission": spaces.Text(20)})
+
+    def _obs(self):
+        return {"table": np.array([[self.position, 1.0]], np.float32), "half": int(self.position > 0),
+                "mission": "reach the right end"}
+
+
+class SequenceObs(Walk):
+    """A space no launcher takes: a variable-length sequence."""
+
+    observation_space = spaces.Sequence(spaces.Box(-1.0, 1.0, (1,), np.float32))
+
+    def _obs(self):
+        return (np.array([self.position], np.float32),)
 
 
 class Lamp(gymnasium.Env):
@@ -102,3 +124,5 @@ gymnasium.register("Walk-v0", entry_point=Walk, max_episode_steps=50)
 gymnasium.register("Faulty-v0", entry_point=Faulty, max_episode_steps=50)
 gymnasium.register("Lamp-v0", entry_point=Lamp, max_episode_steps=20)
 gymnasium.register("DictObs-v0", entry_point=DictObs, max_episode_steps=50)
+gymnasium.register("MixedObs-v0", entry_point=MixedObs, max_episode_steps=50)
+gymnasium.register("SequenceObs-v0", entry_point=SequenceObs, max_episode_steps=50)

@@ -59,7 +59,7 @@ def test_spreeze_resume_sets_a_corrupt_newest_weight_file_aside(tmp_path, capsys
     # is compiled, leaving version 0 alone. Resume until an older version stands behind the newest one.
     steps = 800
     system.run(tiny_spreeze(run_dir, total_steps=steps))
-    while len(weights_lib.list_versions(os.path.join(run_dir, "checkpoints"))) < 2 and steps < 3_200:
+    while len(weights_lib.list_versions(os.path.join(run_dir, "checkpoints"))) < 2 and steps < 8_000:
         steps += 800
         system.run(tiny_spreeze(run_dir, total_steps=steps, resume=True))
     newest = weights_lib.list_versions(os.path.join(run_dir, "checkpoints"))[-1][1]
