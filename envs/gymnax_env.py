@@ -5,6 +5,12 @@
 the env's `EnvParams` (e.g. `{"max_steps_in_episode": 200}`) and passes any other key to the env's constructor.
 Termination is the env's own (`step_env`); truncation is ours, at the env's `max_steps_in_episode`, so the two stay
 apart (gymnax's `step` would auto-reset and merge them).
+
+`--env=jax/<module>:<callable>` is any JAX env with gymnax's interface (`reset_env(key, params)`, `step_env(key,
+state, action, params)`, `observation_space(params)`, `action_space(params)`, `params.max_steps_in_episode`):
+`<module>` is imported and `<callable>(**env_kwargs)` returns `(env, params)`. Suites built on gymnax's
+`Environment` class (Craftax, XLand-MiniGrid, ...) plug in through a two-line factory of the user's; the task then
+runs as a `gymnax/` one, in the same jitted pool and in Anakin's program.
 """
 
 from __future__ import annotations
@@ -16,10 +22,42 @@ import numpy as np
 from envs.gymnasium_pool import parse_kwargs
 
 PREFIX = "gymnax/"
+CUSTOM_PREFIX = "jax/"
+_INTERFACE = ("reset_env", "step_env", "observation_space", "action_space")
 
 
 def is_gymnax(env_id: str) -> bool:
-    return env_id.startswith(PREFIX)
+    """A `gymnax/<id>` task, or a `jax/<module>:<callable>` one with gymnax's interface."""
+    return env_id.startswith(PREFIX) or env_id.startswith(CUSTOM_PREFIX)
+
+
+def _custom_env(env_id: str, kwargs: dict):
+    """(env, params) of `jax/<module>:<callable>`; ValueError with one line for a bad id, a failed import or call,
+    or an env without gymnax's interface."""
+    import importlib
+
+    target = env_id[len(CUSTOM_PREFIX):]
+    module_name, _, name = target.partition(":")
+    if not module_name or not name:
+        raise ValueError(f"{env_id}: give --env=jax/<module>:<callable>, the callable returning (env, env_params)")
+    try:
+        factory = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"{env_id}: cannot load {target}: {str(error).strip().splitlines()[0]}") from None
+    try:
+        made = factory(**kwargs)
+    except Exception as error:  # the user's factory: its failure, in one line
+        raise ValueError(f"{env_id}: {target}(**--env_kwargs) failed: {type(error).__name__}: "
+                         f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}") from None
+    if not (isinstance(made, tuple) and len(made) == 2):
+        raise ValueError(f"{env_id}: {target} must return (env, env_params), got {type(made).__name__}")
+    env, params = made
+    missing = [m for m in _INTERFACE if not hasattr(env, m)]
+    if missing or not hasattr(params, "max_steps_in_episode"):
+        lacks = ", ".join(missing + ([] if hasattr(params, "max_steps_in_episode") else
+                                     ["params.max_steps_in_episode"]))
+        raise ValueError(f"{env_id}: the env lacks gymnax's interface ({lacks})")
+    return env, params
 
 
 def gymnax_id(env_id: str) -> str:
@@ -29,7 +67,10 @@ def gymnax_id(env_id: str) -> str:
 
 def make_env(env_id: str, env_kwargs: str = ""):
     """(env, params) of a `gymnax/<id>` task: `--env_kwargs` keys naming `EnvParams` fields set them, the others go
-    to the env's constructor. ValueError with one line for an unknown id, a missing gymnax or a bad keyword."""
+    to the env's constructor; a `jax/<module>:<callable>` task is the callable's. ValueError with one line for an
+    unknown id, a missing gymnax or a bad keyword."""
+    if env_id.startswith(CUSTOM_PREFIX):
+        return _custom_env(env_id, parse_kwargs(env_kwargs))
     try:
         import gymnax
     except ImportError:

@@ -60,7 +60,8 @@ def run_group(config_cls: type, *, checkpoints: bool = True) -> list[Spec]:
     return [
         _s("game", None, "Atari game name, e.g. Breakout (EnvPool id Breakout-v5)."),
         _s("env", None, "Task id instead of --game: EnvPool's (e.g. CartPole-v1, "
-           "gfootball/academy_empty_goal_close-v1), gymnasium/<id> or gymnax/<id> (e.g. gymnax/Breakout-MinAtar)."),
+           "gfootball/academy_empty_goal_close-v1), gymnasium/<id>, gymnax/<id> (e.g. gymnax/Breakout-MinAtar), "
+           "brax/<name> or jax/<module>:<callable> (a JAX env with gymnax's interface)."),
         *from_fields(config_cls, tuple(names)),
     ]
 

@@ -53,7 +53,7 @@ def validate(config: AnakinConfig) -> None:
     if not jax_pool.is_jax_env(config.env_id):
         raise config_lib.ConfigError(
             f"launch.anakin steps its envs inside the jitted program: it needs a JAX env (--env=gymnax/<id>, e.g. "
-            f"gymnax/CartPole-v1, or brax/<name>), not {config.env_id}")
+            f"gymnax/CartPole-v1, brax/<name> or jax/<module>:<callable>), not {config.env_id}")
     for name in ("num_seeds", "chunk_rounds", "num_devices"):
         minimum = 1 if name == "num_seeds" else 0
         if getattr(config, name) < minimum:
