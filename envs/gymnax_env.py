@@ -7,7 +7,8 @@ Termination is the env's own (`step_env`); truncation is ours, at the env's `max
 apart (gymnax's `step` would auto-reset and merge them).
 
 `--env=jax/<module>:<callable>` is any JAX env with gymnax's interface (`reset_env(key, params)`, `step_env(key,
-state, action, params)`, `observation_space(params)`, `action_space(params)`, `params.max_steps_in_episode`):
+state, action, params)`, `observation_space(params)`, `action_space(params)`, and the episode limit as
+`params.max_steps_in_episode` or, as Craftax names it, `params.max_timesteps`):
 `<module>` is imported and `<callable>(**env_kwargs)` returns `(env, params)`. Suites built on gymnax's
 `Environment` class (Craftax, XLand-MiniGrid, ...) plug in through a two-line factory of the user's; the task then
 runs as a `gymnax/` one, in the same jitted pool and in Anakin's program.
@@ -24,6 +25,12 @@ from envs.gymnasium_pool import parse_kwargs
 PREFIX = "gymnax/"
 CUSTOM_PREFIX = "jax/"
 _INTERFACE = ("reset_env", "step_env", "observation_space", "action_space")
+LIMIT_FIELDS = ("max_steps_in_episode", "max_timesteps")  # gymnax's name of the episode limit, Craftax's
+
+
+def limit_field(params) -> str | None:
+    """The name of the episode-limit field of `params` (`LIMIT_FIELDS`), or None."""
+    return next((name for name in LIMIT_FIELDS if hasattr(params, name)), None)
 
 
 def is_gymnax(env_id: str) -> bool:
@@ -53,10 +60,10 @@ def _custom_env(env_id: str, kwargs: dict):
         raise ValueError(f"{env_id}: {target} must return (env, env_params), got {type(made).__name__}")
     env, params = made
     missing = [m for m in _INTERFACE if not hasattr(env, m)]
-    if missing or not hasattr(params, "max_steps_in_episode"):
-        lacks = ", ".join(missing + ([] if hasattr(params, "max_steps_in_episode") else
-                                     ["params.max_steps_in_episode"]))
-        raise ValueError(f"{env_id}: the env lacks gymnax's interface ({lacks})")
+    if limit_field(params) is None:
+        missing.append("params." + " or params.".join(LIMIT_FIELDS))
+    if missing:
+        raise ValueError(f"{env_id}: the env lacks gymnax's interface ({', '.join(missing)})")
     return env, params
 
 
@@ -92,7 +99,7 @@ def make_env(env_id: str, env_kwargs: str = ""):
 def spaces(env_id: str, env_kwargs: str = ""):
     """(observation space, action space, max_episode_steps) as gymnax describes them."""
     env, params = make_env(env_id, env_kwargs)
-    return env.observation_space(params), env.action_space(params), int(params.max_steps_in_episode)
+    return env.observation_space(params), env.action_space(params), int(getattr(params, limit_field(params)))
 
 
 def raw_functions(env_id: str, env_kwargs: str = ""):
@@ -100,8 +107,9 @@ def raw_functions(env_id: str, env_kwargs: str = ""):
     own reset and step (no auto-reset, no truncation: `envs.jax_pool.env_functions` adds EnvPool's semantics) and the
     episode length it truncates at (`max_steps_in_episode`)."""
     env, params = make_env(env_id, env_kwargs)
-    limit = int(params.max_steps_in_episode)
-    params = params.replace(max_steps_in_episode=np.iinfo(np.int32).max)  # truncation is ours (envs.jax_pool)
+    field = limit_field(params)
+    limit = int(getattr(params, field))
+    params = params.replace(**{field: np.iinfo(np.int32).max})  # truncation is ours (envs.jax_pool)
 
     def reset(key):
         return env.reset_env(key, params)

@@ -1,7 +1,8 @@
 """A JAX env of the test suite's own with gymnax's interface, for `--env=jax/tests.jax_envs:make_walk`: a walker on a
 line starts at a random point of [-0.9, 0.9] and moves by +-`step_size` (a keyword argument, 0.1); reaching +1 ends
-the episode with reward 1 (each step costs 0.01), reaching -1 ends it with 0; 50 steps at most. Also factories that
-break the contract (`make_nothing`, `make_failing`)."""
+the episode with reward 1 (each step costs 0.01), reaching -1 ends it with 0; 50 steps at most.
+`make_walk_timesteps` names its limit `max_timesteps` (30), as Craftax does. Also factories that break the contract
+(`make_nothing`, `make_failing`)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,25 @@ class JaxWalk(environment.Environment):
 
 def make_walk(step_size: float = 0.1):
     env = JaxWalk()
+    return env, env.default_params.replace(step_size=step_size)
+
+
+@struct.dataclass
+class TimestepsParams:
+    """Craftax's name of the episode limit (its params, as these, do not derive gymnax's `EnvParams`)."""
+
+    step_size: float = 0.1
+    max_timesteps: int = 30
+
+
+class JaxWalkTimesteps(JaxWalk):
+    @property
+    def default_params(self) -> TimestepsParams:
+        return TimestepsParams()
+
+
+def make_walk_timesteps(step_size: float = 0.1):
+    env = JaxWalkTimesteps()
     return env, env.default_params.replace(step_size=step_size)
 
 

@@ -17,6 +17,18 @@ def test_the_callables_env_gets_a_spec_with_its_kwargs():
     assert spec.max_episode_steps == 50
 
 
+def test_craftaxs_name_of_the_episode_limit_is_read_and_the_truncation_is_ours():
+    """At 0.001 a step no walk ends by itself: the episode is truncated (not terminated) at step 30."""
+    spec = make_spec("jax/tests.jax_envs:make_walk_timesteps", '{"step_size": 0.001}')
+    assert spec.max_episode_steps == 30
+    pool = make_pool(spec, num_envs=1, batch_size=1, seed=0)
+    pool.reset()
+    rows = [pool.step(np.zeros(1, np.int32)) for _ in range(31)]
+    ends = [(bool(r[2][0]), bool(r[3][0])) for r in rows]
+    assert ends[29] == (False, True) and not any(any(flags) for flags in ends[:29])
+    assert int(rows[30][4]["elapsed_step"][0]) == 0
+
+
 @pytest.mark.parametrize("env_id, message", [
     ("jax/tests.jax_envs", r"give --env=jax/<module>:<callable>"),
     ("jax/tests.no_such_module:make", r"cannot load tests.no_such_module:make: No module named"),
