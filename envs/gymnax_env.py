@@ -49,8 +49,9 @@ def _custom_env(env_id: str, kwargs: dict):
         raise ValueError(f"{env_id}: give --env=jax/<module>:<callable>, the callable returning (env, env_params)")
     try:
         factory = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as error:
-        raise ValueError(f"{env_id}: cannot load {target}: {str(error).strip().splitlines()[0]}") from None
+    except Exception as error:  # the user's module: a missing name, or any failure at its import, in one line
+        text = str(error).strip().splitlines()
+        raise ValueError(f"{env_id}: cannot load {target}: {text[0] if text else type(error).__name__}") from None
     try:
         made = factory(**kwargs)
     except Exception as error:  # the user's factory: its failure, in one line
