@@ -43,21 +43,20 @@ def _flattenable(space: spaces.Space) -> bool:
 
 
 class FlatObservation(gymnasium.ObservationWrapper):
-    """The observation as `spaces.flatten` lays it out, float32; a Dict's `Text` parts left out."""
+    """The observation as `spaces.flatten` lays out `source` (the env's space, or the Dict of its parts that
+    `adapted` keeps), float32."""
 
-    def __init__(self, env: gymnasium.Env, dropped: tuple[str, ...] = ()):
+    def __init__(self, env: gymnasium.Env, source: spaces.Space):
         super().__init__(env)
-        self._source = env.observation_space
-        self._dropped = dropped
-        if dropped:
-            self._source = spaces.Dict({k: s for k, s in env.observation_space.spaces.items() if k not in dropped})
-        flat = spaces.flatten_space(self._source)
+        self._source = source
+        self._keys = tuple(source.spaces) if isinstance(source, spaces.Dict) else None
+        flat = spaces.flatten_space(source)
         self.observation_space = spaces.Box(np.asarray(flat.low, np.float32), np.asarray(flat.high, np.float32),
                                             flat.shape, np.float32)
 
     def observation(self, observation):
-        if self._dropped:
-            observation = {k: v for k, v in observation.items() if k not in self._dropped}
+        if self._keys is not None:
+            observation = {k: observation[k] for k in self._keys}
         return np.asarray(spaces.flatten(self._source, observation), np.float32)
 
 
@@ -86,13 +85,12 @@ def adapted(env: gymnasium.Env, say=lambda line: None) -> gymnasium.Env:
         return env
     if isinstance(space, spaces.Box) and len(space.shape) == 4 and np.dtype(space.dtype) == np.uint8:
         return StackInChannels(env)
-    dropped: tuple[str, ...] = ()
     if isinstance(space, spaces.Dict):
-        dropped = tuple(k for k, s in space.spaces.items() if isinstance(s, spaces.Text))
-        rest = spaces.Dict({k: s for k, s in space.spaces.items() if k not in dropped})
-        if dropped and _flattenable(rest):
-            say(f"[env] the observation's text parts {', '.join(dropped)} are left out (no network reads text)")
-        space = rest
-    if _flattenable(space) and not (isinstance(space, spaces.Box) and len(space.shape) == 1):
-        return FlatObservation(env, dropped)
+        dropped = [k for k, s in space.spaces.items() if isinstance(s, spaces.Text)]
+        if dropped:  # rebuilt only then: a Dict keeps its own key order
+            space = spaces.Dict({k: s for k, s in space.spaces.items() if k not in dropped})
+            if _flattenable(space):
+                say(f"[env] the observation's text parts {', '.join(dropped)} are left out (no network reads text)")
+    if _flattenable(space):
+        return FlatObservation(env, space)
     return env

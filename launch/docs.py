@@ -122,9 +122,13 @@ def pages() -> dict[str, bytes]:
         text, figures = results_page(name)
         out[f"docs/results/{name}.md"] = text.encode()
         for figure in figures:
-            with open(os.path.join(RESULTS, figure), "rb") as f:
-                out[f"docs/results/figures/{figure}"] = f.read()
+            out[f"docs/results/figures/{figure}"] = _read_bytes(os.path.join(RESULTS, figure))
     return out
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def stale(root: str = ROOT, wanted: dict[str, bytes] | None = None) -> list[str]:
@@ -133,7 +137,7 @@ def stale(root: str = ROOT, wanted: dict[str, bytes] | None = None) -> list[str]
     found = []
     for path, data in wanted.items():
         full = os.path.join(root, path)
-        if not os.path.exists(full) or open(full, "rb").read() != data:
+        if not os.path.exists(full) or _read_bytes(full) != data:
             found.append(path)
     for folder in ("docs/reference", "docs/results"):
         for base, _, files in os.walk(os.path.join(root, folder)):

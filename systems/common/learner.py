@@ -76,8 +76,8 @@ def build(
     update: functools.partial | None = None,
 ) -> tuple[LearnerSetup, TrainState]:
     """The agent of `config` from its parts: the `network` (default `default_network`), the optimizer
-    (`optimizer_settings`, `agents.optim.make_optimizer`'s arguments, default `optimizer_settings(config)`; or an
-    `optimizer` that function cannot build: Anakin's swept rates) and the `update` rule with its hyperparameters
+    (`optimizer_settings`, `agents.optim.make_optimizer`'s arguments, default `default_optimizer_settings(config)`;
+    or an `optimizer` that function cannot build: Anakin's swept rates) and the `update` rule with its hyperparameters
     (`functools.partial(agents.ppo_update or agents.a2c_update, config=...)`, default `algo_update`), to which
     `build` gives the network's `apply_fn` and the optimizer. The programs are made once per process for an equal
     network, optimizer settings and update (`jit_cache`); for an `optimizer`, once per call.
