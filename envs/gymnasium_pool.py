@@ -241,20 +241,20 @@ class GymnasiumPool(SyncMethods):
         if self._local is not None:
             self._pending += [self._local.reset(i) for i in range(self.num_envs)]
             return
-        for w, (conn, ids) in enumerate(zip(self._conns, self._ids_of_worker, strict=True)):
+        for w, ids in enumerate(self._ids_of_worker):
             self._count_sent(w, len(ids))
-            conn.send(("reset", ids))
+            self._send(w, ("reset", ids))
 
     def send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
         actions, env_ids = np.asarray(actions), np.asarray(env_ids)
         if self._local is not None:
             self._pending += [self._local.step(int(i), _action(a)) for i, a in zip(env_ids, actions, strict=True)]
             return
-        for w, conn in enumerate(self._conns):
+        for w in range(len(self._conns)):
             mine = np.flatnonzero(self._worker_of[env_ids] == w)
             if len(mine):
                 self._count_sent(w, len(mine))
-                conn.send(("step", [(int(env_ids[k]), _action(actions[k])) for k in mine]))
+                self._send(w, ("step", [(int(env_ids[k]), _action(actions[k])) for k in mine]))
 
     def _count_sent(self, worker: int, n: int) -> None:
         with self._count_lock:
@@ -274,7 +274,7 @@ class GymnasiumPool(SyncMethods):
         """[1, H, W, 3]: env 0's frame (the pool must be made with `render=True`), as EnvPool's `render()`."""
         if self._local is not None:
             return np.asarray(self._local.envs[0].render())[None]
-        self._conns[0].send(("render", None))
+        self._send(0, ("render", None))
         while True:  # env results that arrive first are kept for recv()
             message = self._receive(self._conns[0])
             if message[0] == "frame":
@@ -317,11 +317,20 @@ class GymnasiumPool(SyncMethods):
         try:
             return conn.recv()
         except (EOFError, OSError):
-            w = self._conns.index(conn)
-            proc = self._procs[w]
-            proc.join(timeout=5.0)
-            raise EnvFailed(f"{self._env_id}: env worker {w} (envs {_ids_text(self._ids_of_worker[w])}) "
-                            f"exited{_exit_text(proc.exitcode)}") from None
+            raise self._worker_died(self._conns.index(conn)) from None
+
+    def _send(self, worker: int, message) -> None:
+        """A message to a worker; EnvFailed naming it and its exit status when it died (the pipe broke)."""
+        try:
+            self._conns[worker].send(message)
+        except OSError:  # BrokenPipeError, ConnectionResetError: the worker is gone
+            raise self._worker_died(worker) from None
+
+    def _worker_died(self, worker: int) -> EnvFailed:
+        proc = self._procs[worker]
+        proc.join(timeout=5.0)
+        return EnvFailed(f"{self._env_id}: env worker {worker} (envs {_ids_text(self._ids_of_worker[worker])}) "
+                         f"exited{_exit_text(proc.exitcode)}")
 
     def close(self) -> None:
         if self._closed:

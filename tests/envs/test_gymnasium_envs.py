@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from envs.factory import make_pool, make_spec, resolve_env_id
+from envs.pool_api import EnvFailed
 from systems.common.config import ConfigError
 from systems.hts import system as hts
 from tests.fixtures import tiny_hts
@@ -91,6 +92,22 @@ def test_the_async_pool_returns_batches_of_any_envs():
         assert len(first) == len(second) == 2 and set(first) | set(second) == {0, 1, 2, 3}
         pool.send(np.zeros(2, np.int32), first)
         assert set(pool.recv()[4]["env_id"]) == set(first)
+    finally:
+        pool.close()
+
+
+def test_a_worker_that_died_is_env_failed_on_send_as_on_recv():
+    """A step sent to a dead worker raised BrokenPipeError (exit 74, 'Broken pipe') instead of the env failure that
+    names the worker and its exit status (exit 70), depending on whether the pool sent or received first."""
+    pool = make_pool(make_spec(WALK), num_envs=4, batch_size=4, seed=1, num_threads=2)
+    try:
+        pool.async_reset()
+        ids = pool.recv()[4]["env_id"]
+        pool._procs[1].kill()
+        pool._procs[1].join()
+        with pytest.raises(EnvFailed, match=r"env worker 1 \(envs [\d, ]+\) exited on signal SIGKILL"):
+            for _ in range(100):  # the pipe's buffer may take a few sends before it breaks
+                pool.send(np.zeros(4, np.int32), ids)
     finally:
         pool.close()
 
