@@ -6,8 +6,10 @@ takes one PRNG key per row and draws each row's action from its own key only, so
 depend on which other observations share the actor's batch. ``log_prob`` / ``entropy`` give the log
 pi(a|s) and H(pi(.|s)) terms of Eq. (4)-(6).
 
-``policy_out`` is either logits ``[B, A]`` (categorical policy) or a tuple ``(mean, log_std)`` of
-``[B, A]`` arrays (diagonal Gaussian, CleanRL continuous PPO). The type decides which.
+``policy_out`` is logits ``[B, A]`` (categorical policy), a tuple ``(mean, log_std)`` of ``[B, A]`` arrays
+(diagonal Gaussian, CleanRL continuous PPO), or ``Factored`` logits (one categorical per action component, a
+MultiDiscrete or MultiBinary action: SB3's ``MultiCategoricalDistribution``, with a MultiBinary component as a
+two-way categorical, the same law as SB3's Bernoulli on one logit difference). The type decides which.
 """
 
 import math
@@ -15,12 +17,39 @@ import math
 import chex
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
+@struct.dataclass
+class Factored:
+    """Independent categoricals over ``K`` action components: ``logits [B, sum(nvec)]``, component ``k`` the
+    ``nvec[k]`` columns after those of components ``0..k-1``. An action is int32 ``[B, K]``."""
+
+    logits: jax.Array
+    nvec: tuple = struct.field(pytree_node=False)
+
+    def parts(self) -> list:
+        """The ``[B, nvec[k]]`` logits of each component."""
+        chex.assert_axis_dimension(self.logits, -1, sum(self.nvec))
+        bounds = [sum(self.nvec[:k]) for k in range(len(self.nvec) + 1)]
+        return [self.logits[..., lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
 def _is_continuous(policy_out) -> bool:
     return isinstance(policy_out, tuple)
+
+
+def _categorical_log_prob(logits: jax.Array, actions: jax.Array) -> jax.Array:
+    log_probs = jax.nn.log_softmax(logits, axis=-1)
+    return jnp.take_along_axis(log_probs, actions.astype(jnp.int32)[..., None], axis=-1)[..., 0]
+
+
+def _categorical_entropy(logits: jax.Array) -> jax.Array:
+    log_probs = jax.nn.log_softmax(logits, axis=-1)
+    # probs * log_probs with probs from exp(log_probs): 0 * -inf cannot occur for finite logits.
+    return -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
 
 
 def _check_gaussian(policy_out):
@@ -38,9 +67,19 @@ def sample_actions(policy_out, keys: jax.Array) -> jax.Array:
       keys: ``[B]`` typed PRNG keys (or ``[B, 2]`` raw uint32 keys), one per row.
 
     Returns:
-      int32 ``[B]`` (discrete) or float32 ``[B, A]`` (continuous; not clipped, the env wrapper
-      clips to the action bounds).
+      int32 ``[B]`` (discrete), int32 ``[B, K]`` (factored) or float32 ``[B, A]`` (continuous; not clipped,
+      the env wrapper clips to the action bounds).
     """
+    if isinstance(policy_out, Factored):
+        chex.assert_axis_dimension(keys, 0, policy_out.logits.shape[0])
+
+        def _sample_row(row_logits, key):  # component k from the k-th key of the row's own key
+            parts = Factored(row_logits[None], policy_out.nvec).parts()
+            component_keys = jax.random.split(key, len(parts))
+            return jnp.stack([jax.random.categorical(k, part[0]) for k, part in zip(component_keys, parts,
+                                                                                    strict=True)])
+
+        return jax.vmap(_sample_row)(policy_out.logits, keys).astype(jnp.int32)
     if _is_continuous(policy_out):
         mean, log_std = _check_gaussian(policy_out)
         chex.assert_axis_dimension(keys, 0, mean.shape[0])
@@ -60,7 +99,12 @@ def sample_actions(policy_out, keys: jax.Array) -> jax.Array:
 
 
 def log_prob(policy_out, actions: jax.Array) -> jax.Array:
-    """log pi(a|s) per row: ``[B]`` float32. ``actions`` is int ``[B]`` or float ``[B, A]``."""
+    """log pi(a|s) per row: ``[B]`` float32. ``actions`` is int ``[B]``, int ``[B, K]`` (factored: the sum of the
+    components' log-probabilities) or float ``[B, A]``."""
+    if isinstance(policy_out, Factored):
+        parts = policy_out.parts()
+        chex.assert_shape(actions, (policy_out.logits.shape[0], len(parts)))
+        return sum(_categorical_log_prob(part, actions[:, k]) for k, part in enumerate(parts))
     if _is_continuous(policy_out):
         mean, log_std = _check_gaussian(policy_out)
         chex.assert_equal_shape([mean, actions])
@@ -70,25 +114,26 @@ def log_prob(policy_out, actions: jax.Array) -> jax.Array:
     logits = policy_out
     chex.assert_rank([logits, actions], [2, 1])
     chex.assert_axis_dimension(actions, 0, logits.shape[0])
-    log_probs = jax.nn.log_softmax(logits, axis=-1)  # [B, A]
-    return jnp.take_along_axis(log_probs, actions.astype(jnp.int32)[:, None], axis=-1)[:, 0]
+    return _categorical_log_prob(logits, actions)
 
 
 def entropy(policy_out) -> jax.Array:
-    """Entropy H(pi(.|s)) per row: ``[B]`` float32."""
+    """Entropy H(pi(.|s)) per row: ``[B]`` float32 (factored: the sum of the components' entropies)."""
+    if isinstance(policy_out, Factored):
+        return sum(_categorical_entropy(part) for part in policy_out.parts())
     if _is_continuous(policy_out):
         _, log_std = _check_gaussian(policy_out)
         return jnp.sum(log_std + 0.5 * (_LOG_2PI + 1.0), axis=-1)
 
-    logits = policy_out
-    chex.assert_rank(logits, 2)
-    log_probs = jax.nn.log_softmax(logits, axis=-1)  # [B, A]
-    # Use probs * log_probs with probs from exp(log_probs): 0 * -inf cannot occur for finite logits.
-    return -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
+    chex.assert_rank(policy_out, 2)
+    return _categorical_entropy(policy_out)
 
 
 def mode(policy_out) -> jax.Array:
-    """Greedy action per row (for evaluation): argmax int32 ``[B]`` or the mean ``[B, A]``."""
+    """Greedy action per row (for evaluation): argmax int32 ``[B]``, each component's argmax int32 ``[B, K]`` or
+    the mean ``[B, A]``."""
+    if isinstance(policy_out, Factored):
+        return jnp.stack([jnp.argmax(part, axis=-1) for part in policy_out.parts()], axis=-1).astype(jnp.int32)
     if _is_continuous(policy_out):
         mean, _ = _check_gaussian(policy_out)
         return mean.astype(jnp.float32)

@@ -39,6 +39,7 @@ import numpy as np
 from jax import lax
 
 from agents import conv as conv_lib
+from agents.distributions import Factored
 
 _TORSO_GAIN = float(np.sqrt(2.0))
 # CleanRL: a tiny policy-head init makes the initial policy close to uniform / zero-mean,
@@ -314,10 +315,12 @@ class ActorCritic(nn.Module):
         activation, orthogonal_init: the MLP's nonlinearity and initializer (the ``"mlp"`` torso and its heads).
         log_std_init: the initial state-independent log-std of a continuous policy.
         conv_plan: the CNN torsos' convolution forms (`LayerForms` per layer; None: the backend's default).
+        action_nvec: the choices of each component of a factored (MultiDiscrete / MultiBinary) action, or ``()``;
+            when given, ``action_dim`` is its length and the policy head has ``sum(action_nvec)`` logits.
 
     ``__call__(obs)`` returns ``(policy_out, value)``: ``value`` is float32 ``[B]``;
-    ``policy_out`` is logits ``[B, A]`` (discrete) or ``(mean [B, A], log_std [B, A])``
-    (continuous).
+    ``policy_out`` is logits ``[B, A]`` (discrete), ``distributions.Factored`` logits ``[B, sum(nvec)]``
+    (factored) or ``(mean [B, A], log_std [B, A])`` (continuous).
     """
 
     torso: str
@@ -329,6 +332,7 @@ class ActorCritic(nn.Module):
     orthogonal_init: bool = True
     log_std_init: float = 0.0
     conv_plan: ConvPlan | None = None
+    action_nvec: tuple = ()
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray):
@@ -354,9 +358,10 @@ class ActorCritic(nn.Module):
 
         orthogonal = self.orthogonal_init or self.torso != "mlp"
         value = _dense(1, _VALUE_HEAD_GAIN, orthogonal)(critic_features)[:, 0].astype(jnp.float32)  # [B]
-        head = _dense(self.action_dim, _POLICY_HEAD_GAIN, orthogonal)(actor_features).astype(
-            jnp.float32
-        )  # [B, A]
+        head_width = sum(self.action_nvec) if self.action_nvec else self.action_dim
+        head = _dense(head_width, _POLICY_HEAD_GAIN, orthogonal)(actor_features).astype(jnp.float32)  # [B, A]
+        if self.action_nvec:
+            return Factored(head, tuple(self.action_nvec)), value
         if not self.continuous:
             return head, value
         # State-independent log-std (CleanRL continuous PPO), broadcast to every row.
@@ -413,6 +418,7 @@ def make_network(
     orthogonal_init: bool = True,
     log_std_init: float = 0.0,
     conv_plan: ConvPlan | None = None,
+    action_nvec: tuple = (),
 ) -> ActorCritic:
     """Builds the actor-critic, picking the torso from the (unbatched) observation shape unless given.
 
@@ -421,7 +427,8 @@ def make_network(
     ``torso="ba3c"``: the Distributed BA3C network (seed paper 001) with ``hidden`` units, Atari shape only.
     Any explicit torso must fit the observation shape. ``hidden_sizes``, ``activation`` and ``orthogonal_init``
     shape the MLP (vector observations); ``log_std_init`` any continuous policy; ``conv_plan`` the CNN torsos'
-    convolution forms (None: the backend's default).
+    convolution forms (None: the backend's default); ``action_nvec`` a factored action's choices per component
+    (``action_dim`` must be its length).
     """
     obs_shape = tuple(int(d) for d in obs_shape)
     if torso is None:
@@ -448,6 +455,9 @@ def make_network(
         )
     if action_dim < 1:
         raise ValueError(f"action_dim must be >= 1, got {action_dim}.")
+    if action_nvec and (len(action_nvec) != action_dim or min(action_nvec) < 1 or continuous):
+        raise ValueError(f"action_nvec {tuple(action_nvec)} must give {action_dim} components of >= 1 choices "
+                         "each, for a discrete policy.")
     if hidden < 1:
         raise ValueError(f"hidden must be >= 1, got {hidden}.")
     if not hidden_sizes or min(hidden_sizes) < 1:
@@ -458,4 +468,5 @@ def make_network(
         torso=torso, action_dim=int(action_dim), continuous=bool(continuous), hidden=int(hidden),
         hidden_sizes=tuple(int(h) for h in hidden_sizes), activation=activation,
         orthogonal_init=bool(orthogonal_init), log_std_init=float(log_std_init), conv_plan=conv_plan,
+        action_nvec=tuple(int(n) for n in action_nvec),
     )

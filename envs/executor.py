@@ -181,7 +181,7 @@ class Executor:
     def _zero_actions(self, n: int) -> np.ndarray:
         if self.spec.continuous:
             return np.zeros((n, self.spec.action_dim), np.float32)
-        return np.zeros((n,), np.int32)
+        return np.zeros((n, self.spec.action_dim) if self.spec.factored else (n,), np.int32)
 
     # -- actor-facing API -------------------------------------------------------------------------------
     def start(self) -> None:

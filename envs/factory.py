@@ -103,6 +103,13 @@ class EnvSpec:
     # max_episode_steps (400 -> truncated at elapsed_step 401, like gfootball's game_duration).
     max_episode_steps: int
     env_kwargs: str = ""  # gymnasium/, gymnax/ and brax/ tasks only: the env's keyword arguments as JSON
+    # A factored (MultiDiscrete / MultiBinary) action's choices per component, counted from 0; () otherwise. Then
+    # action_dim is the number of components and an action is int32 [action_dim].
+    action_nvec: tuple = ()
+
+    @property
+    def factored(self) -> bool:
+        return bool(self.action_nvec)
 
 
 def family_of(env_id: str) -> str:
@@ -305,8 +312,9 @@ def make_pool(
 def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:
     """The spaces of a `gymnasium/<id>` task: a vector `Box` observation or a uint8 image `Box` (``HxWxC``, or
     ``CxHxW`` of sides 36 or more: `agents.networks.image_torso`), after `envs.observations.adapted` (any rank of
-    Box, Discrete / MultiDiscrete / MultiBinary, Dict and Tuple of those, frame stacks), and a `Discrete` or 1-D
-    `Box` action; any other space is refused with one line naming it."""
+    Box, Discrete / MultiDiscrete / MultiBinary, Dict and Tuple of those, frame stacks), and a `Discrete`, 1-D
+    `Box`, `MultiDiscrete` or `MultiBinary` action (after `envs.actions.adapted_actions`); any other space is
+    refused with one line naming it."""
     import gymnasium
 
     try:
@@ -323,17 +331,23 @@ def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:
                          "MultiDiscrete, MultiBinary, a Dict or Tuple of those, or a uint8 image Box HxWxC / CxHxW)")
     if len(obs_space.shape) == 3:
         _check_image(env_id, obs_space)
+    nvec = ()
     if isinstance(act_space, gym_spaces.Discrete):
         action_dim, low, high, continuous = int(act_space.n), None, None, False
     elif isinstance(act_space, gym_spaces.Box) and len(act_space.shape) == 1:
         action_dim, continuous = int(act_space.shape[0]), True
         low, high = np.asarray(act_space.low, np.float32), np.asarray(act_space.high, np.float32)
+    elif isinstance(act_space, gym_spaces.MultiDiscrete) and act_space.nvec.ndim == 1 and len(act_space.nvec):
+        nvec, low, high, continuous = tuple(int(n) for n in act_space.nvec), None, None, False
+        action_dim = len(nvec)
     else:
-        raise ValueError(f"{env_id}: unsupported action space {act_space} (gymnasium/ takes Discrete or a 1-D Box)")
+        raise ValueError(f"{env_id}: unsupported action space {act_space} (gymnasium/ takes Discrete, a 1-D Box, "
+                         "MultiDiscrete or MultiBinary)")
     dtype = np.dtype(np.float32) if np.dtype(obs_space.dtype).kind == "f" else np.dtype(obs_space.dtype)
     return EnvSpec(env_id=env_id, family="gymnasium", obs_shape=tuple(int(d) for d in obs_space.shape),
                    obs_dtype=dtype, action_dim=action_dim, continuous=continuous, action_low=low, action_high=high,
-                   max_episode_steps=int(max_steps) if max_steps else _INT32_MAX, env_kwargs=env_kwargs)
+                   max_episode_steps=int(max_steps) if max_steps else _INT32_MAX, env_kwargs=env_kwargs,
+                   action_nvec=nvec)
 
 
 # The smallest side the Nature CNN's layers read (`agents.networks.PIXEL_MIN_SIDE`, the same value, tested): a

@@ -80,15 +80,16 @@ def parse_kwargs(env_kwargs: str) -> dict:
 
 def make_env(env_id: str, render: bool = False, env_kwargs: str = "", say=lambda line: None):
     """`gymnasium.make` of a `gymnasium/<id>` task with its `--env_kwargs` (its module imported first for the
-    `module:Name` form), its observation in a form the networks read (`envs.observations.adapted`; `say` gets its
-    note line)."""
+    `module:Name` form), its observation and action in forms the networks read (`envs.observations.adapted`, whose
+    note line goes to `say`, and `envs.actions.adapted_actions`)."""
     import gymnasium
 
+    from envs.actions import adapted_actions
     from envs.observations import adapted
 
     env = gymnasium.make(gymnasium_id(env_id), **parse_kwargs(env_kwargs),
                          **({"render_mode": "rgb_array"} if render else {}))
-    return adapted(env, say=say)
+    return adapted(adapted_actions(env), say=say)
 
 
 class _Envs:
@@ -377,6 +378,8 @@ def _exit_text(code: int | None) -> str:
 
 
 def _action(action):
-    """A Discrete action as a Python int, a Box action as float32."""
+    """A Discrete action as a Python int, a MultiDiscrete one as int64 components, a Box action as float32."""
     action = np.asarray(action)
-    return int(action) if action.ndim == 0 else action.astype(np.float32)
+    if action.ndim == 0:
+        return int(action)
+    return action.astype(np.int64 if action.dtype.kind in "iu" else np.float32)

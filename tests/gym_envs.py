@@ -4,7 +4,10 @@ form imports this module, which registers it): a walker on a line starts at a ra
 reaching -1 ends it with 0, and the time limit is 50 steps; the same walk seen through a Dict (`DictObs-v0`) and a
 Dict of a table, a Discrete and a Text (`MixedObs-v0`), a space no launcher takes (`SequenceObs-v0`), and
 `Lamp-v0`, a uint8 image env of any `shape` (a keyword argument, HxWxC or CxHxW): each step shows a lit or a dark
-image, and the action that names it (1 lit, 0 dark) earns 1; 20 steps an episode, so a random policy scores 10."""
+image, and the action that names it (1 lit, 0 dark) earns 1; 20 steps an episode, so a random policy scores 10;
+and `Dials-v0`, factored actions: each step shows a target setting of each dial and an action sets them all
+(`space="multidiscrete"`: a MultiDiscrete of shape (2, 2) counted from `start`, `space="multibinary"`: a
+MultiBinary (2, 3)); the reward is the fraction of dials set right, 20 steps an episode."""
 
 from __future__ import annotations
 
@@ -120,9 +123,37 @@ class Faulty(Walk):
         return obs, reward, terminated, truncated, info
 
 
+class Dials(gymnasium.Env):
+    def __init__(self, render_mode=None, space="multidiscrete", start=0):
+        if space == "multidiscrete":
+            self.action_space = spaces.MultiDiscrete(np.array([[3, 2], [4, 3]]), start=np.full((2, 2), start))
+            self._nvec, self._start = self.action_space.nvec, self.action_space.start
+        else:
+            self.action_space = spaces.MultiBinary((2, 3))
+            self._nvec, self._start = np.full((2, 3), 2), np.zeros((2, 3), np.int64)
+        self.observation_space = spaces.Box(0.0, 1.0, (self._nvec.size,), np.float32)
+        self.render_mode, self.target = render_mode, None
+
+    def _obs(self):
+        return ((self.target - self._start) / (self._nvec - 1)).astype(np.float32).reshape(-1)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.target = self._start + self.np_random.integers(self._nvec)
+        return self._obs(), {}
+
+    def step(self, action):
+        action = np.asarray(action)
+        assert action.shape == self._nvec.shape and self.action_space.contains(action.astype(self.action_space.dtype))
+        reward = float(np.mean(action == self.target))
+        self.target = self._start + self.np_random.integers(self._nvec)
+        return self._obs(), reward, False, False, {}
+
+
 gymnasium.register("Walk-v0", entry_point=Walk, max_episode_steps=50)
 gymnasium.register("Faulty-v0", entry_point=Faulty, max_episode_steps=50)
 gymnasium.register("Lamp-v0", entry_point=Lamp, max_episode_steps=20)
 gymnasium.register("DictObs-v0", entry_point=DictObs, max_episode_steps=50)
 gymnasium.register("MixedObs-v0", entry_point=MixedObs, max_episode_steps=50)
 gymnasium.register("SequenceObs-v0", entry_point=SequenceObs, max_episode_steps=50)
+gymnasium.register("Dials-v0", entry_point=Dials, max_episode_steps=20)

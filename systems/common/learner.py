@@ -108,7 +108,7 @@ def build(
         "update", raw_network, optimizer_key, norm, update.func, update.keywords["config"])
     if norm.enabled:
         update = normalized_update(update, norm)
-    action_shape, action_dtype = ((spec.action_dim,), np.float32) if spec.continuous else ((), np.int32)
+    action_shape, action_dtype = action_layout(spec)
     setup = LearnerSetup(
         network=network,
         update=jax.jit(update) if update_key is None else made_once(update_key, lambda: jax.jit(update)),
@@ -123,12 +123,20 @@ def build(
     return setup, state
 
 
+def action_layout(spec: EnvSpec) -> tuple:
+    """(shape, dtype) of one action of `spec`: float32 [A] (continuous), int32 [K] (factored) or an int32 scalar."""
+    if spec.continuous:
+        return (spec.action_dim,), np.float32
+    return ((spec.action_dim,) if spec.factored else ()), np.int32
+
+
 def default_network(config: config_lib.TrainConfig, spec: EnvSpec) -> ActorCritic:
     """The on-policy actor-critic of `spec` (`agents.make_network`: the family's torso, `--hidden_sizes`' MLP) with
     the convolution plan `--conv_plan` picks for the learner's batch (`conv_tuning.with_plan`)."""
     network = make_network(
         spec.obs_shape, spec.action_dim, spec.continuous, hidden_sizes=config.hidden_sizes,
         activation=config.activation, orthogonal_init=config.orthogonal_init, log_std_init=config.log_std_init,
+        action_nvec=spec.action_nvec,
     )
     return conv_tuning.with_plan(network, spec.obs_shape, learner_batch(config), config.conv_plan)
 

@@ -159,8 +159,9 @@ def _optimizer(config, learning_rate: float):
 def _q_learning_parts(config, spec: EnvSpec, obs, hidden, init_key, abstract_state: bool) -> _AlgoParts:
     """DQN / DDQN: one Q network (Nature CNN torso on images), epsilon-greedy actors, greedy evaluation."""
     algo = config.algo
-    if spec.continuous:
-        raise ValueError(f"--algo={algo} needs a discrete action space; {spec.env_id} is continuous")
+    if spec.continuous or spec.factored:
+        raise ValueError(f"--algo={algo} needs one Discrete action; {spec.env_id} has "
+                         f"{'a continuous' if spec.continuous else 'a MultiDiscrete / MultiBinary'} action")
     torso = "nature_cnn" if len(spec.obs_shape) == 3 else "mlp"
     network = QNetwork(action_dim=spec.action_dim, hidden_sizes=hidden, torso=torso, dense_init=config.network_init)
     opt = _optimizer(config, config.learning_rate)

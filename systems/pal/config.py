@@ -97,10 +97,15 @@ def validate(config: PALConfig) -> None:
 
 
 def check_env(config: PALConfig, spec: EnvSpec) -> None:
-    """Algorithm and task must fit: discrete for DQN, continuous vectors for DDPG / TD3 / SAC."""
+    """Algorithm and task must fit: one discrete action for DQN, continuous vectors for DDPG / TD3 / SAC."""
     if spec.family not in SUPPORTED_FAMILIES:
         raise config_lib.ConfigError(
             f"launch.pal supports {', '.join(SUPPORTED_FAMILIES)} tasks; {spec.env_id} is {spec.family}"
+        )
+    if spec.factored:
+        raise config_lib.ConfigError(
+            f"--algo={config.algo} takes one Discrete or Box action; {spec.env_id}'s action has "
+            f"{spec.action_dim} components (MultiDiscrete / MultiBinary: use launch.hts, sync, ba3c or gala)"
         )
     if config.algo in DISCRETE_ALGOS and spec.continuous:
         raise config_lib.ConfigError(

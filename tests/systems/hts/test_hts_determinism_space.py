@@ -101,11 +101,12 @@ def _child_root() -> str:
 @pytest.mark.parametrize("env_id, num_envs", [
     pytest.param("gymnax/CartPole-v1", 7, marks=pytest.mark.slow), ("gymnasium/CartPole-v1", 6),
     pytest.param("gymnasium/FrozenLake-v1", 5, marks=pytest.mark.slow),  # a one-hot observation (envs.observations)
+    pytest.param("gymnasium/tests.gym_envs:Dials-v0", 5, marks=pytest.mark.slow),  # a factored action (envs.actions)
     pytest.param("Breakout-v5", 6, marks=pytest.mark.slow),
 ])
 def test_other_families_bits_do_not_depend_on_actors_or_batches(env_id, num_envs):
-    """A JAX env, a user's Gymnasium env (worker processes; FrozenLake's through its one-hot observation) and a
-    pixel env (the CNN), each at one env count. In a
+    """A JAX env, a user's Gymnasium env (worker processes; FrozenLake's through its one-hot observation, Dials' with
+    a MultiDiscrete action) and a pixel env (the CNN), each at one env count. In a
     child under XLA's default fusion emitters (the pixel env: the launchers' flags, as XLA's convolutions run 15x
     slower at -O0): with the suite's quick-compile flags, the elemental emitter at -O0, gymnax CartPole's jitted step
     is not reproducible run to run in its last bits (XLA CPU; not under the launchers' flags)."""
