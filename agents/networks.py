@@ -317,6 +317,11 @@ class ActorCritic(nn.Module):
         conv_plan: the CNN torsos' convolution forms (`LayerForms` per layer; None: the backend's default).
         action_nvec: the choices of each component of a factored (MultiDiscrete / MultiBinary) action, or ``()``;
             when given, ``action_dim`` is its length and the policy head has ``sum(action_nvec)`` logits.
+        image_shape: the shape of an image packed first in a vector observation with other parts (a Gymnasium Dict
+            of an image and vectors, `envs.observations.PackedObservation`), or ``()``. When given, the image's
+            pixels go through ``torso`` and the other parts are concatenated after its features, then one shared
+            MLP of ``hidden_sizes`` feeds both heads (Stable-Baselines3's ``MultiInputPolicy``: its
+            ``CombinedExtractor`` and the policy's MLP).
 
     ``__call__(obs)`` returns ``(policy_out, value)``: ``value`` is float32 ``[B]``;
     ``policy_out`` is logits ``[B, A]`` (discrete), ``distributions.Factored`` logits ``[B, sum(nvec)]``
@@ -333,30 +338,24 @@ class ActorCritic(nn.Module):
     log_std_init: float = 0.0
     conv_plan: ConvPlan | None = None
     action_nvec: tuple = ()
+    image_shape: tuple = ()
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray):
-        if self.torso == "mlp":
+        if self.image_shape:
+            actor_features = critic_features = self._packed_features(obs)
+        elif self.torso == "mlp":
             # CleanRL: separate actor and critic MLPs, so the value loss does not shape the
             # policy's features.
             mlp = dict(hidden_sizes=self.hidden_sizes, activation=self.activation,
                        orthogonal_init=self.orthogonal_init)
             actor_features = MLPTorso(**mlp, name="actor_torso")(obs)
             critic_features = MLPTorso(**mlp, name="critic_torso")(obs)
-        elif self.torso in ("nature_cnn", "gfootball_cnn"):
-            # Shared CNN torso: conv features are expensive, so both heads read the same ones.
-            torso_cls = NatureCNN if self.torso == "nature_cnn" else GFootballCNN
-            actor_features = critic_features = torso_cls(self.conv_plan, name="torso")(obs)
-        elif self.torso == "ba3c":
-            actor_features = critic_features = BA3CTorso(self.hidden, self.conv_plan, name="torso")(obs)
-        elif self.torso == "minatar_cnn":
-            actor_features = critic_features = MinAtarCNN(name="torso")(obs)
-        elif self.torso in ("pixel_cnn_chw", "pixel_cnn_hwc"):
-            actor_features = critic_features = PixelCNN(self.torso == "pixel_cnn_chw", name="torso")(obs)
         else:
-            raise ValueError(f"Unknown torso {self.torso!r}; expected one of {TORSOS}.")
+            # Shared CNN torso: conv features are expensive, so both heads read the same ones.
+            actor_features = critic_features = self._image_features(obs)
 
-        orthogonal = self.orthogonal_init or self.torso != "mlp"
+        orthogonal = self.orthogonal_init or self.torso != "mlp" or bool(self.image_shape)
         value = _dense(1, _VALUE_HEAD_GAIN, orthogonal)(critic_features)[:, 0].astype(jnp.float32)  # [B]
         head_width = sum(self.action_nvec) if self.action_nvec else self.action_dim
         head = _dense(head_width, _POLICY_HEAD_GAIN, orthogonal)(actor_features).astype(jnp.float32)  # [B, A]
@@ -368,6 +367,28 @@ class ActorCritic(nn.Module):
         log_std_init = nn.initializers.constant(self.log_std_init)
         log_std = self.param("log_std", log_std_init, (self.action_dim,), jnp.float32)
         return (head, jnp.broadcast_to(log_std, head.shape)), value
+
+    def _image_features(self, obs: jnp.ndarray) -> jnp.ndarray:
+        """The CNN torso's features of an image batch."""
+        if self.torso in ("nature_cnn", "gfootball_cnn"):
+            torso_cls = NatureCNN if self.torso == "nature_cnn" else GFootballCNN
+            return torso_cls(self.conv_plan, name="torso")(obs)
+        if self.torso == "ba3c":
+            return BA3CTorso(self.hidden, self.conv_plan, name="torso")(obs)
+        if self.torso == "minatar_cnn":
+            return MinAtarCNN(name="torso")(obs)
+        if self.torso in ("pixel_cnn_chw", "pixel_cnn_hwc"):
+            return PixelCNN(self.torso == "pixel_cnn_chw", name="torso")(obs)
+        raise ValueError(f"Unknown torso {self.torso!r}; expected one of {TORSOS}.")
+
+    def _packed_features(self, obs: jnp.ndarray) -> jnp.ndarray:
+        """The packed image's pixels (cast back to uint8) through the image torso, the other parts concatenated
+        after its features, then the shared MLP."""
+        pixels = int(np.prod(self.image_shape))
+        image = obs[:, :pixels].reshape((obs.shape[0], *self.image_shape)).astype(jnp.uint8)
+        x = jnp.concatenate([self._image_features(image), obs[:, pixels:].astype(jnp.float32)], axis=-1)
+        return MLPTorso(hidden_sizes=self.hidden_sizes, activation="relu", orthogonal_init=True,
+                        name="combined_torso")(x)
 
 
 def image_torso(obs_shape: tuple) -> str | None:
@@ -419,6 +440,7 @@ def make_network(
     log_std_init: float = 0.0,
     conv_plan: ConvPlan | None = None,
     action_nvec: tuple = (),
+    image_shape: tuple = (),
 ) -> ActorCritic:
     """Builds the actor-critic, picking the torso from the (unbatched) observation shape unless given.
 
@@ -428,9 +450,21 @@ def make_network(
     Any explicit torso must fit the observation shape. ``hidden_sizes``, ``activation`` and ``orthogonal_init``
     shape the MLP (vector observations); ``log_std_init`` any continuous policy; ``conv_plan`` the CNN torsos'
     convolution forms (None: the backend's default); ``action_nvec`` a factored action's choices per component
-    (``action_dim`` must be its length).
+    (``action_dim`` must be its length); ``image_shape`` an image packed first in a vector observation, whose torso
+    is picked (or checked) from ``image_shape`` instead.
     """
     obs_shape = tuple(int(d) for d in obs_shape)
+    image_shape = tuple(int(d) for d in image_shape)
+    if image_shape:
+        if len(obs_shape) != 1 or obs_shape[0] < int(np.prod(image_shape)):
+            raise ValueError(f"A packed image {image_shape} needs a vector observation of at least its "
+                             f"{int(np.prod(image_shape))} pixels, got {obs_shape}.")
+        network = make_network(image_shape, action_dim, continuous, torso=torso, hidden=hidden,
+                               hidden_sizes=hidden_sizes, activation=activation, orthogonal_init=orthogonal_init,
+                               log_std_init=log_std_init, conv_plan=conv_plan, action_nvec=action_nvec)
+        if network.torso == "mlp":
+            raise ValueError(f"A packed image {image_shape} needs an image torso; {image_shape} is a vector.")
+        return network.clone(image_shape=image_shape)
     if torso is None:
         if obs_shape == NATURE_CNN_OBS_SHAPE:
             torso = "nature_cnn"

@@ -106,6 +106,9 @@ class EnvSpec:
     # A factored (MultiDiscrete / MultiBinary) action's choices per component, counted from 0; () otherwise. Then
     # action_dim is the number of components and an action is int32 [action_dim].
     action_nvec: tuple = ()
+    # The image packed first in a vector observation with other parts (a Gymnasium Dict of an image and vectors:
+    # `envs.observations.PackedObservation`); () otherwise. The network unpacks it to its CNN.
+    obs_image_shape: tuple = ()
 
     @property
     def factored(self) -> bool:
@@ -312,9 +315,9 @@ def make_pool(
 def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:
     """The spaces of a `gymnasium/<id>` task: a vector `Box` observation or a uint8 image `Box` (``HxWxC``, or
     ``CxHxW`` of sides 36 or more: `agents.networks.image_torso`), after `envs.observations.adapted` (any rank of
-    Box, Discrete / MultiDiscrete / MultiBinary, Dict and Tuple of those, frame stacks), and a `Discrete`, 1-D
-    `Box`, `MultiDiscrete` or `MultiBinary` action (after `envs.actions.adapted_actions`); any other space is
-    refused with one line naming it."""
+    Box, Discrete / MultiDiscrete / MultiBinary, Dict and Tuple of those and one image, frame stacks), and a
+    `Discrete`, 1-D `Box`, `MultiDiscrete` or `MultiBinary` action (after `envs.actions.adapted_actions`); any other
+    space is refused with one line naming it."""
     import gymnasium
 
     try:
@@ -324,13 +327,15 @@ def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:
     try:
         obs_space, act_space = env.observation_space, env.action_space
         max_steps = env.spec.max_episode_steps if env.spec is not None else None
+        image_shape = getattr(env, "image_shape", ())  # a Dict of an image and vectors, packed (PackedObservation)
     finally:
         env.close()
     if not isinstance(obs_space, gym_spaces.Box) or len(obs_space.shape) not in (1, 3):
         raise ValueError(f"{env_id}: unsupported observation space {obs_space} (gymnasium/ takes a Box, Discrete, "
-                         "MultiDiscrete, MultiBinary, a Dict or Tuple of those, or a uint8 image Box HxWxC / CxHxW)")
-    if len(obs_space.shape) == 3:
-        _check_image(env_id, obs_space)
+                         "MultiDiscrete, MultiBinary, a Dict or Tuple of those and at most one uint8 image, or a "
+                         "uint8 image Box HxWxC / CxHxW)")
+    if len(obs_space.shape) == 3 or image_shape:
+        _check_image(env_id, gym_spaces.Box(0, 255, image_shape, np.uint8) if image_shape else obs_space)
     nvec = ()
     if isinstance(act_space, gym_spaces.Discrete):
         action_dim, low, high, continuous = int(act_space.n), None, None, False
@@ -347,7 +352,7 @@ def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:
     return EnvSpec(env_id=env_id, family="gymnasium", obs_shape=tuple(int(d) for d in obs_space.shape),
                    obs_dtype=dtype, action_dim=action_dim, continuous=continuous, action_low=low, action_high=high,
                    max_episode_steps=int(max_steps) if max_steps else _INT32_MAX, env_kwargs=env_kwargs,
-                   action_nvec=nvec)
+                   action_nvec=nvec, obs_image_shape=image_shape)
 
 
 # The smallest side the Nature CNN's layers read (`agents.networks.PIXEL_MIN_SIDE`, the same value, tested): a

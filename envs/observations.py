@@ -9,11 +9,16 @@ evaluation envs), so evaluation, videos, `launch.evaluate`, normalization and HT
 * `Discrete`, `MultiDiscrete` and `MultiBinary`: Gymnasium's own `spaces.flatten` (one-hot, concatenated one-hots,
   the bits), as float32;
 * `Dict` and `Tuple` of those: each part flattened and concatenated (`spaces.flatten`, in the space's key order);
-  `Text` parts (MiniGrid's `mission`) are left out, with one note line;
+  text parts (a `Text` space, or one whose samples are strings: MiniGrid's `mission`) are left out, with one note
+  line;
+* a `Dict` or `Tuple` of one uint8 image and parts of those (MiniGrid's image and direction): packed into one
+  float32 vector, the image's pixels first (C order) and the other parts flattened after them; the spec names the
+  image's shape (`PackedObservation.image_shape`), and the network unpacks it: the image through a CNN, the other
+  parts concatenated after the CNN's trunk (Stable-Baselines3's `MultiInputPolicy`, `CombinedExtractor`);
 * a uint8 `Box` of shape (N, H, W, C) (Gymnasium's `FrameStackObservation` over an HxWxC image): the stack merged
   into the channels, (H, W, N * C), frame-major.
 
-A space none of these covers (`Sequence`, `Graph`, a Dict holding an image) is left as it is, and the spec refuses
+A space none of these covers (`Sequence`, `Graph`, a Dict holding two images) is left as it is, and the spec refuses
 it with one line.
 """
 
@@ -73,6 +78,55 @@ class StackInChannels(gymnasium.ObservationWrapper):
         return np.ascontiguousarray(np.moveaxis(stack, 0, 2).reshape(self.observation_space.shape))
 
 
+class PackedObservation(gymnasium.ObservationWrapper):
+    """A Dict or Tuple of one uint8 image (part `image_key`) and flattenable parts as one float32 vector: the image's
+    pixels (C order), then `spaces.flatten` of the other parts (the Dict of them that `adapted` keeps)."""
+
+    def __init__(self, env: gymnasium.Env, source: spaces.Space, image_key):
+        super().__init__(env)
+        parts = dict(source.spaces) if isinstance(source, spaces.Dict) else dict(enumerate(source.spaces))
+        self._image_key = image_key
+        self.image_shape = tuple(int(d) for d in parts.pop(image_key).shape)
+        self._rest_keys = tuple(parts)
+        self._rest = spaces.Dict({str(k): s for k, s in parts.items()}) if parts else None
+        rest = spaces.flatten_space(self._rest) if parts else spaces.Box(0.0, 0.0, (0,))
+        pixels = int(np.prod(self.image_shape))
+        low = np.concatenate([np.zeros(pixels), rest.low]).astype(np.float32)
+        high = np.concatenate([np.full(pixels, 255.0), rest.high]).astype(np.float32)
+        self.observation_space = spaces.Box(low, high, low.shape, np.float32)
+
+    def observation(self, observation):
+        image = np.asarray(observation[self._image_key], np.float32).reshape(-1)
+        if self._rest is None:
+            return image
+        rest = spaces.flatten(self._rest, {str(k): observation[k] for k in self._rest_keys})
+        return np.concatenate([image, np.asarray(rest, np.float32)])
+
+
+def _is_text(space: spaces.Space) -> bool:
+    """A Text space, or another whose samples are strings (MiniGrid's `MissionSpace`)."""
+    if isinstance(space, spaces.Text):
+        return True
+    if type(space).__module__.startswith("gymnasium.") or space.shape is not None:
+        return False
+    try:
+        return isinstance(space.sample(), str)
+    except Exception:  # a space that cannot sample is not text we know how to leave out
+        return False
+
+
+def _one_image_part(space: spaces.Space):
+    """The key (Dict) or index (Tuple) of the only uint8 image part of `space` when its other parts flatten; None
+    otherwise."""
+    if not isinstance(space, (spaces.Dict, spaces.Tuple)):
+        return None
+    parts = dict(space.spaces) if isinstance(space, spaces.Dict) else dict(enumerate(space.spaces))
+    images = [k for k, s in parts.items() if _is_image(s)]
+    if len(images) != 1 or not all(_flattenable(s) for k, s in parts.items() if k != images[0]):
+        return None
+    return images[0]
+
+
 def say_on_stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
@@ -86,11 +140,13 @@ def adapted(env: gymnasium.Env, say=lambda line: None) -> gymnasium.Env:
     if isinstance(space, spaces.Box) and len(space.shape) == 4 and np.dtype(space.dtype) == np.uint8:
         return StackInChannels(env)
     if isinstance(space, spaces.Dict):
-        dropped = [k for k, s in space.spaces.items() if isinstance(s, spaces.Text)]
+        dropped = [k for k, s in space.spaces.items() if _is_text(s)]
         if dropped:  # rebuilt only then: a Dict keeps its own key order
             space = spaces.Dict({k: s for k, s in space.spaces.items() if k not in dropped})
-            if _flattenable(space):
+            if _flattenable(space) or _one_image_part(space) is not None:
                 say(f"[env] the observation's text parts {', '.join(dropped)} are left out (no network reads text)")
     if _flattenable(space):
         return FlatObservation(env, space)
+    if _one_image_part(space) is not None:
+        return PackedObservation(env, space, _one_image_part(space))
     return env

@@ -75,7 +75,7 @@ def make_agent(config: BA3CConfig, run_plan: Plan):
         spec.obs_shape, spec.action_dim, spec.continuous, torso="ba3c" if spec.family == "atari" else None,
         hidden=config.hidden, hidden_sizes=config.hidden_sizes, activation=config.activation,
         orthogonal_init=config.orthogonal_init, log_std_init=config.log_std_init,
-        action_nvec=spec.action_nvec,
+        action_nvec=spec.action_nvec, image_shape=spec.obs_image_shape,
     )
     network = conv_tuning.with_plan(network, spec.obs_shape, config.local_batch, config.conv_plan)
     optimizer_settings = dict(

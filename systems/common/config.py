@@ -210,11 +210,12 @@ def _check_env(env_id: str, env_kwargs: str) -> None:
         spec = factory.make_spec(env_id, env_kwargs)
     except ValueError as error:
         raise ConfigError(first_line(error)) from None
-    if len(spec.obs_shape) == 3:
+    if len(spec.obs_shape) == 3 or spec.obs_image_shape:
         from agents import networks
 
         try:
-            networks.make_network(spec.obs_shape, spec.action_dim, spec.continuous)  # a network that reads it
+            networks.make_network(spec.obs_shape, spec.action_dim, spec.continuous, action_nvec=spec.action_nvec,
+                                  image_shape=spec.obs_image_shape)  # a network that reads it
         except ValueError as error:
             raise ConfigError(f"{env_id}: {first_line(error)}") from None
 

@@ -136,7 +136,7 @@ def default_network(config: config_lib.TrainConfig, spec: EnvSpec) -> ActorCriti
     network = make_network(
         spec.obs_shape, spec.action_dim, spec.continuous, hidden_sizes=config.hidden_sizes,
         activation=config.activation, orthogonal_init=config.orthogonal_init, log_std_init=config.log_std_init,
-        action_nvec=spec.action_nvec,
+        action_nvec=spec.action_nvec, image_shape=spec.obs_image_shape,
     )
     return conv_tuning.with_plan(network, spec.obs_shape, learner_batch(config), config.conv_plan)
 
@@ -207,9 +207,10 @@ def algo_config(config: config_lib.TrainConfig, **build) -> A2CConfig | PPOConfi
 
 def normalization_config(config: config_lib.TrainConfig, spec: EnvSpec) -> NormalizationConfig:
     """The run's normalizations; ConfigError where they cannot apply (image observations)."""
-    if config.normalize_obs and len(spec.obs_shape) != 1:
+    if config.normalize_obs and (len(spec.obs_shape) != 1 or spec.obs_image_shape):
         raise config_lib.ConfigError(
-            f"--normalize_obs applies to vector observations; {config.env_id} observes images {spec.obs_shape}"
+            f"--normalize_obs applies to vector observations; {config.env_id} observes images "
+            f"{spec.obs_image_shape or spec.obs_shape}"
         )
     return NormalizationConfig(
         normalize_obs=config.normalize_obs, obs_clip=config.obs_clip, normalize_reward=config.normalize_reward,

@@ -75,7 +75,8 @@ def make_agent(config: config_lib.TrainConfig, spec: EnvSpec) -> tuple[LearnerSe
     `learner.build` jits the update and the actors' policy and initializes the state from `--seed`."""
     network = make_network(spec.obs_shape, spec.action_dim, spec.continuous, hidden_sizes=config.hidden_sizes,
                            activation=config.activation, orthogonal_init=config.orthogonal_init,
-                           log_std_init=config.log_std_init, action_nvec=spec.action_nvec)
+                           log_std_init=config.log_std_init, action_nvec=spec.action_nvec,
+                           image_shape=spec.obs_image_shape)
     network = conv_tuning.with_plan(network, spec.obs_shape, learner.learner_batch(config), config.conv_plan)
     optimizer = learner.default_optimizer_settings(config)
     if config.algo == "ppo":

@@ -225,3 +225,14 @@ def test_a_gymnasium_env_films_its_own_rgb_array_frames(tmp_path):
                                 path=str(tmp_path / "walk.gif"))
     assert film.real_frames and film.complete and "rgb_array" in film.note, film.note
     assert film.frames == film.episode_length + 1  # every step and the final state
+
+
+@pytest.mark.slow
+def test_hts_learns_minigrid_through_its_dict_observation(tmp_path):
+    """MiniGrid's Dict (a 7x7x3 image, a direction, a text mission) with no wrapper of the user's: the image through
+    MinAtar's CNN, the direction after it, the mission left out. A random policy rarely reaches the goal of
+    Empty-5x5 in its 100 steps (return about 0.1); the optimum is about 0.95."""
+    summary = hts.run(hts.HTSConfig(env_id="gymnasium/minigrid:MiniGrid-Empty-5x5-v0", num_envs=8, total_steps=30_000,
+                                    eval_every=30_000, eval_episodes=10, quiet=True, seed=1,
+                                    logdir=str(tmp_path / "run")))
+    assert summary["last_eval_return"] >= 0.5, summary["last_eval_return"]

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envs.factory import make_spec
-from envs.observations import FlatObservation, StackInChannels, adapted
+from envs.observations import FlatObservation, PackedObservation, StackInChannels, adapted
 
 
 class _Shows(gymnasium.Env):
@@ -82,3 +82,37 @@ def test_the_toy_text_tasks_and_a_mixed_dict_get_a_spec():
     assert make_spec("gymnasium/Blackjack-v1").obs_shape == (32 + 11 + 2,)
     spec = make_spec("gymnasium/tests.gym_envs:MixedObs-v0")
     assert spec.obs_shape == (2 + 2,) and spec.obs_dtype == np.float32
+
+
+_VECTOR_PARTS = st.lists(_LEAVES, min_size=0, max_size=2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(parts=_VECTOR_PARTS, side=st.integers(3, 9), channels=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_a_dict_of_one_image_and_vectors_is_packed_pixels_first(parts, side, channels, seed):
+    image = spaces.Box(0, 255, (side, side, channels), np.uint8)
+    space = spaces.Dict({"image": image, **{f"v{i}": part for i, part in enumerate(parts)}})
+    env = adapted(_Shows(space))
+    assert isinstance(env, PackedObservation) and env.image_shape == image.shape
+    obs, _ = env.reset(seed=seed)
+    expected, _ = _Shows(space).reset(seed=seed)
+    rest = [spaces.flatten(space[k], expected[k]) for k in space.spaces if k != "image"]
+    np.testing.assert_array_equal(obs, np.concatenate([expected["image"].reshape(-1), *rest]).astype(np.float32))
+    assert env.observation_space.contains(obs)
+
+
+def test_minigrids_dict_is_its_image_through_a_cnn_and_its_direction_after_it(capsys):
+    import jax
+    import jax.numpy as jnp
+
+    from agents.networks import make_network
+
+    spec = make_spec("gymnasium/minigrid:MiniGrid-Empty-5x5-v0")
+    assert spec.obs_image_shape == (7, 7, 3) and spec.obs_shape == (7 * 7 * 3 + 4,)
+    assert "text parts mission are left out" in capsys.readouterr().err
+    network = make_network(spec.obs_shape, spec.action_dim, False, image_shape=spec.obs_image_shape)
+    params = network.init(jax.random.PRNGKey(0), jnp.zeros((1, *spec.obs_shape)))
+    assert network.torso == "minatar_cnn" and "combined_torso" in params["params"]
+    obs = jnp.zeros((2, *spec.obs_shape)).at[1, -4:].set(jnp.array([0.0, 1.0, 0.0, 0.0]))
+    logits, _ = network.apply(params, obs)
+    assert not np.allclose(logits[0], logits[1]), "the direction reaches the heads"
