@@ -143,8 +143,9 @@ def plan_for(torso: str, obs_shape: tuple, batch: int, choice: str = "auto",
 
 
 def with_plan(network, obs_shape: tuple, batch: int, choice: str = "auto"):
-    """`network` (an `agents.networks.ActorCritic`) running the convolution plan `plan_for` picks for its torso."""
-    plan = plan_for(network.torso, obs_shape, batch, choice)
+    """`network` (an `agents.networks.ActorCritic`) running the convolution plan `plan_for` picks for its torso (on
+    its packed image, where the observation packs one)."""
+    plan = plan_for(network.torso, network.image_shape or obs_shape, batch, choice)
     return network if plan is None else network.clone(conv_plan=plan)
 
 

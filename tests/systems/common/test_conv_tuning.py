@@ -5,6 +5,7 @@ multi-process jobs and `HTSRL_CONV_TUNING=off` keep the defaults."""
 import json
 
 import jax
+import numpy as np
 import pytest
 
 from agents import networks
@@ -106,3 +107,12 @@ def test_an_explicit_conv_plan_is_used_said_and_recorded_whatever_tuning_says(ca
 def test_conv_plan_outside_the_choices_is_refused():
     with pytest.raises(ConfigError, match="--conv_plan must be one of auto, table, xla"):
         validate(TrainConfig(env_id="CartPole-v1", total_steps=8 * 128, conv_plan="fast"))
+
+
+def test_a_packed_image_is_timed_at_its_image_shape_not_its_vector(cache, monkeypatch):
+    seen = []
+    monkeypatch.setattr(conv_tuning, "choose_plan", lambda network, obs_shape, batch, say: seen.append(obs_shape))
+    image = (4, 84, 84)
+    network = networks.make_network((int(np.prod(image)) + 3,), 4, False, image_shape=image)
+    conv_tuning.with_plan(network, (int(np.prod(image)) + 3,), 32)
+    assert seen == [image]
