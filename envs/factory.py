@@ -109,6 +109,8 @@ class EnvSpec:
     # The image packed first in a vector observation with other parts (a Gymnasium Dict of an image and vectors:
     # `envs.observations.PackedObservation`); () otherwise. The network unpacks it to its CNN.
     obs_image_shape: tuple = ()
+    # `--frame_stack`: the image frames stacked on the channel axis (gymnasium/, gymnax/, jax/ image tasks); 1: none.
+    frame_stack: int = 1
 
     @property
     def factored(self) -> bool:
@@ -204,19 +206,25 @@ def _envpool_spaces(spec) -> tuple:
 
 
 @functools.cache
-def make_spec(env_id: str, env_kwargs: str = "") -> EnvSpec:
+def make_spec(env_id: str, env_kwargs: str = "", frame_stack: int = 1) -> EnvSpec:
     """Spaces of env_id under make_pool's settings.
 
     Reads EnvPool's spec (the spaces a pool built with the same settings reports) rather than
     building a pool, which for GFootball would start a game engine. A `gymnasium/<id>` task is made once here to
-    read its spaces.
+    read its spaces. `frame_stack` > 1 stacks a `gymnasium/`, `gymnax/` or `jax/` task's image frames on the
+    channel axis (EnvPool's Atari tasks stack their own 4).
     """
+    if frame_stack < 1:
+        raise ValueError(f"--frame_stack must be >= 1 (1: no stack), got {frame_stack}")
     if gymnasium_pool.is_gymnasium(env_id):
-        return _gymnasium_spec(env_id, env_kwargs)
+        return _gymnasium_spec(env_id, env_kwargs, frame_stack)
     if jax_pool.is_jax_env(env_id):
-        return _jax_env_spec(env_id, env_kwargs)
+        return _jax_env_spec(env_id, env_kwargs, frame_stack)
     if env_kwargs:
         raise ValueError(f"--env_kwargs applies to --env=gymnasium/, gymnax/ and brax/ tasks, not to {env_id}")
+    if frame_stack != 1:
+        raise ValueError(f"--frame_stack applies to gymnasium/, gymnax/ and jax/ image tasks, not to {env_id} "
+                         "(EnvPool's Atari tasks stack 4 frames themselves)")
     family = family_of(env_id)
     spec = envpool.make_spec(env_id, num_envs=1, **_pool_kwargs(family, evaluation=False))
     obs_space, act_space = _envpool_spaces(spec)
@@ -292,12 +300,12 @@ def make_pool(
     if spec.family == "gymnasium":
         return gymnasium_pool.GymnasiumPool(
             spec.env_id, spec.env_kwargs, num_envs=total, batch_size=batch_size, seed=seed, obs_shape=spec.obs_shape,
-            obs_dtype=spec.obs_dtype, num_workers=num_threads, render=render)
+            obs_dtype=spec.obs_dtype, num_workers=num_threads, render=render, frame_stack=spec.frame_stack)
     if spec.family in ("gymnax", "brax"):
         if render:
             raise ValueError(f"{spec.env_id}: {spec.family} envs render no frames here; videos draw the observation")
         return jax_pool.JaxEnvPool(spec.env_id, spec.env_kwargs, num_envs=total, batch_size=batch_size, seed=seed,
-                                   continuous=spec.continuous)
+                                   continuous=spec.continuous, frame_stack=spec.frame_stack)
     pool = envpool.make(
         spec.env_id,
         env_type="gymnasium",
@@ -312,7 +320,7 @@ def make_pool(
     return pool
 
 
-def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:
+def _gymnasium_spec(env_id: str, env_kwargs: str, frame_stack: int) -> EnvSpec:
     """The spaces of a `gymnasium/<id>` task: a vector `Box` observation or a uint8 image `Box` (``HxWxC``, or
     ``CxHxW`` of sides 36 or more: `agents.networks.image_torso`), after `envs.observations.adapted` (any rank of
     Box, Discrete / MultiDiscrete / MultiBinary, Dict and Tuple of those and one image, frame stacks), and a
@@ -321,7 +329,7 @@ def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:
     import gymnasium
 
     try:
-        env = gymnasium_pool.make_env(env_id, env_kwargs=env_kwargs, say=say_on_stderr)
+        env = gymnasium_pool.make_env(env_id, env_kwargs=env_kwargs, say=say_on_stderr, frame_stack=frame_stack)
     except (gymnasium.error.Error, ModuleNotFoundError, ImportError, AttributeError, TypeError) as error:
         raise ValueError(f"{env_id}: gymnasium.make failed: {str(error).strip().splitlines()[0]}") from None
     try:
@@ -352,7 +360,7 @@ def _gymnasium_spec(env_id: str, env_kwargs: str) -> EnvSpec:
     return EnvSpec(env_id=env_id, family="gymnasium", obs_shape=tuple(int(d) for d in obs_space.shape),
                    obs_dtype=dtype, action_dim=action_dim, continuous=continuous, action_low=low, action_high=high,
                    max_episode_steps=int(max_steps) if max_steps else _INT32_MAX, env_kwargs=env_kwargs,
-                   action_nvec=nvec, obs_image_shape=image_shape)
+                   action_nvec=nvec, obs_image_shape=image_shape, frame_stack=frame_stack)
 
 
 # The smallest side the Nature CNN's layers read (`agents.networks.PIXEL_MIN_SIDE`, the same value, tested): a
@@ -371,7 +379,7 @@ def _check_image(env_id: str, obs_space) -> None:
                          "last (HxWxC), as MinAtar's CNN reads them")
 
 
-def _jax_env_spec(env_id: str, env_kwargs: str) -> EnvSpec:
+def _jax_env_spec(env_id: str, env_kwargs: str, frame_stack: int) -> EnvSpec:
     """The spaces of a `gymnax/<id>` or `brax/<name>` task: a vector or `HxWxC` image `Box` observation (float32 to
     the networks) and a `Discrete` or 1-D `Box` action; any other space is refused with one line naming it."""
     obs_space, act_space, max_steps = jax_pool.spaces(env_id, env_kwargs)
@@ -387,6 +395,11 @@ def _jax_env_spec(env_id: str, env_kwargs: str) -> EnvSpec:
         high = np.broadcast_to(np.asarray(act_space.high, np.float32), (action_dim,)).copy()
     else:
         raise ValueError(f"{env_id}: unsupported action space {kind} (JAX envs take Discrete or a 1-D Box)")
-    return EnvSpec(env_id=env_id, family=family_of(env_id), obs_shape=tuple(int(d) for d in obs_space.shape),
+    obs_shape = tuple(int(d) for d in obs_space.shape)
+    if frame_stack > 1:
+        if len(obs_shape) != 3:
+            raise ValueError(f"--frame_stack={frame_stack} stacks image frames; {env_id} observes a vector {obs_shape}")
+        obs_shape = (*obs_shape[:2], obs_shape[2] * frame_stack)
+    return EnvSpec(env_id=env_id, family=family_of(env_id), obs_shape=obs_shape,
                    obs_dtype=np.dtype(np.float32), action_dim=action_dim, continuous=continuous, action_low=low,
-                   action_high=high, max_episode_steps=max_steps, env_kwargs=env_kwargs)
+                   action_high=high, max_episode_steps=max_steps, env_kwargs=env_kwargs, frame_stack=frame_stack)

@@ -78,26 +78,29 @@ def parse_kwargs(env_kwargs: str) -> dict:
     return kwargs
 
 
-def make_env(env_id: str, render: bool = False, env_kwargs: str = "", say=lambda line: None):
+def make_env(env_id: str, render: bool = False, env_kwargs: str = "", say=lambda line: None, frame_stack: int = 1):
     """`gymnasium.make` of a `gymnasium/<id>` task with its `--env_kwargs` (its module imported first for the
     `module:Name` form), its observation and action in forms the networks read (`envs.observations.adapted`, whose
-    note line goes to `say`, and `envs.actions.adapted_actions`)."""
+    note line goes to `say`, and `envs.actions.adapted_actions`); `frame_stack` > 1 stacks that many image frames on
+    the channel axis (`envs.observations.stacked`)."""
     import gymnasium
 
     from envs.actions import adapted_actions
-    from envs.observations import adapted
+    from envs.observations import adapted, stacked
 
     env = gymnasium.make(gymnasium_id(env_id), **parse_kwargs(env_kwargs),
                          **({"render_mode": "rgb_array"} if render else {}))
-    return adapted(adapted_actions(env), say=say)
+    return adapted(stacked(adapted_actions(env), frame_stack), say=say)
 
 
 class _Envs:
     """Some of a pool's envs (`env_ids`) in this process, writing each observation into row `env_id` of `obs`."""
 
-    def __init__(self, env_id: str, env_kwargs: str, env_ids: list, seed: int, obs: np.ndarray, render: bool):
+    def __init__(self, env_id: str, env_kwargs: str, env_ids: list, seed: int, obs: np.ndarray, render: bool,
+                 frame_stack: int = 1):
         self.obs, self.seed = obs, seed
-        self.envs = {i: make_env(env_id, render=render and i == 0, env_kwargs=env_kwargs) for i in env_ids}
+        self.envs = {i: make_env(env_id, render=render and i == 0, env_kwargs=env_kwargs, frame_stack=frame_stack)
+                     for i in env_ids}
         self.seeded, self.done, self.elapsed = set(), set(env_ids), dict.fromkeys(env_ids, 0)
 
     def reset(self, i: int) -> tuple:
@@ -131,13 +134,13 @@ class _Envs:
 
 
 def _worker(conn, buffer, env_id: str, env_kwargs: str, env_ids: list, seed: int, shape: tuple, dtype: str,
-            total: int, render: bool) -> None:
+            total: int, render: bool, frame_stack: int = 1) -> None:
     """One worker process: steps its envs on command, writes their observations into the shared buffer and sends
     each env's result row (or its error) on `conn` as soon as it has it."""
     envs = None
     try:
         obs = np.frombuffer(buffer, np.dtype(dtype), count=total * int(np.prod(shape))).reshape(total, *shape)
-        envs = _Envs(env_id, env_kwargs, env_ids, seed, obs, render)
+        envs = _Envs(env_id, env_kwargs, env_ids, seed, obs, render, frame_stack)
         while True:
             command, payload = conn.recv()
             if command == "reset":
@@ -205,7 +208,7 @@ class GymnasiumPool(SyncMethods):
     `step` / `render` / `close` (module docstring)."""
 
     def __init__(self, env_id: str, env_kwargs: str = "", *, num_envs: int, batch_size: int, seed: int,
-                 obs_shape: tuple, obs_dtype, num_workers: int, render: bool = False):
+                 obs_shape: tuple, obs_dtype, num_workers: int, render: bool = False, frame_stack: int = 1):
         self.num_envs, self.batch_size = num_envs, batch_size
         self._env_id = env_id if env_id.startswith(PREFIX) else PREFIX + env_id
         self._shape, self._dtype = tuple(obs_shape), np.dtype(obs_dtype)
@@ -213,7 +216,8 @@ class GymnasiumPool(SyncMethods):
         self._local: _Envs | None = None
         if multiprocessing.current_process().daemon:  # e.g. a Spreeze sampler: no children; step here
             self._obs = np.zeros((num_envs, *self._shape), self._dtype)
-            self._local, self._pending = _Envs(env_id, env_kwargs, list(range(num_envs)), seed, self._obs, render), []
+            self._local = _Envs(env_id, env_kwargs, list(range(num_envs)), seed, self._obs, render, frame_stack)
+            self._pending = []
             return
         nbytes = max(int(np.prod((num_envs, *self._shape))) * self._dtype.itemsize, 1)
         context = multiprocessing.get_context("spawn")
@@ -232,7 +236,7 @@ class GymnasiumPool(SyncMethods):
                 parent, child = context.Pipe()
                 proc = context.Process(target=_worker, name=f"gymnasium-env-{w}", daemon=True, args=(
                     child, self._buffer, env_id, env_kwargs, ids, seed, self._shape, self._dtype.str, num_envs,
-                    render))
+                    render, frame_stack))
                 proc.start()
                 child.close()
                 self._conns.append(parent)

@@ -9,6 +9,9 @@ as `envs.gymnasium_pool` does:
 * an env that terminated or truncated resets on its next step: the action is ignored, the reward is 0 and
   `info["elapsed_step"]` is 0 (a *reset step*); every real step adds one to it;
 * termination is the env's own; truncation is ours, at the task's episode length, so the two stay apart;
+* `frame_stack` N > 1 (an HxWxC image task) keeps each env's last N frames in its state, oldest first on the
+  channel axis (H, W, N * C); a reset fills them with N copies of its first frame (as Gymnasium's
+  `FrameStackObservation`, `envs.observations.stacked`);
 * `recv()` returns the next `batch_size` finished steps in the order they were sent; `step` and `reset` return the
   envs in id order.
 
@@ -41,19 +44,40 @@ def spaces(env_id: str, env_kwargs: str = ""):
     return _module(env_id).spaces(env_id, env_kwargs)
 
 
+def _stacked(reset, step, frames: int):
+    """`reset` and `step` of one env whose observation is its last `frames` HxWxC frames on the channel axis; the
+    state carries them beside the env's own."""
+    import jax.numpy as jnp
+
+    def reset_stacked(key):
+        obs, state = reset(key)
+        stack = jnp.concatenate([obs] * frames, axis=-1)
+        return stack, (state, stack)
+
+    def step_stacked(key, carried, action):
+        state, stack = carried
+        obs, state, reward, terminated = step(key, state, action)
+        stack = jnp.concatenate([stack[..., obs.shape[-1]:], obs.astype(stack.dtype)], axis=-1)
+        return stack, (state, stack), reward, terminated
+
+    return reset_stacked, step_stacked
+
+
 @functools.cache
-def env_functions(env_id: str, env_kwargs: str = ""):
+def env_functions(env_id: str, env_kwargs: str = "", frame_stack: int = 1):
     """`(reset_one, step_one)`: one env's pure reset and step with EnvPool's semantics (module docstring), for
     `jax.vmap` by the pool here and by the Anakin system's jitted rounds, around the env's own (`raw_functions` of
     `envs.gymnax_env` or `envs.brax_env`).
 
     `reset_one(key) -> (key, obs, state)`; `step_one(key, state, done, elapsed, action) -> (key, state, done,
     elapsed, (obs, reward, terminated, truncated, elapsed))`, where `done` on the way in makes the step a reset
-    step. Observations and rewards are float32."""
+    step. Observations and rewards are float32; `frame_stack` > 1 stacks frames (module docstring)."""
     import jax
     import jax.numpy as jnp
 
     reset, step, limit = _module(env_id).raw_functions(env_id, env_kwargs)
+    if frame_stack > 1:
+        reset, step = _stacked(reset, step, frame_stack)
 
     def reset_one(key):
         key, reset_key = jax.random.split(key)
@@ -84,12 +108,12 @@ def env_keys(seed, total: int):
 
 
 @functools.cache
-def _programs(env_id: str, env_kwargs: str):
+def _programs(env_id: str, env_kwargs: str, frame_stack: int = 1):
     """The jitted reset and step of a task's envs (made once a process, shared by its pools)."""
     import jax
     import jax.numpy as jnp
 
-    reset_one, step_one = env_functions(env_id, env_kwargs)
+    reset_one, step_one = env_functions(env_id, env_kwargs, frame_stack)
 
     @jax.jit
     def reset(keys, states, done, elapsed, ids):
@@ -126,10 +150,10 @@ class JaxEnvPool(SyncMethods):
     observation."""
 
     def __init__(self, env_id: str, env_kwargs: str = "", *, num_envs: int, batch_size: int, seed: int,
-                 continuous: bool):
+                 continuous: bool, frame_stack: int = 1):
         self.num_envs, self.batch_size = num_envs, batch_size
         self._continuous = continuous
-        self._reset, self._step, initial = _programs(env_id, env_kwargs)
+        self._reset, self._step, initial = _programs(env_id, env_kwargs, frame_stack)
         self._carry = initial(seed, num_envs)
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)

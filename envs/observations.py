@@ -16,7 +16,11 @@ evaluation envs), so evaluation, videos, `launch.evaluate`, normalization and HT
   image's shape (`PackedObservation.image_shape`), and the network unpacks it: the image through a CNN, the other
   parts concatenated after the CNN's trunk (Stable-Baselines3's `MultiInputPolicy`, `CombinedExtractor`);
 * a uint8 `Box` of shape (N, H, W, C) (Gymnasium's `FrameStackObservation` over an HxWxC image): the stack merged
-  into the channels, (H, W, N * C), frame-major.
+  into the channels, (H, W, N * C), frame-major; over a channels-first CxHxW image, (N * C, H, W).
+
+`--frame_stack=N` (`stacked`) is Gymnasium's own `FrameStackObservation` around an image env, merged into the
+channels as above: the last N frames, oldest first, and at an episode's start N copies of its first frame (its
+`padding_type="reset"`), so no frame of one episode leaks into the next.
 
 A space none of these covers (`Sequence`, `Graph`, a Dict holding two images) is left as it is, and the spec refuses
 it with one line.
@@ -65,17 +69,46 @@ class FlatObservation(gymnasium.ObservationWrapper):
         return np.asarray(spaces.flatten(self._source, observation), np.float32)
 
 
+def channels_first(shape: tuple) -> bool:
+    """An image shape whose first side is its smallest, strictly (CxHxW: `agents.networks.image_torso`'s rule)."""
+    return shape[0] < min(shape[1], shape[2])
+
+
 class StackInChannels(gymnasium.ObservationWrapper):
-    """A (N, H, W, C) uint8 frame stack as one (H, W, N * C) image: frame k's channels at k * C to (k + 1) * C."""
+    """A (N, H, W, C) uint8 frame stack as one (H, W, N * C) image: frame k's channels at k * C to (k + 1) * C; a
+    stack of channels-first (C, H, W) frames as (N * C, H, W), frame k's channels at the same places."""
 
     def __init__(self, env: gymnasium.Env):
         super().__init__(env)
-        n, h, w, c = env.observation_space.shape
-        self.observation_space = spaces.Box(0, 255, (h, w, n * c), np.uint8)
+        n, *frame = env.observation_space.shape
+        self._channels_first = channels_first(frame)
+        if self._channels_first:
+            c, h, w = frame
+            self.observation_space = spaces.Box(0, 255, (n * c, h, w), np.uint8)
+        else:
+            h, w, c = frame
+            self.observation_space = spaces.Box(0, 255, (h, w, n * c), np.uint8)
 
     def observation(self, observation):
         stack = np.asarray(observation)
-        return np.ascontiguousarray(np.moveaxis(stack, 0, 2).reshape(self.observation_space.shape))
+        if not self._channels_first:
+            stack = np.moveaxis(stack, 0, 2)
+        return np.ascontiguousarray(stack.reshape(self.observation_space.shape))
+
+
+def stacked(env: gymnasium.Env, frames: int) -> gymnasium.Env:
+    """`env` itself for `frames` 1; else Gymnasium's `FrameStackObservation` of `frames` frames around its image
+    observation, which `adapted` merges into the channels. ValueError (one line) for an observation that is not
+    an image."""
+    if frames == 1:
+        return env
+    space = env.observation_space
+    if not _is_image(space):
+        env.close()
+        name = env.spec.id if env.spec is not None else "this env"
+        raise ValueError(f"--frame_stack={frames} stacks image frames; {name} observes a {type(space).__name__} "
+                         f"{getattr(space, 'shape', '')}")
+    return gymnasium.wrappers.FrameStackObservation(env, frames, padding_type="reset")
 
 
 class PackedObservation(gymnasium.ObservationWrapper):

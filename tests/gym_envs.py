@@ -90,6 +90,30 @@ class Lamp(gymnasium.Env):
         return self._obs(), reward, False, False, {}
 
 
+class Frames(gymnasium.Env):
+    """An image of one value everywhere: a random base (0-99) drawn at reset plus the step count; terminates after
+    `length` steps. `channels_first` lays it out CxHxW."""
+
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, render_mode=None, side=40, channels=1, channels_first=False, length=5):
+        shape = (channels, side, side) if channels_first else (side, side, channels)
+        self.observation_space = spaces.Box(0, 255, shape, np.uint8)
+        self.render_mode, self.length = render_mode, length
+
+    def _obs(self):
+        return np.full(self.observation_space.shape, self.base + self.t, np.uint8)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.base, self.t = int(self.np_random.integers(100)), 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), 0.0, self.t >= self.length, False, {}
+
+
 class Faulty(Walk):
     """`Walk` that fails after `after` steps of each env: `fail` is "raise" (a ValueError in step), "reset" (in its
     first reset), "shape" (a 3-vector observation), "crash" (its worker process dies) or "hang" (its step never
@@ -153,6 +177,7 @@ class Dials(gymnasium.Env):
 gymnasium.register("Walk-v0", entry_point=Walk, max_episode_steps=50)
 gymnasium.register("Faulty-v0", entry_point=Faulty, max_episode_steps=50)
 gymnasium.register("Lamp-v0", entry_point=Lamp, max_episode_steps=20)
+gymnasium.register("Frames-v0", entry_point=Frames, max_episode_steps=50)
 gymnasium.register("DictObs-v0", entry_point=DictObs, max_episode_steps=50)
 gymnasium.register("MixedObs-v0", entry_point=MixedObs, max_episode_steps=50)
 gymnasium.register("SequenceObs-v0", entry_point=SequenceObs, max_episode_steps=50)

@@ -75,6 +75,53 @@ def make_walk_timesteps(step_size: float = 0.1):
     return env, env.default_params.replace(step_size=step_size)
 
 
+@struct.dataclass
+class FramesState(environment.EnvState):
+    base: jax.Array
+    time: int
+
+
+@struct.dataclass
+class FramesParams(environment.EnvParams):
+    length: int = 5
+    max_steps_in_episode: int = 50
+
+
+class JaxFrames(environment.Environment):
+    """An HxWxC image of one value everywhere: a random base (0-99) drawn at reset plus the step count; terminates
+    after `length` steps (`tests.gym_envs.Frames`, in JAX)."""
+
+    def __init__(self, side: int = 6, channels: int = 1):
+        super().__init__()
+        self.shape = (side, side, channels)
+
+    @property
+    def default_params(self) -> FramesParams:
+        return FramesParams()
+
+    def reset_env(self, key, params: FramesParams):
+        state = FramesState(base=jax.random.randint(key, (), 0, 100).astype(jnp.float32), time=0)
+        return self.get_obs(state), state
+
+    def step_env(self, key, state: FramesState, action, params: FramesParams):
+        state = FramesState(base=state.base, time=state.time + 1)
+        return self.get_obs(state), state, jnp.float32(0.0), state.time >= params.length, {}
+
+    def get_obs(self, state: FramesState, params=None, key=None):
+        return jnp.full(self.shape, state.base + state.time, jnp.float32)
+
+    def observation_space(self, params):
+        return spaces.Box(0.0, 255.0, self.shape, jnp.float32)
+
+    def action_space(self, params):
+        return spaces.Discrete(2)
+
+
+def make_frames(side: int = 6, channels: int = 1, length: int = 5):
+    env = JaxFrames(side, channels)
+    return env, env.default_params.replace(length=length)
+
+
 def make_nothing():
     return None
 

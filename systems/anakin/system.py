@@ -174,7 +174,7 @@ def run(config: AnakinConfig) -> dict:
             "--normalize_obs and --normalize_reward need one device (each device would keep its own running statistics "
             "of its envs): set --num_devices=1")
     config = distributed.per_process_config(config)  # process 0 owns the run directory and the evaluations
-    spec = make_spec(config.env_id, config.env_kwargs)
+    spec = make_spec(config.env_id, config.env_kwargs, config.frame_stack)
     configs = _agent_configs(config)
     raise_open_files_limit(config)
     if config.resume and len(configs) > 1:
@@ -186,7 +186,7 @@ def run(config: AnakinConfig) -> dict:
         raise config_lib.ConfigError(f"--resume: the agents' newest checkpoints are at different updates "
                                      f"{sorted(start)}; remove the newer ones so that all agents restart together")
     distributed.check_same_start(min(start))  # a job's processes, too (a stopped job's may be a round apart)
-    reset_one, step_one = jax_pool.env_functions(config.env_id, config.env_kwargs)
+    reset_one, step_one = jax_pool.env_functions(config.env_id, config.env_kwargs, config.frame_stack)
     first_device = jax.process_index() * len(devices)  # this process's first device on the pmap axis
     shard = config.num_envs // (len(devices) * jax.process_count())
     swept_coef = bool(entropy_coefs(config))

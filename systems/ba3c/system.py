@@ -70,7 +70,7 @@ def select_devices(config: BA3CConfig) -> list:
 def make_agent(config: BA3CConfig, run_plan: Plan):
     """Spec, learner setup and initial state: the BA3C torso of width `hidden` on Atari and the optimizer with the
     plan's learning rate (scaled over the devices) and epsilon."""
-    spec = make_spec(config.env_id, config.env_kwargs)
+    spec = make_spec(config.env_id, config.env_kwargs, config.frame_stack)
     network = make_network(
         spec.obs_shape, spec.action_dim, spec.continuous, torso="ba3c" if spec.family == "atari" else None,
         hidden=config.hidden, hidden_sizes=config.hidden_sizes, activation=config.activation,

@@ -61,6 +61,9 @@ class RunConfig:
     env_kwargs: str = setting(
         "", 'Keyword arguments of the env for --env=gymnasium/<id> (gymnasium.make\'s) or gymnax/<id> (EnvParams '
         'fields or the constructor\'s), as JSON, e.g. \'{"size": 8}\'.', "run")
+    frame_stack: int = setting(
+        1, "Image frames stacked on the channel axis for --env=gymnasium/, gymnax/ and jax/ image tasks (the last N, "
+        "oldest first; reset at an episode's start). 1: no stack (EnvPool's Atari stacks its own 4).", "run")
     seed: int = setting(1, "Seed of envs, initial parameters, action keys and minibatch order.", "run")
     total_steps: int = hyperparameter(10_000_000, "Env steps to train (agent steps; default: preset).", group="run")
     logdir: str = setting("", "Run directory (default: runs/<system>-<env>-s<seed>-<time>).", "run")
@@ -197,7 +200,7 @@ MAX_SEED = 2**31 - 1 - 2**20
 MAX_EVAL_EPISODES = 10_000  # an evaluation steps one env per episode, all of them in one EnvPool
 
 
-def _check_env(env_id: str, env_kwargs: str) -> None:
+def _check_env(env_id: str, env_kwargs: str, frame_stack: int = 1) -> None:
     """A `gymnasium/`, `gymnax/` or `brax/` task is made once here, with its `--env_kwargs`, so a bad keyword or
     space is one line before the run starts; `--env_kwargs` of an EnvPool task is refused."""
     from envs import factory, gymnasium_pool, jax_pool
@@ -205,9 +208,12 @@ def _check_env(env_id: str, env_kwargs: str) -> None:
     if not (gymnasium_pool.is_gymnasium(env_id) or jax_pool.is_jax_env(env_id)):
         if env_kwargs:
             raise ConfigError(f"--env_kwargs applies to --env=gymnasium/, gymnax/ and brax/ tasks, not to {env_id}")
+        if frame_stack != 1:
+            raise ConfigError(f"--frame_stack applies to gymnasium/, gymnax/ and jax/ image tasks, not to {env_id} "
+                              "(EnvPool's Atari tasks stack 4 frames themselves)")
         return
     try:
-        spec = factory.make_spec(env_id, env_kwargs)
+        spec = factory.make_spec(env_id, env_kwargs, frame_stack)
     except ValueError as error:
         raise ConfigError(first_line(error)) from None
     if len(spec.obs_shape) == 3 or spec.obs_image_shape:
@@ -224,7 +230,7 @@ def validate_run_fields(config) -> None:
     """The checks every system's config shares: finite numbers, a seed EnvPool takes (-1 and 10^14 were tracebacks
     after the run directory was written) and evaluation envs EnvPool can allocate (10^9 hung before it)."""
     require_finite_numbers(config)
-    _check_env(config.env_id, config.env_kwargs)
+    _check_env(config.env_id, config.env_kwargs, config.frame_stack)
     if not 0 <= config.seed <= MAX_SEED:
         raise ConfigError(f"--seed must be in [0, {MAX_SEED:,}], got {config.seed:,}")
     if config.stop_at_target and (config.target_return is None or config.eval_episodes == 0):

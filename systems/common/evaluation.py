@@ -63,7 +63,8 @@ def split_and_act(act: Callable) -> Callable:
 
 
 @functools.cache
-def _jitted_episodes(env_id: str, env_kwargs: str, act: Callable, low: tuple | None, high: tuple | None):
+def _jitted_episodes(env_id: str, env_kwargs: str, act: Callable, low: tuple | None, high: tuple | None,
+                     frame_stack: int = 1):
     """`run(params, env_keys, act_key) -> (env_keys, act_key, returns)`: the pooled protocol of `Evaluator.run` on JAX
     envs (gymnax, Brax) as one jitted loop (no host round trip a step: on a GPU those made Anakin's evaluation 87% of
     its time). Same env functions, env and action keys and episode rule as the pool: each env's first episode, which
@@ -71,7 +72,7 @@ def _jitted_episodes(env_id: str, env_kwargs: str, act: Callable, low: tuple | N
     integer rewards (float64 in the pooled loop). One program per task and action function, shared by evaluators."""
     import jax.numpy as jnp
 
-    reset_one, step_one = jax_pool.env_functions(env_id, env_kwargs)
+    reset_one, step_one = jax_pool.env_functions(env_id, env_kwargs, frame_stack)
 
     def run(params, env_keys, act_key):
         env_keys, obs, states = jax.vmap(reset_one)(env_keys)
@@ -102,7 +103,7 @@ def _jax_env_evaluation(spec: EnvSpec, act: Callable):
     """`_jitted_episodes` of a JAX env task's spec (its action bounds when continuous)."""
     low, high = ((tuple(map(float, spec.action_low)), tuple(map(float, spec.action_high))) if spec.continuous
                  else (None, None))
-    return _jitted_episodes(spec.env_id, spec.env_kwargs, act, low, high)
+    return _jitted_episodes(spec.env_id, spec.env_kwargs, act, low, high, spec.frame_stack)
 
 
 class Evaluator:

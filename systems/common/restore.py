@@ -182,7 +182,7 @@ def config_from_json(config_cls: type, values: dict) -> Any:
 
 def spec_of(config) -> EnvSpec:
     try:
-        return make_spec(config.env_id, config.env_kwargs)
+        return make_spec(config.env_id, config.env_kwargs, config.frame_stack)
     except ValueError as error:
         raise ConfigError(str(error)) from None
 

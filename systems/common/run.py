@@ -135,7 +135,7 @@ def start_run(system: str, config: config_lib.TrainConfig, make_agent: AgentMake
     thread, `Monitor`'s default otherwise)."""
     config_lib.validate(config)
     step_time = parse_step_time(config.step_time)
-    spec = make_spec(config.env_id, config.env_kwargs)
+    spec = make_spec(config.env_id, config.env_kwargs, config.frame_stack)
     setup, state = make_agent(config, spec)
     monitor = Monitor(system, config, state, progress=Progress(metric_columns=on_policy_columns(config), header=header),
                       evaluator=on_policy_evaluator(config, spec, setup), may_change_on_resume=may_change_on_resume,

@@ -201,7 +201,7 @@ def run(config: PALConfig) -> dict:
     (V-A) and the parallel learners with their parameter server (V-B) until the run ends (`_Framework`), then write
     the summary."""
     validate(config)
-    spec = make_spec(config.env_id, config.env_kwargs)
+    spec = make_spec(config.env_id, config.env_kwargs, config.frame_stack)
     check_env(config, spec)
     agent = build_agent(config, spec)
     needed = buffer_bytes(config, agent, spec)

@@ -92,7 +92,7 @@ def render_main(config, weights_dir: str, out_dir: str, stop, events, every_seco
         from systems.offpolicy.agent import build_agent
         from systems.spreeze import weights as weights_lib
 
-        spec = make_spec(config.env_id, config.env_kwargs)
+        spec = make_spec(config.env_id, config.env_kwargs, config.frame_stack)
         agent = build_agent(config, spec, abstract_state=True)  # reads published weights only
         pool = make_pool(spec, num_envs=1, batch_size=1, seed=agent.eval_seed, num_threads=1, evaluation=True)
         watcher = weights_lib.WeightsWatcher(weights_dir, agent.initial_state)

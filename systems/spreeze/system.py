@@ -149,7 +149,7 @@ def run(config: SpreezeConfig) -> dict:
     visualization processes (3.1.2), learn with large batches (3.2) until the run ends, stop every process, evaluate
     the final policy and write the summary (`_SpreezeRun`)."""
     validate(config)
-    spec = make_spec(config.env_id, config.env_kwargs)
+    spec = make_spec(config.env_id, config.env_kwargs, config.frame_stack)
     if not spec.continuous or len(spec.obs_shape) != 1:
         raise config_lib.ConfigError(f"launch.spreeze needs continuous actions and vector observations; "
                                      f"{config.env_id} has {'continuous' if spec.continuous else 'discrete'} actions")

@@ -105,7 +105,7 @@ def _sample(index: int, config, replay_handle, weights_dir: str, stop, own_stop,
     from systems.spreeze import weights as weights_lib
     from systems.spreeze.shared_replay import SharedReplay
 
-    spec = make_spec(config.env_id, config.env_kwargs)
+    spec = make_spec(config.env_id, config.env_kwargs, config.frame_stack)
     agent = build_agent(config, spec, abstract_state=True)  # reads published weights only
     replay = SharedReplay.attach(replay_handle)
     num_envs = config.envs_per_sampler
@@ -203,7 +203,7 @@ def evaluator_main(config, weights_dir: str, stop, events, poll_seconds: float =
         from systems.offpolicy.agent import build_agent
         from systems.spreeze import weights as weights_lib
 
-        spec = make_spec(config.env_id, config.env_kwargs)
+        spec = make_spec(config.env_id, config.env_kwargs, config.frame_stack)
         agent = build_agent(config, spec, abstract_state=True)  # reads published weights only
         evaluator = Evaluator(spec, None, episodes=config.eval_episodes, seed=agent.eval_seed, deterministic=True,
                               act_fn=agent.eval_act)

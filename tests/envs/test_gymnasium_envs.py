@@ -236,3 +236,15 @@ def test_hts_learns_minigrid_through_its_dict_observation(tmp_path):
                                     eval_every=30_000, eval_episodes=10, quiet=True, seed=1,
                                     logdir=str(tmp_path / "run")))
     assert summary["last_eval_return"] >= 0.5, summary["last_eval_return"]
+
+
+@pytest.mark.slow
+def test_hts_trains_highway_env_through_its_flattened_vehicle_table(tmp_path):
+    """highway-env's observation is a 5x5 float table of vehicles (a Box of rank 2): flattened for the MLP, as
+    Stable-Baselines3's `FlattenExtractor`, with no wrapper of the user's. Two rounds of PPO and an evaluation run."""
+    pytest.importorskip("highway_env")
+    env_id = "gymnasium/highway_env:highway-fast-v0"
+    assert make_spec(env_id).obs_shape == (25,)
+    summary = hts.run(hts.HTSConfig(env_id=env_id, num_envs=4, sync_interval=64, total_steps=512, eval_episodes=2,
+                                    num_minibatches=2, quiet=True, seed=1, logdir=str(tmp_path / "run")))
+    assert summary["updates"] == 2 and np.isfinite(summary["final_metric"]), summary

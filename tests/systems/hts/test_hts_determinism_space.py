@@ -39,9 +39,9 @@ def _fingerprint(config: HTSConfig) -> str:
 
 
 @functools.cache
-def _reference(env_id: str, num_envs: int, inference_batch: int, root: str) -> str:
+def _reference(env_id: str, num_envs: int, inference_batch: int, root: str, frame_stack: int = 1) -> str:
     """The single-actor run: one thread, EnvPool's default batch for it."""
-    return _fingerprint(_config(env_id, num_envs, inference_batch, f"{root}/ref-{env_id}-{num_envs}-{inference_batch}"))
+    return _fingerprint(_config(env_id, num_envs, inference_batch, tempfile.mkdtemp(dir=root), frame_stack=frame_stack))
 
 
 @st.composite
@@ -52,12 +52,13 @@ def _layouts(draw, max_envs: int):
     return (num_envs, draw(st.integers(1, 5)), draw(st.integers(0, num_envs)), draw(st.integers(0, num_envs)))
 
 
-def _check_equals_single_actor(root: str, env_id: str, layout: tuple) -> None:
+def _check_equals_single_actor(root: str, env_id: str, layout: tuple, frame_stack: int = 1) -> None:
     num_envs, num_actors, env_batch, inference = layout
     config = _config(env_id, num_envs, inference, tempfile.mkdtemp(dir=root), num_actors=num_actors,
-                     env_batch_size=env_batch)
+                     env_batch_size=env_batch, frame_stack=frame_stack)
     hts.validate(config)
-    assert _fingerprint(config) == _reference(env_id, num_envs, hts.inference_batch(config), root), layout
+    reference = _reference(env_id, num_envs, hts.inference_batch(config), root, frame_stack)
+    assert _fingerprint(config) == reference, layout
 
 
 @settings(max_examples=6, **_SETTINGS)
@@ -87,8 +88,8 @@ def _splits(draw, num_envs: int):
 
 @settings(max_examples=2, **_SETTINGS)
 @given(data=st.data())
-def check_other_family(env_id: str, num_envs: int, data) -> None:
-    _check_equals_single_actor(_child_root(), env_id, data.draw(_splits(num_envs)))
+def check_other_family(env_id: str, num_envs: int, frame_stack: int, data) -> None:
+    _check_equals_single_actor(_child_root(), env_id, data.draw(_splits(num_envs)), frame_stack)
 
 
 @functools.cache
@@ -113,9 +114,21 @@ def test_other_families_bits_do_not_depend_on_actors_or_batches(env_id, num_envs
     from tests.multidevice import call_in_child, run_with_fusion_emitters
 
     if env_id == "Breakout-v5":
-        call_in_child(check_other_family, env_id, num_envs, optimized=True)
+        call_in_child(check_other_family, env_id, num_envs, 1, optimized=True)
     else:
-        run_with_fusion_emitters(check_other_family, env_id, num_envs)
+        run_with_fusion_emitters(check_other_family, env_id, num_envs, 1)
+
+
+@pytest.mark.slow
+def test_stacked_frames_bits_do_not_depend_on_actors_or_batches():
+    """`--frame_stack=3` on a JAX image env (the frames live in each env's state, so its bits are the env's own)."""
+    from tests.multidevice import run_with_fusion_emitters
+
+    run_with_fusion_emitters(check_stacked_frames)
+
+
+def check_stacked_frames() -> None:
+    check_other_family("jax/tests.jax_envs:make_frames", 5, 3)
 
 
 @settings(max_examples=4, **_SETTINGS)
