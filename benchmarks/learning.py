@@ -183,7 +183,12 @@ SIDES = tuple(SIDE_SPECS)
 SIDE_LABELS = {name: side.label for name, side in SIDE_SPECS.items()}
 DQN_SIDES = ("sb3_dqn", "pal_per", "pal_uniform")
 # EnvPool's ids that gymnasium 1.x (the peer's) names otherwise.
-PEER_ENV_IDS = {"LunarLander-v2": "LunarLander-v3"}
+PEER_ENV_IDS = {"LunarLander-v2": "LunarLander-v3",
+                "gymnasium/minigrid:MiniGrid-Empty-Random-5x5-v0": "MiniGrid-Empty-Random-5x5-v0",
+                "gymnasium/minigrid:MiniGrid-DoorKey-5x5-v0": "MiniGrid-DoorKey-5x5-v0"}
+# Packages rl-zoo3 imports to register a task's env (its --gym-packages).
+PEER_GYM_PACKAGES = {"gymnasium/minigrid:MiniGrid-Empty-Random-5x5-v0": "minigrid",
+                     "gymnasium/minigrid:MiniGrid-DoorKey-5x5-v0": "minigrid"}
 # The peer's hyperparameters (rl-zoo3 2.9 `hyperparams/ppo.yml`, SB3 defaults where it is silent: lr 3e-4,
 # batch 64, clip 0.2, value coefficient 0.5, gradient norm 0.5) as our flags, to tell the implementation from the
 # presets. SB3's value coefficient weighs the MSE, ours half of it, so ours is twice the peer's (rows measured
@@ -590,6 +595,11 @@ TASKS = {
     # Spreeze's claim is wall-clock time (seed 002): its defaults for 5x the env steps, still a fraction of the
     # peer's wall time at 300k, to read both on the wall-clock axis (no peer row of its own: the peer's are above).
     "HalfCheetah-v4 sac long": Task("HalfCheetah-v4", 1_500_000, (0,), ("spreeze",), family="sac"),
+    # Third-party Gymnasium envs with no wrapper of ours (MiniGrid's Dict observation: image through a CNN, direction
+    # after it) beside SB3's PPO with rl-zoo3's MiniGrid settings (its FlatObsWrapper, normalization), 100k steps.
+    "MiniGrid-Empty-Random-5x5-v0": Task("gymnasium/minigrid:MiniGrid-Empty-Random-5x5-v0", 100_000,
+                                         sides=("hts", "sb3")),
+    "MiniGrid-DoorKey-5x5-v0": Task("gymnasium/minigrid:MiniGrid-DoorKey-5x5-v0", 100_000, sides=("hts", "sb3")),
 }
 
 
@@ -628,6 +638,7 @@ def peer_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) -
         PEER_ENV_IDS.get(task.env_id, task.env_id), "--seed", str(seed), "-n", str(task.steps), "--eval-freq",
         str(eval_every(task)), "--eval-episodes", "10", "--n-eval-envs", "1", "-f", run_dir, "--device", "cpu",
         "--vec-env", "dummy", "--verbose", "0", "--log-interval", "-1",
+        *(["--gym-packages", PEER_GYM_PACKAGES[task.env_id]] if task.env_id in PEER_GYM_PACKAGES else []),
     ]
 
 
