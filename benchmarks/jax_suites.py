@@ -46,11 +46,56 @@ def craftax_classic(symbolic: bool = True):
     return env, env.default_params
 
 
+def navix(name: str = "Navix-DoorKey-5x5-v0"):
+    """A Navix grid world (Pignatelli et al., 2024: MiniGrid in JAX) behind gymnax's interface. Navix's own `step`
+    auto-resets and its observation is a Timestep, so this adapter steps its `_step` (the pool resets on its own rule),
+    calls a `TERMINATION` step type a termination, and leaves truncation at `max_steps` to the pool."""
+    import navix as nx
+
+    return _NavixAsGymnax(nx.make(name)), _navix_params(nx.make(name).max_steps)
+
+
+def _navix_params(max_steps: int):
+    from gymnax.environments import environment
+
+    return environment.EnvParams(max_steps_in_episode=int(max_steps))
+
+
+class _NavixAsGymnax:
+    """`reset_env`, `step_env`, `observation_space`, `action_space` of gymnax around a Navix environment."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def reset_env(self, key, params):
+        timestep = self.env.reset(key)
+        return timestep.observation, timestep
+
+    def step_env(self, key, timestep, action, params):
+        from navix.environments.environment import StepType
+
+        timestep = self.env._step(timestep, action)
+        return timestep.observation, timestep, timestep.reward, timestep.step_type == StepType.TERMINATION, {}
+
+    def observation_space(self, params):
+        from gymnax.environments import spaces
+
+        space = self.env.observation_space
+        return spaces.Box(0, int(space.maximum), tuple(space.shape), space.dtype)
+
+    def action_space(self, params):
+        from gymnax.environments import spaces
+
+        return spaces.Discrete(int(self.env.action_space.maximum) + 1)
+
+
 # A suite's layout on two cores: Craftax's observation is 1,345 features and its episodes long, so 64 envs x 64
 # steps a round and a 256 x 256 MLP (purejaxrl's Craftax baseline: 1,024 envs x 64, 512 units, a GPU's scale).
 SUITES = {
     "craftax_classic": ("jax/benchmarks.jax_suites:craftax_classic",
                         ("--num_envs=64", "--sync_interval=64", "--hidden_sizes=256,256")),
+    # Navix's DoorKey-5x5: a 5x5x3 symbolic grid (MinAtar's CNN), the presets' 8 envs x 128 steps.
+    "navix_doorkey": ("jax/benchmarks.jax_suites:navix", ("--num_envs=8",)),
 }
 LAUNCHERS = {"anakin": ("--num_seeds=1",), "hts": ()}
 
