@@ -930,14 +930,16 @@ def random_return(env_id: str, episodes: int = 100, seed: int = 0) -> float:
         warnings.simplefilter("ignore", UserWarning)
         spec = make_spec(env_id)
         pool = make_pool(spec, num_envs=1, batch_size=1, seed=seed, evaluation=True)
-    space, rng = pool.action_space, np.random.default_rng(seed)
+    rng = np.random.default_rng(seed)
     returns, total = [], 0.0
     pool.reset()
-    while len(returns) < episodes:
-        if hasattr(space, "n"):
-            action = rng.integers(space.n, size=(1,))
+    while len(returns) < episodes:  # the spec's spaces: a JAX env's pool has no gymnasium space of its own
+        if spec.factored:
+            action = rng.integers(spec.action_nvec)[None]
+        elif not spec.continuous:
+            action = rng.integers(spec.action_dim, size=(1,))
         else:
-            action = rng.uniform(space.low, space.high, size=(1, *space.shape)).astype(np.float32)
+            action = rng.uniform(spec.action_low, spec.action_high, size=(1, spec.action_dim)).astype(np.float32)
         _, reward, terminated, truncated, _ = pool.step(action, np.zeros(1, np.int32))
         total += float(reward[0])
         if terminated[0] or truncated[0]:

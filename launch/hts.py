@@ -12,16 +12,19 @@ from launch import cli
 cli.exit_at_once_on_signals()  # before the heavy imports below
 
 from launch import common, flagsets  # noqa: E402
+from systems.common import layout_rule  # noqa: E402
 from systems.hts import system  # noqa: E402
 
 FLAGS = flagsets.flag_values("hts")
 
 
 def make_config() -> system.HTSConfig:
+    settings = common.settings_from_flags(FLAGS, system.HTSConfig, "hts")
+    if layout_rule.given_sizes(lambda name: common.flag_given(FLAGS, name)):
+        settings["layout"] = "preset"  # the user sized the run: no rule resizes it
     config = common.config_from_flags(
         FLAGS, system.HTSConfig, validate=False,
-        extra=dict(common.settings_from_flags(FLAGS, system.HTSConfig, "hts"),
-                   **common.settings_from_flags(FLAGS, system.HTSConfig, "hts_devices"),
+        extra=dict(settings, **common.settings_from_flags(FLAGS, system.HTSConfig, "hts_devices"),
                    **common.multihost_values(FLAGS)),
     )
     system.validate(config)

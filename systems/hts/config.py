@@ -19,6 +19,11 @@ class HTSConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
     """An HTS-RL run: the on-policy fields plus its actor threads and batches (section 4.1)."""
 
     num_actors: int = hyperparameter(1, "Actor threads (default: preset or 1).", group="hts")
+    layout: str = setting(
+        "preset", "auto: fit --num_envs, --sync_interval and --num_actors to this machine when none is given (an "
+        "accelerator: 128 envs in 4 actor threads; a CPU of more cores than the presets' 2: envs scaled with the "
+        "cores), keeping the preset's env steps per update; preset: the literal preset.", "hts",
+        choices=("auto", "preset"), flag_default="auto")
     env_batch_size: int = setting(
         0, "EnvPool async batch size (0: num_envs // 2; classic-control and Box2D tasks without --step_time: "
         "num_envs // num_actors).", "hts")

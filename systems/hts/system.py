@@ -41,7 +41,7 @@ from agents import TrainState, a2c_update, make_network, ppo_update
 from envs.executor import Executor
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
-from systems.common import conv_tuning, distributed, learner
+from systems.common import conv_tuning, distributed, layout_rule, learner
 from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
 from systems.common.data_parallel import DataParallelLearner
 from systems.common.learner import LearnerSetup, compile_in_background
@@ -87,23 +87,29 @@ def make_agent(config: config_lib.TrainConfig, spec: EnvSpec) -> tuple[LearnerSe
     return learner.build(config, spec, network=network, optimizer_settings=optimizer, update=update)
 
 
-def _resolve_layout(config: HTSConfig) -> tuple[HTSConfig, layout_lib.Layout]:
-    """Joins the job (multi-host) and picks the devices (recorded as the run's plan in config.json); process p > 0
-    gets its own run directory (`distributed.per_process_config`)."""
+def _resolve_layout(config: HTSConfig) -> tuple[HTSConfig, layout_lib.Layout, layout_rule.Fit]:
+    """Joins the job (multi-host), fits the sizes to the machine under `--layout` (`systems.common.layout_rule`)
+    and picks the devices (all recorded as the run's plan in config.json); process p > 0 gets its own run directory
+    (`distributed.per_process_config`)."""
     distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,
                            config.startup_timeout)
+    config, fitted = layout_rule.applied(config, layout_rule.this_machine(), config.num_processes)
+    if fitted.rule != "preset":
+        validate(config)
     layout = layout_lib.resolve(config)
     if layout.num_replicas > 1 and (config.normalize_obs or config.normalize_reward):
         raise config_lib.ConfigError(
             "--normalize_obs and --normalize_reward need one learner replica (the running statistics are not kept "
             f"in lock step over {layout.num_replicas} replicas): pass --learner_devices with one device index"
         )
-    return distributed.per_process_config(config), layout
+    return distributed.per_process_config(config), layout, fitted
 
 
-def _plan(config: HTSConfig, layout: layout_lib.Layout) -> dict:
-    """config.json's plan: the devices the layout chose, as the flags would name them, and the batches used."""
-    return dict(actor_devices=layout_lib.indices_text(layout.actor_devices),
+def _plan(config: HTSConfig, layout: layout_lib.Layout, fitted: layout_rule.Fit) -> dict:
+    """config.json's plan: the sizes the layout rule chose, the devices the layout chose, as the flags would name
+    them, and the batches used."""
+    return dict(layout=layout_rule.record(fitted, layout_rule.this_machine()),
+                actor_devices=layout_lib.indices_text(layout.actor_devices),
                 learner_devices=layout_lib.indices_text(layout.learner_devices), learner_replicas=layout.num_replicas,
                 batches=dict(env=env_batch_size(config), inference=inference_batch(config)))
 
@@ -126,10 +132,11 @@ def accelerator_hint(num_envs: int, sync_interval: int, layout: layout_lib.Layou
 def run(config: HTSConfig) -> dict:
     """Trains with HTS-RL; returns the summary (also written to `<run dir>/summary.json`)."""
     validate(config)
-    config, layout = _resolve_layout(config)
-    header = layout.describe() + accelerator_hint(config.num_envs, config.sync_interval, layout)
+    config, layout, fitted = _resolve_layout(config)
+    header = (f"{fitted.describe()}\n  {layout.describe()}"
+              + accelerator_hint(config.num_envs, config.sync_interval, layout))
     ctx = start_run(SYSTEM, config, make_agent, may_change_on_resume=MAY_CHANGE_ON_RESUME, header=header,
-                    plan=_plan(config, layout), profile=hts_profile())
+                    plan=_plan(config, layout, fitted), profile=hts_profile())
     monitor, start_round = ctx.monitor, ctx.start_round
     if start_round >= ctx.total_rounds:
         return monitor.finish()
