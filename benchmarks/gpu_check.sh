@@ -8,13 +8,31 @@
 # XLA_PYTHON_CLIENT_PREALLOCATE=false so that smi.csv shows what a run uses, not JAX's default 75% reservation.
 # Where the machine cannot reach a package index, the dependencies travel unpacked in .site/ (PYTHONPATH); elsewhere
 # `pip install -e ".[cuda12,gymnax]"` does the same. Results: benchmarks/results/gpu_first_run.md.
+# Stages: envpool_raw (EnvPool's own Breakout SPS on the box's cores: the ceiling), probe, hts_breakout (the
+# default command: on an accelerator the layout rule gives it 128 envs x 8 steps in 4 actor threads),
+# hts_breakout_preset (--layout=preset: the CPU preset's 8 x 128, one thread), the hand-sized layouts, Anakin.
+# DRY=1 runs every default stage for a few seconds on whatever machine this is (a CPU), to check the script end to
+# end before spending device time; its figures mean nothing.
 set -u
+DRY=${DRY:-0}
+if [[ $DRY == 1 ]]; then
+  HTS_SECONDS=${HTS_SECONDS:-20} WIDE_SECONDS=${WIDE_SECONDS:-20} PROBE_SECONDS=${PROBE_SECONDS:-120}
+  MINATAR_SECONDS=${MINATAR_SECONDS:-120} RAW_SECONDS=${RAW_SECONDS:-3} MINATAR_STEPS=${MINATAR_STEPS:-16384}
+  CARTPOLE_STEPS=${CARTPOLE_STEPS:-16384} PROBE_ARGS=${PROBE_ARGS:-"--rounds=8x128 --batches=8"}
+  OUT=${OUT:-/tmp/gpu_check_dry}
+  rm -rf "$OUT"
+fi
 OUT=${OUT:-/tmp/gpu_first_run}
 HTS_SECONDS=${HTS_SECONDS:-150}
-STAGES=${STAGES:-"probe hts_breakout hts_breakout_64x2 anakin_minatar_8"}
+STAGES=${STAGES:-"envpool_raw probe hts_breakout hts_breakout_preset anakin_cartpole_64 anakin_minatar_8"}
 PROBE_SECONDS=${PROBE_SECONDS:-90}
 WIDE_SECONDS=${WIDE_SECONDS:-180}
 MINATAR_SECONDS=${MINATAR_SECONDS:-90}
+RAW_SECONDS=${RAW_SECONDS:-15}
+CARTPOLE_STEPS=${CARTPOLE_STEPS:-500000}
+PROBE_ARGS=${PROBE_ARGS:-}
+RUNS=${RUNS:-runs/gpu}
+[[ $DRY == 1 ]] && RUNS=$OUT/runs
 mkdir -p "$OUT"
 # .site/ carries only the Atari and classic-control extensions (the 64 MiB limit); envs/factory registers five
 # families at import, so a family whose extension stayed behind gets an empty package (its registration still runs).
@@ -46,20 +64,25 @@ stage() {  # stage NAME SECONDS COMMAND...: run COMMAND; SIGTERM after SECONDS, 
   wait $pid
   echo "== $name rc=$? wall=$(( $(date +%s) - start ))s" >> "$log"
 }
-stage probe "$PROBE_SECONDS" -m benchmarks.gpu_probe --out="$OUT/probe.json"
+stage envpool_raw $((RAW_SECONDS * 8 + 60)) -m benchmarks.envpool_raw --envs=128 --seconds="$RAW_SECONDS" \
+  --out="$OUT/envpool_raw.json"
+# shellcheck disable=SC2086  # PROBE_ARGS holds several flags
+stage probe "$PROBE_SECONDS" -m benchmarks.gpu_probe --out="$OUT/probe.json" $PROBE_ARGS
 stage hts_breakout $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --time_limit="$HTS_SECONDS" \
-  --logdir=runs/gpu/hts_breakout
+  --logdir=$RUNS/hts_breakout
+stage hts_breakout_preset $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --layout=preset \
+  --time_limit="$HTS_SECONDS" --logdir=$RUNS/hts_breakout_preset
 stage hts_breakout_32x4 $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=32 --num_actors=4 \
-  --time_limit="$HTS_SECONDS" --logdir=runs/gpu/hts_breakout_32x4
+  --time_limit="$HTS_SECONDS" --logdir=$RUNS/hts_breakout_32x4
 stage hts_breakout_64x2 $((WIDE_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=64 --num_actors=2 \
-  --time_limit="$WIDE_SECONDS" --logdir=runs/gpu/hts_breakout_64x2
+  --time_limit="$WIDE_SECONDS" --logdir=$RUNS/hts_breakout_64x2
 # The learning comparison at equal env steps: the widest setting against the default's run 5 (same seed), evaluated
 # twice as often so that both curves have points at 0.5, 1.0 and 1.25M steps.
 stage hts_breakout_128x4 $((WIDE_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=128 --num_actors=4 \
-  --eval_every=250000 --time_limit="$WIDE_SECONDS" --logdir=runs/gpu/hts_breakout_128x4
-stage anakin_cartpole_64 100 -m launch.anakin --env=gymnax/CartPole-v1 --num_seeds=64 --total_steps=500000 \
-  --logdir=runs/gpu/anakin_cartpole_64
+  --eval_every=250000 --time_limit="$WIDE_SECONDS" --logdir=$RUNS/hts_breakout_128x4
+stage anakin_cartpole_64 100 -m launch.anakin --env=gymnax/CartPole-v1 --num_seeds=64 --total_steps="$CARTPOLE_STEPS" \
+  --logdir=$RUNS/anakin_cartpole_64
 stage anakin_minatar_8 "$MINATAR_SECONDS" -m launch.anakin --env=gymnax/Breakout-MinAtar --num_seeds=8 \
-  --total_steps="${MINATAR_STEPS:-3000000}" --logdir=runs/gpu/anakin_minatar_8
+  --total_steps="${MINATAR_STEPS:-3000000}" --logdir=$RUNS/anakin_minatar_8
 kill "$smi"
-tar czf "$OUT/runs.tar.gz" --exclude=checkpoints --exclude=tb runs/gpu 2>> "$log"
+tar czf "$OUT/runs.tar.gz" --exclude=checkpoints --exclude=tb "$RUNS" 2>> "$log"
