@@ -5,7 +5,8 @@
   flag exits 2 with one line as on the command line), then its `main` runs. The launcher's flags are reset afterwards.
 * Reading what a run wrote: `read_summary` (summary.json) and `read_config` (config.json).
 * Small run configs, one per system, that finish in seconds on the 2-core machine: `tiny_hts`, `tiny_pal`,
-  `tiny_spreeze`. A test passes the fields it needs changed; the system modules are imported on first call."""
+  `tiny_spreeze`. A test passes the fields it needs changed; the system modules are imported on first call.
+* A random rollout of an actor-critic, as the actors write one (`random_rollout`)."""
 
 from __future__ import annotations
 
@@ -79,6 +80,36 @@ def assert_profile(summary: dict, roles: set[str]) -> None:
         assert sum(shares.values()) == pytest.approx(1.0), role
     assert profile["bound"]["verdict"].endswith("-bound") and profile["bound"]["role"] in roles
     assert summary["hardware"]["cores"] >= 1 and summary["hardware"]["versions"]["jax"]
+
+
+def random_rollout(net, params, rng, steps: int, envs: int, *, obs_dim: int = 4, key_seed: int = 7,
+                   termination_rate: float = 0.2):
+    """An `agents.Rollout` of `steps` x `envs`: observations and rewards drawn from `rng`'s normal, terminations with
+    probability `termination_rate`, no truncation, every step valid; actions, log-probs and values from `params`, as
+    the actors write them (keys split from `key_seed`). The policy is jitted whole: run op by op, each of its ops
+    would compile on its own."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    import agents
+
+    obs = jnp.asarray(rng.normal(size=(steps + 1, envs, obs_dim)), jnp.float32)
+    keys = jax.random.split(jax.random.key(key_seed), steps * envs).reshape(steps, envs)
+    actions, log_probs, values = jax.jit(jax.vmap(
+        functools.partial(agents.policy_step, apply_fn=net.apply), in_axes=(None, 0, 0)
+    ))(params, obs[:-1], keys)
+    return agents.Rollout(
+        obs=obs,
+        actions=actions,
+        rewards=jnp.asarray(rng.normal(size=(steps, envs)), jnp.float32),
+        terminations=jnp.asarray(rng.random((steps, envs)) < termination_rate, jnp.float32),
+        truncations=jnp.zeros((steps, envs), jnp.float32),
+        valid=jnp.ones((steps, envs), jnp.float32),
+        behaviour_log_probs=log_probs,
+        behaviour_values=values,
+    )
 
 
 def tiny_hts(logdir, **overrides):

@@ -16,6 +16,7 @@ import optax
 import pytest
 
 import agents
+from tests.fixtures import random_rollout
 from tests.multidevice import run_python
 
 
@@ -66,30 +67,11 @@ def test_a_tree_is_averaged_in_one_collective_per_dtype_with_each_leafs_own_valu
         np.testing.assert_array_equal(out[name], expected[name], err_msg=name)
 
 
-def _rollout(net, params, rng, num_steps, num_envs):
-    obs = jnp.asarray(rng.normal(size=(num_steps + 1, num_envs, 4)), jnp.float32)
-    keys = jax.random.split(jax.random.key(7), num_steps * num_envs).reshape(num_steps, num_envs)
-    # Jitted: run op by op, the vmapped policy compiles each of its ops on its own.
-    actions, log_probs, values = jax.jit(jax.vmap(
-        functools.partial(agents.policy_step, apply_fn=net.apply), in_axes=(None, 0, 0)
-    ))(params, obs[:-1], keys)
-    return agents.Rollout(
-        obs=obs,
-        actions=actions,
-        rewards=jnp.asarray(rng.normal(size=(num_steps, num_envs)), jnp.float32),
-        terminations=jnp.asarray(rng.random((num_steps, num_envs)) < 0.2, jnp.float32),
-        truncations=jnp.zeros((num_steps, num_envs), jnp.float32),
-        valid=jnp.ones((num_steps, num_envs), jnp.float32),
-        behaviour_log_probs=log_probs,
-        behaviour_values=values,
-    )
-
-
 @pytest.mark.slow
 def test_a2c_update_norm_is_the_applied_step():
     net = agents.make_network((4,), 2, False)
     params = net.init(jax.random.key(0), jnp.zeros((1, 4)))
-    rollout = _rollout(net, params, np.random.default_rng(0), 5, 3)
+    rollout = random_rollout(net, params, np.random.default_rng(0), 5, 3)
     optimizer = agents.make_optimizer(
         name="adam_large_batch", learning_rate=1e-2, total_updates=1, anneal_lr=False, max_grad_norm=0.5, eps=1e-3
     )
@@ -107,7 +89,7 @@ _CHILD = r"""
 import functools, json
 import jax, jax.numpy as jnp, numpy as np
 import agents
-from tests.agents.test_agents_parallel import _rollout
+from tests.fixtures import random_rollout
 
 assert jax.local_device_count() == 2, jax.devices()
 T, B, D = 5, 8, 2
@@ -116,7 +98,7 @@ net = agents.make_network((4,), 2, False)
 init = jax.jit(net.init)
 params = init(jax.random.key(0), jnp.zeros((1, 4)))
 behaviour = init(jax.random.key(1), jnp.zeros((1, 4)))
-rollout = _rollout(net, behaviour, np.random.default_rng(3), T, B)
+rollout = random_rollout(net, behaviour, np.random.default_rng(3), T, B)
 optimizer = agents.make_optimizer(
     name="adam_large_batch", learning_rate=1e-2, total_updates=1, anneal_lr=False, max_grad_norm=0.5,
     eps=1e-3)

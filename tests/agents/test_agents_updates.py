@@ -12,6 +12,7 @@ import pytest
 
 import agents
 from agents.losses import a2c_loss
+from tests.fixtures import random_rollout
 
 OBS_DIM = 3
 NUM_ACTIONS = 2
@@ -27,13 +28,10 @@ def _params(net, seed):
 
 
 def _rollout(net, behaviour_params, seed=0):
-    """A rollout whose log-probs and values come from ``behaviour_params``, as actors write them."""
-    rng = np.random.default_rng(seed)
-    obs = jnp.asarray(rng.normal(size=(T + 1, B, OBS_DIM)), jnp.float32)
-    keys = jax.random.split(jax.random.key(seed), T * B).reshape(T, B)
-    actions, log_probs, values = jax.vmap(
-        functools.partial(agents.policy_step, apply_fn=net.apply), in_axes=(None, 0, 0)
-    )(behaviour_params, obs[:-1], keys)
+    """`random_rollout` of ``behaviour_params`` with one termination and one truncation, each followed by its
+    reset step."""
+    rollout = random_rollout(net, behaviour_params, np.random.default_rng(seed), T, B, obs_dim=OBS_DIM,
+                             key_seed=seed)
     terminations = np.zeros((T, B), np.float32)
     truncations = np.zeros((T, B), np.float32)
     valid = np.ones((T, B), np.float32)
@@ -41,16 +39,8 @@ def _rollout(net, behaviour_params, seed=0):
     valid[2, 0] = 0.0  # reset step after the termination
     truncations[2, 1] = 1.0
     valid[3, 1] = 0.0
-    return agents.Rollout(
-        obs=obs,
-        actions=actions,
-        rewards=jnp.asarray(rng.normal(size=(T, B)), jnp.float32),
-        terminations=jnp.asarray(terminations),
-        truncations=jnp.asarray(truncations),
-        valid=jnp.asarray(valid),
-        behaviour_log_probs=log_probs,
-        behaviour_values=values,
-    )
+    return rollout._replace(terminations=jnp.asarray(terminations), truncations=jnp.asarray(truncations),
+                            valid=jnp.asarray(valid))
 
 
 def _state(params, optimizer, seed=0):
