@@ -152,8 +152,11 @@ def run_row(row: str, steps: int, seed: int, work_dir: str) -> dict:
     os.makedirs(CURVES, exist_ok=True)
     shutil.copyfile(os.path.join(run_dir, "evaluations.csv"), os.path.join(CURVES, row.replace("/", "-") + ".csv"))
     env = SUITES[row.split("/")[0]][0]
+    # A run finished in an earlier part (resumed here) keeps that part's wall time in its summary; the CPU time of
+    # the parts before this one was not metered.
+    wall = summary["wall_time"] if resume else time.time() - start
     return dict(row=row, env=env, launcher=row.split("/")[1], seed=seed, env_steps=summary["env_steps"],
-                wall_s=f"{time.time() - start:.1f}", cpu_s=f"{cpu:.1f}",
+                wall_s=f"{wall:.1f}", cpu_s="" if resume else f"{cpu:.1f}",
                 mean_load=f"{(load_start + os.getloadavg()[0]) / 2:.2f}", sps=f"{summary['sps']:.0f}",
                 final_metric=f"{summary['final_metric']:.3f}", random_return=f"{random_return(env):.3f}",
                 date=datetime.date.today().isoformat(), commit=_commit(),
@@ -184,21 +187,26 @@ def _plot(rows: dict) -> str | None:
     return path
 
 
+def _minutes(seconds: str) -> str:
+    return f"{float(seconds) / 60:.1f}" if seconds else "n/a"
+
+
 def write_report(rows: dict) -> None:
     lines = ["# Third-party JAX env suites under Anakin and HTS (`--env=jax/<module>:<callable>`)", "",
              "Machine: " + "; ".join(sorted({r["machine"] for r in rows.values()})) + ". Dates: "
              + ", ".join(sorted({r["date"] for r in rows.values()})) + ". Command: `PYTHONPATH=. python -m "
              "benchmarks.jax_suites` (each row's own command below). One seed a row; final metric: the mean return "
              "of the last evaluation (10 episodes, sampled actions); random: a uniformly random policy's mean "
-             "return over 100 episodes (`learning_random_returns.csv`). SPS over the run, compile and evaluation "
-             "included; CPU time is the launcher process's; load the 1-minute load average at start and end, "
-             "averaged.", "",
+             "return over 100 episodes (`learning_random_returns.csv`). SPS and wall time over the run (the "
+             "launcher's own clock: compile and evaluation included); CPU time the launcher process's (n/a: a run "
+             "resumed after it finished, whose first part was not metered); load the 1-minute load average at "
+             "start and end, averaged.", "",
              "| env | launcher | env steps | SPS | wall (min) | CPU (min) | load | final metric | random | command |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for key in sorted(rows):
         r = rows[key]
         lines.append(f"| {r['env']} | {r['launcher']} | {int(r['env_steps']):,} | {int(r['sps']):,} | "
-                     f"{float(r['wall_s']) / 60:.1f} | {float(r['cpu_s']) / 60:.1f} | {r['mean_load']} | "
+                     f"{float(r['wall_s']) / 60:.1f} | {_minutes(r['cpu_s'])} | {r['mean_load']} | "
                      f"{float(r['final_metric']):.2f} | {float(r['random_return']):.2f} | `{r['command']}` |")
     plot = _plot(rows)
     if plot:
