@@ -192,15 +192,15 @@ def _minutes(seconds: str) -> str:
 
 
 def write_report(rows: dict) -> None:
+    note = ("One seed a row; final metric: the run's own, the mean return of its last ten evaluations (10 episodes "
+            "each, sampled actions); random: a uniformly random policy's mean return over 100 episodes "
+            "(`learning_random_returns.csv`). SPS and wall time over the run (the launcher's own clock: compile and "
+            "evaluation included); CPU time the launcher process's (n/a: a run resumed after it finished, whose first "
+            "part was not metered); load the 1-minute load average at start and end, averaged.")
     lines = ["# Third-party JAX env suites under Anakin and HTS (`--env=jax/<module>:<callable>`)", "",
              "Machine: " + "; ".join(sorted({r["machine"] for r in rows.values()})) + ". Dates: "
              + ", ".join(sorted({r["date"] for r in rows.values()})) + ". Command: `PYTHONPATH=. python -m "
-             "benchmarks.jax_suites` (each row's own command below). One seed a row; final metric: the mean return "
-             "of the last evaluation (10 episodes, sampled actions); random: a uniformly random policy's mean "
-             "return over 100 episodes (`learning_random_returns.csv`). SPS and wall time over the run (the "
-             "launcher's own clock: compile and evaluation included); CPU time the launcher process's (n/a: a run "
-             "resumed after it finished, whose first part was not metered); load the 1-minute load average at "
-             "start and end, averaged.", "",
+             "benchmarks.jax_suites` (each row's own command below). " + note, "",
              "| env | launcher | env steps | SPS | wall (min) | CPU (min) | load | final metric | random | command |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for key in sorted(rows):
