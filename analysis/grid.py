@@ -135,8 +135,10 @@ def read_summary(run_dir: str) -> dict | None:
 
 
 def has_checkpoint(run_dir: str) -> bool:
-    directory = os.path.join(run_dir, "checkpoints")
-    return any(glob.glob(os.path.join(directory, pattern)) for pattern in _CHECKPOINT_PATTERNS)
+    """A checkpoint in the run's `checkpoints/`, or in an agent's of a several-agent run (Anakin's `<run>/<agent>/`,
+    which `--resume` continues from the run's directory)."""
+    return any(glob.glob(os.path.join(run_dir, *parts, "checkpoints", pattern))
+               for parts in ((), ("*",)) for pattern in _CHECKPOINT_PATTERNS)
 
 
 def run_state(run_dir: str) -> str:

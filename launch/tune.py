@@ -34,7 +34,7 @@ import warnings
 from absl import app, flags
 
 from analysis import search_space
-from launch import sweep
+from launch import sweep, tuning
 from launch.tuning import (
     RESERVED,
     Objective,
@@ -68,6 +68,10 @@ _FINAL_SEEDS = flags.DEFINE_integer("final_seeds", 3, "Fresh seeds the best poin
 _PRUNE_WARMUP = flags.DEFINE_integer("prune_warmup", 5, "Evaluations before a trial may be pruned.", lower_bound=0,
                                      flag_values=TUNE_FLAGS)
 _SAMPLER_SEED = flags.DEFINE_integer("sampler_seed", 0, "Seed of the TPE sampler.", flag_values=TUNE_FLAGS)
+_POPULATION = flags.DEFINE_integer(
+    "population", 8, "launch.anakin with a space of one learning rate or entropy coefficient: trials run together in "
+    "one program (its --learning_rates / --entropy_coefs), this many at a time (0: one program a trial).",
+    lower_bound=0, flag_values=TUNE_FLAGS)
 _REFERENCES = flags.DEFINE_list("references", [], "Several tasks: each one's reference score (normalized to 1).",
                                 flag_values=TUNE_FLAGS)
 
@@ -154,11 +158,21 @@ def _work(config: dict) -> None:
                           config["highs"])
     if finished_count(study) >= config["trials"]:
         return
+    if config["population"]:
+        tuning.run_populations(study, objective, config["population"], config["trials"])
+        return
     study.optimize(objective, catch=(RunFailed,), callbacks=[
         MaxTrialsCallback(config["trials"], states=(TrialState.COMPLETE, TrialState.PRUNED)),
         lambda study, trial: print(f"[tune] trial {trial.number}: {trial.state.name.lower()}"
                                    + (f" {trial.value:.4g}" if trial.value is not None else "")
                                    + f"  {trial.params}", flush=True)])
+
+
+def _population(system: str, envs: list[str], space) -> int:
+    """Trials per Anakin program: `--population` where the space is one vmappable flag and one task, else 0."""
+    if system != "anakin" or len(envs) != 1 or tuning.population_flag(space) is None:
+        return 0
+    return _POPULATION.value
 
 
 def _raise_interrupt(signum, frame):
@@ -194,7 +208,7 @@ def main(argv) -> None:
     config = dict(study_dir=study_dir, storage=_STORAGE.value, sampler_seed=_SAMPLER_SEED.value,
                   prune_warmup=_PRUNE_WARMUP.value, system=system, envs=envs, passthrough=passthrough,
                   space=search_space.as_dicts(space), seeds=_SEEDS.value, lows=lows, highs=highs,
-                  trials=_TRIALS.value)
+                  trials=_TRIALS.value, population=_population(system, envs, space))
     print(f"[tune] launch.{system} on {', '.join(envs)}: {finished_count(study)}/{_TRIALS.value} trials finished; "
           f"space {', '.join(d.name for d in space)}; study {study_dir}", flush=True)
     workers = [multiprocessing.get_context("spawn").Process(target=_work, args=(dict(config, worker=w),))

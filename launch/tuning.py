@@ -213,3 +213,67 @@ class Objective:
             trial.study.enqueue_trial(point, user_attrs={"retry_of": trial.number})
             raise
         return score([sum(v) / len(v) for v in metrics.values()], self.lows, self.highs)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Anakin: a population of trials in one program
+
+POPULATION_FLAGS = {"learning_rate": "learning_rates", "entropy_coef": "entropy_coefs"}  # Anakin's swept flags
+
+
+def population_flag(space) -> str | None:
+    """Anakin's list flag that runs a population of this space's points in one program (a space of one learning
+    rate or one entropy coefficient), else None."""
+    names = [d.name for d in space]
+    return POPULATION_FLAGS.get(names[0]) if len(names) == 1 else None
+
+
+def population_values(summary: dict, name: str, points: list[dict]) -> list[float]:
+    """Each point's mean final metric over its agents (Anakin's gathered summary lists each agent's rate, entropy
+    coefficient and final metric)."""
+    column = {"learning_rate": "learning_rates", "entropy_coef": "entropy_coefs"}[name]
+    values = []
+    for point in points:
+        finals = [f for v, f in zip(summary[column], summary["final_metrics"], strict=True)
+                  if math.isclose(v, point[name], rel_tol=1e-9) and f is not None]
+        values.append(sum(finals) / len(finals) if finals else math.nan)
+    return values
+
+
+def run_populations(study, objective: Objective, size: int, trials: int) -> None:
+    """Draws `size` trials at a time and runs them as one Anakin program (`--learning_rates` or `--entropy_coefs`,
+    `--num_seeds` = the tuning seeds), until the study has `trials` finished ones. Each trial's value is the mean
+    final metric of its agents. A population is not pruned (its agents share one program); a stopped one is drawn
+    again with the same points, and its program resumes."""
+    import optuna
+
+    (dimension,) = objective.space
+    flag = population_flag(objective.space)
+    while finished_count(study) < trials:
+        batch = [study.ask() for _ in range(min(size, trials - finished_count(study)))]
+        for trial in batch:
+            trial.set_user_attr("host", socket.gethostname())
+            trial.set_user_attr("pid", os.getpid())
+        points = [{dimension.name: dimension.suggest(trial)} for trial in batch]
+        unique = sorted({p[dimension.name] for p in points})
+        args = [*objective.passthrough, f"--env={objective.envs[0]}", f"--{flag}={','.join(map(repr, unique))}",
+                f"--num_seeds={len(objective.seeds)}", "--seed=0"]
+        run_dir = os.path.join(objective.study_dir, "runs", "population-" + point_key({"points": unique}))
+        try:
+            summary = run_one(objective.system, args, run_dir)
+        except KeyboardInterrupt:
+            for trial, point in zip(batch, points, strict=True):
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                study.enqueue_trial(point, user_attrs={"retry_of": trial.number})
+            raise
+        except RunFailed as error:
+            print(f"[tune] population failed: {error}", flush=True)
+            for trial in batch:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            continue
+        for trial, point, value in zip(batch, points, population_values(summary, dimension.name, points), strict=True):
+            if math.isfinite(value):
+                study.tell(trial, value)
+            else:
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            print(f"[tune] trial {trial.number}: {value:.4g}  {point}", flush=True)

@@ -293,6 +293,8 @@ def _gather(config: AnakinConfig, configs: list[AnakinConfig], summaries: list[d
     root = os.path.dirname(configs[0].logdir)
     summary = {
         "system": SYSTEM, "env_id": config.env_id, "algo": config.algo, "num_seeds": config.num_seeds,
+        "interrupted": False,  # gathered only when every agent finished
+        "final_metric": float(np.mean(known)) if known else None,  # what a sweep or a study reads of a run
         "num_agents": len(configs),
         "seeds": [c.seed for c in configs], "learning_rates": [c.learning_rate for c in configs],
         "entropy_coefs": [c.entropy_coef for c in configs],

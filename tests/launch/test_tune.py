@@ -193,3 +193,29 @@ def test_bad_input_is_one_error_line(tmp_path, extra, says):
                           text=True, timeout=120)
     assert done.returncode == 2 and says in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ")
+
+
+def test_anakin_runs_a_population_of_trials_in_one_program(tmp_path, monkeypatch):
+    """A space of one learning rate: `--population` trials go to one Anakin call as `--learning_rates`, with the
+    tuning seeds as `--num_seeds`; each trial's value is the mean of its agents' final metrics."""
+    calls = []
+
+    def run_one(system, args, run_dir, on_evaluation=None):
+        calls.append(args)
+        rates = [float(v) for v in next(a for a in args if a.startswith("--learning_rates=")).split("=")[1].split(",")]
+        seeds = int(next(a for a in args if a.startswith("--num_seeds=")).split("=")[1])
+        agents = [(rate, seed) for rate in rates for seed in range(seeds)]
+        return {"learning_rates": [r for r, _ in agents], "entropy_coefs": [0.01] * len(agents),
+                "final_metrics": [1000 * r + s for r, s in agents]}
+
+    monkeypatch.setattr(tuning, "run_one", run_one)
+    space = (search_space.Dimension("learning_rate", "float", 1e-4, 1e-2, True),)
+    assert tuning.population_flag(space) == "learning_rates"
+    assert tuning.population_flag((*space, search_space.Dimension("gamma", "categorical", choices=(0.9,)))) is None
+    objective = tuning.Objective(str(tmp_path), "anakin", ["gymnax/CartPole-v1"], [], space, range(2), None, None)
+    study = optuna.create_study(direction="maximize")
+    tuning.run_populations(study, objective, size=3, trials=5)
+    assert len(calls) == 2 and all("--num_seeds=2" in args for args in calls)
+    for trial in study.trials:
+        assert trial.value == pytest.approx(1000 * trial.params["learning_rate"] + 0.5)
+    assert len(study.trials) == 5
