@@ -144,9 +144,9 @@ def _starts(run_dir) -> int:
 
 @pytest.mark.slow
 def test_a_study_stopped_by_sigterm_resumes_without_repeating_a_finished_run(tmp_path):
-    """Three trials of tiny sync runs: SIGTERM while the second runs (exit 130), then the same command finishes the
-    study, resuming the second trial's run and starting none of the first again; the report, the best flags (which
-    the launcher takes) and the fresh-seed runs are written."""
+    """Three trials of tiny sync runs: SIGTERM while the second runs (exit 130), then the same command on two
+    workers finishes the study, resuming the second trial's run and starting no run twice; the report, the best
+    flags (which the launcher takes) and the fresh-seed runs (seeds apart from the tuning seed) are written."""
     study_dir = tmp_path / "study"
     process = subprocess.Popen(_tune(study_dir, "--trials=3", "--final_seeds=1", "--space=" + _space(tmp_path)),
                                cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -161,12 +161,18 @@ def test_a_study_stopped_by_sigterm_resumes_without_repeating_a_finished_run(tmp
     first = sorted(runs.iterdir(), key=os.path.getmtime)[0] / "CartPole-v1" / "s0"
     assert _starts(first) == 1
 
-    again = subprocess.run(_tune(study_dir, "--trials=3", "--final_seeds=1", "--space=" + _space(tmp_path)),
+    again = subprocess.run(_tune(study_dir, "--trials=3", "--final_seeds=1", "--workers=2",
+                                 "--space=" + _space(tmp_path)),
                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     assert _starts(first) == 1
     study = tuning.load_study(str(study_dir), "", 0, 1)
-    assert tuning.finished_count(study) == 3
+    assert tuning.finished_count(study) >= 3  # two workers may each start the last one
+    points = [run for run in runs.iterdir()]
+    assert len(points) == tuning.finished_count(study)  # every trial its own point, none run twice
+    assert all(_starts(point / "CartPole-v1" / "s0") <= 2 for point in points)  # at most the resumed one twice
+    assert sorted(p.name for p in (study_dir / "final" / "best" / "CartPole-v1").iterdir()) == ["s10000"]
+    assert not (runs / points[0].name / "CartPole-v1" / "s10000").exists()
     assert (study_dir / "report.md").read_text().count("| complete |") >= 1
     flags = (study_dir / "best.flags").read_text().split()
     config = launcher_config(__import__("launch.sync").sync, "--env=CartPole-v1", f"--flagfile={study_dir}/best.flags")
