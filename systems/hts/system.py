@@ -133,7 +133,7 @@ def run(config: HTSConfig) -> dict:
     """Trains with HTS-RL; returns the summary (also written to `<run dir>/summary.json`)."""
     validate(config)
     config, layout, fitted = _resolve_layout(config)
-    header = (f"{fitted.describe()}\n  {layout.describe()}"
+    header = (f"  {fitted.describe()}\n{layout.describe()}"
               + accelerator_hint(config.num_envs, config.sync_interval, layout))
     ctx = start_run(SYSTEM, config, make_agent, may_change_on_resume=MAY_CHANGE_ON_RESUME, header=header,
                     plan=_plan(config, layout, fitted), profile=hts_profile())
