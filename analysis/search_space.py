@@ -87,13 +87,18 @@ def load(path: str) -> tuple[Dimension, ...]:
     return tuple(dimension(str(name), spec) for name, spec in data.items())
 
 
+# Flag groups whose fields only one family of algorithms reads.
+GROUP_ALGOS = {"ppo": ("ppo",), "dqn": ("dqn", "ddqn")}
+
+
 def default_space(config_cls: type, algo: str, offered) -> tuple[Dimension, ...]:
     """The `search` distributions declared on `config_cls`'s hyperparameter fields that the launcher offers as flags
-    (`offered(name)`), PPO's own only for PPO."""
+    (`offered(name)`), an algorithm's own group (PPO's, DQN's) only for that algorithm."""
     space = []
     for field in dataclasses.fields(config_cls):
         search = field.metadata.get("search")
-        if search is None or not offered(field.name) or (field.metadata.get("group") == "ppo" and algo != "ppo"):
+        group = field.metadata.get("group")
+        if search is None or not offered(field.name) or algo not in GROUP_ALGOS.get(group, (algo,)):
             continue
         space.append(dimension(field.name, search))
     return tuple(space)

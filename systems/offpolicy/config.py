@@ -21,17 +21,19 @@ class OffPolicyConfig(RunConfig):
     algo: str = "dqn"  # dqn | ddqn | ddpg | td3 | sac
     num_envs: int = 1  # not read (PAL: its plan's, actors x envs per actor; Spreeze: samplers x envs per sampler)
     # The "off_policy" group: the flags launch.pal and launch.spreeze share, in --help order.
-    learning_rate: float = hyperparameter(2.5e-4, "Learning rate (default: preset).", group="off_policy")
+    learning_rate: float = hyperparameter(2.5e-4, "Learning rate (default: preset).", group="off_policy",
+                                          search=("float", 1e-5, 3e-3, True))
     critic_learning_rate: float = hyperparameter(
         0.0, "Critic learning rate (0: --learning_rate; default: preset).", group="off_policy")
-    gamma: float = hyperparameter(0.99, "Discount (default: preset).", group="off_policy")
+    gamma: float = hyperparameter(0.99, "Discount (default: preset).", group="off_policy",
+                                  search=("categorical", (0.95, 0.98, 0.99, 0.995)))
     max_grad_norm: float = hyperparameter(
         0.5, "Global gradient norm clip (0: none; default: 10 for DQN, else 0).", group="off_policy")
     opt_eps: float = hyperparameter(1e-5, "Optimizer epsilon (default: 1e-5 for DQN, else 1e-8).", group="off_policy")
     hidden_sizes: tuple = hyperparameter((256, 256), "MLP hidden sizes, e.g. 256,256 (default: preset).",
-                                         group="off_policy")
+                                         group="off_policy", search=("categorical", ("64,64", "256,256", "400,300")))
     batch_size: int = hyperparameter(256, "Batch of one optimizer step (default: preset).", group="off_policy",
-                                     flag_kind="string")
+                                     flag_kind="string", search=("categorical", (64, 128, 256, 512)))
     buffer_size: int = hyperparameter(100_000, "Replay capacity in transitions (default: preset).", group="off_policy")
     learning_starts: int = hyperparameter(
         1_000, "Env steps collected before the first update (default: preset).", group="off_policy")
@@ -43,12 +45,14 @@ class OffPolicyConfig(RunConfig):
         "PAL's TD3 on MuJoCo / Brax).", choices=INITS, group="off_policy")
     action_noise: float = setting(0.1, "DDPG/TD3: Gaussian exploration noise (fraction of half-range).", "off_policy")
     target_update_period: int = hyperparameter(  # DQN hard target copy period (tau >= 1)
-        500, "DQN: updates between target copies (default: preset).", group="dqn")
+        500, "DQN: updates between target copies (default: preset).", group="dqn", search=("int", 100, 10_000, True))
     # DQN exploration: linear decay from epsilon_start to epsilon_end over exploration_fraction of the run.
     epsilon_start: float = setting(1.0, "DQN: initial exploration rate.", "dqn")
-    epsilon_end: float = hyperparameter(0.05, "DQN: final exploration rate (default: preset).", group="dqn")
+    epsilon_end: float = hyperparameter(0.05, "DQN: final exploration rate (default: preset).", group="dqn",
+                                        search=("float", 0.01, 0.1))
     exploration_fraction: float = hyperparameter(
-        0.5, "DQN: fraction of the run to decay epsilon over (default: preset).", group="dqn")
+        0.5, "DQN: fraction of the run to decay epsilon over (default: preset).", group="dqn",
+        search=("float", 0.05, 0.5))
     eval_deterministic: bool = True  # the off-policy systems evaluate the greedy / mean action
 
 

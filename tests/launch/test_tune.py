@@ -225,3 +225,14 @@ def test_anakin_runs_a_population_of_trials_in_one_program(tmp_path, monkeypatch
     for trial in study.trials:
         assert trial.value == pytest.approx(1000 * trial.params["learning_rate"] + 0.5)
     assert len(study.trials) == 5
+
+
+def test_the_off_policy_default_space_keeps_dqns_own_to_dqn():
+    from systems.pal.config import PALConfig
+
+    def names(algo):
+        return {d.name for d in search_space.default_space(PALConfig, algo, lambda name: True)}
+
+    shared = {"learning_rate", "gamma", "hidden_sizes", "batch_size"}
+    assert names("dqn") == names("ddqn") == shared | {"target_update_period", "epsilon_end", "exploration_fraction"}
+    assert names("sac") == names("td3") == shared
