@@ -150,6 +150,8 @@ def _work(config: dict) -> None:
     from optuna.trial import TrialState
 
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    if config["worker"] > 0:
+        tuning.die_with_parent()  # a worker process: SIGTERM when the study's main process ends
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = load_study(config["study_dir"], config["storage"], config["sampler_seed"], config["prune_warmup"])
     # Each worker's sampler, and a resumed study's, starts from its own seed: reseeded as the first invocation's,

@@ -6,6 +6,8 @@ process left running."""
 from __future__ import annotations
 
 import csv
+import ctypes
+import functools
 import hashlib
 import json
 import math
@@ -104,6 +106,27 @@ def _evaluations(run_dir: str) -> list[float]:
         return []
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+@functools.cache
+def _prctl():
+    """libc's prctl, looked up in the study's process (not in a forked child, where another thread may hold a
+    lock); None off Linux."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def die_with_parent() -> None:
+    """In this process: the kernel sends it SIGTERM when its parent ends, SIGKILL included (Linux's
+    PR_SET_PDEATHSIG), so no run or worker outlives a killed study; the launchers answer SIGTERM by checkpointing."""
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
 def _stop(process: subprocess.Popen) -> None:
     """Ctrl-C to the run's group (it checkpoints), SIGKILL after `sweep.STOP_TIMEOUT_S`."""
     sweep._signal_group(process, signal.SIGINT)
@@ -128,8 +151,10 @@ def run_one(system: str, args: list[str], run_dir: str, on_evaluation=None) -> d
     with open(os.path.join(run_dir, "launch.log"), "a") as log:
         log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} launch.tune: {' '.join(command)}\n")
         log.flush()
+        _prctl()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+                                   env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True,
+                                   preexec_fn=die_with_parent)
         seen = 0
         try:
             while process.poll() is None:

@@ -236,3 +236,54 @@ def test_the_off_policy_default_space_keeps_dqns_own_to_dqn():
     shared = {"learning_rate", "gamma", "hidden_sizes", "batch_size"}
     assert names("dqn") == names("ddqn") == shared | {"target_update_period", "epsilon_end", "exploration_fraction"}
     assert names("sac") == names("td3") == shared
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process whose ancestry reaches `pid` (from /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == pid:
+            found |= {int(entry)} | _descendants(int(entry))
+    return found
+
+
+def _alive(pids) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.add(pid)
+        except OSError:
+            pass
+    return alive
+
+
+@pytest.mark.slow
+def test_a_sigkilled_study_leaves_no_run_or_worker_behind(tmp_path):
+    """SIGKILL of the study's process while two workers run: the kernel ends its workers and their launcher runs
+    (PR_SET_PDEATHSIG), which checkpoint on the way out."""
+    study_dir = tmp_path / "study"
+    process = subprocess.Popen(_tune(study_dir, "--trials=4", "--final_seeds=0", "--workers=2",
+                                     "--space=" + _space(tmp_path), "--total_steps=100000"),
+                               cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not ((study_dir / "runs").is_dir() and
+                                               len(os.listdir(study_dir / "runs")) >= 2):
+        time.sleep(0.2)
+    time.sleep(2.0)
+    family = _descendants(process.pid)
+    assert len(family) >= 4  # two workers' launcher runs (and their worker processes)
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 60
+    while _alive(family) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(family)
