@@ -135,8 +135,9 @@ def check(system: str, envs: list[str], passthrough: list[str], space) -> None:
                    for d in space}
     argvs = [[*passthrough, f"--env={env}", *search_space.flags(probe_point), "--seed=0"] for env in envs]
     probe = sweep.probe_launcher(system, argvs)
-    for name in names - set(probe["flags"]):
-        raise ValueError(f"--space: launch.{system} has no flag --{name}")
+    missing = sorted(names - set(probe["flags"]))
+    if missing:
+        raise ValueError(f"--space: launch.{system} has no flag --{missing[0]}")
     for env, error in zip(envs, probe["errors"], strict=True):
         if error:
             raise ValueError(f"launch.{system} rejects --env={env} with the space's first point: "
