@@ -19,7 +19,7 @@ rollouts change what GAE sees per round; the rule departs from the preset there 
 A size given on the command line, or `--layout=preset`, keeps the literal preset (and the given sizes): the
 launcher turns `--layout=auto`, its default, into `preset` when the user gave a size (`given_sizes`). A config
 made in code keeps its sizes unless it asks for `layout="auto"`. The choice is printed in the run's start line and
-recorded in config.json's plan (`record`).
+recorded in config.json's plan (`Fit.record`).
 """
 
 from __future__ import annotations
@@ -71,9 +71,15 @@ class Fit:
     rule: str  # "accelerator", "many-core cpu", "preset"
     sizes: Sizes
     why: str  # one line
+    machine: Machine
 
     def describe(self) -> str:
         return f"layout: {self.sizes.describe()} ({self.rule}: {self.why})"
+
+    def record(self) -> dict:
+        """config.json's record of the layout (its plan's `layout`)."""
+        return {"machine": self.machine.describe(), "rule": self.rule, "sizes": self.sizes.describe(),
+                "why": self.why}
 
 
 def _envs_dividing(round_steps: int, base: int, most: int) -> int:
@@ -87,26 +93,31 @@ def _envs_dividing(round_steps: int, base: int, most: int) -> int:
 
 def fit(preset: Sizes, machine: Machine, choice: str = "auto") -> Fit:
     """The layout of a run whose preset is `preset` on `machine` (module docstring); `choice` "preset" keeps it."""
+
+    def chosen(rule: str, sizes: Sizes, why: str) -> Fit:
+        return Fit(rule, sizes, why, machine)
+
     if choice == "preset":
-        return Fit("preset", preset, "--layout=preset, or a size flag given")
+        return chosen("preset", preset, "--layout=preset, or a size flag given")
     round_steps = preset.num_envs * preset.sync_interval
     if machine.backend != "cpu":
         if preset.num_envs >= ACCELERATOR_ENVS:
-            return Fit("preset", preset, f"{preset.num_envs} envs already feed the {machine.backend}")
+            return chosen("preset", preset, f"{preset.num_envs} envs already feed the {machine.backend}")
         envs = _envs_dividing(round_steps, preset.num_envs, ACCELERATOR_ENVS)
         actors = max(preset.num_actors, min(ACCELERATOR_ACTORS, envs))
-        return Fit("accelerator", Sizes(envs, round_steps // envs, actors),
-                   f"the actors' forward passes on a {machine.backend} need many envs each; the round keeps its "
-                   f"{round_steps:,} env steps")
+        return chosen("accelerator", Sizes(envs, round_steps // envs, actors),
+                      f"the actors' forward passes on a {machine.backend} need many envs each; the round keeps its "
+                      f"{round_steps:,} env steps")
     if machine.cores <= PRESET_CORES:
-        return Fit("preset", preset, f"a CPU of {machine.cores} cores, the presets' size")
+        return chosen("preset", preset, f"a CPU of {machine.cores} cores, the presets' size")
     scale = machine.cores // PRESET_CORES
     envs = _envs_dividing(round_steps, preset.num_envs, preset.num_envs * scale)
     actors = max(preset.num_actors, min(MAX_ACTORS, machine.cores // CORES_PER_ACTOR, envs))
     if envs == preset.num_envs and actors == preset.num_actors:
-        return Fit("preset", preset, f"no larger env count divides the {round_steps:,}-step round")
-    return Fit("many-core cpu", Sizes(envs, round_steps // envs, actors),
-               f"{machine.cores} cores step {scale}x the presets' envs; the round keeps its {round_steps:,} env steps")
+        return chosen("preset", preset, f"no larger env count divides the {round_steps:,}-step round")
+    return chosen("many-core cpu", Sizes(envs, round_steps // envs, actors),
+                  f"{machine.cores} cores step {scale}x the presets' envs; the round keeps its {round_steps:,} env "
+                  "steps")
 
 
 def sizes_of(config) -> Sizes:
@@ -129,8 +140,3 @@ def applied(config, machine: Machine, processes: int = 1):
     if hasattr(config, "num_actors"):
         changes["num_actors"] = result.sizes.num_actors
     return dataclasses.replace(config, **changes), result
-
-
-def record(result: Fit, machine: Machine) -> dict:
-    """config.json's record of the layout (its plan's `layout`)."""
-    return {"machine": machine.describe(), "rule": result.rule, "sizes": result.sizes.describe(), "why": result.why}

@@ -9,6 +9,7 @@ import dataclasses
 from envs.factory import family_of
 from envs.step_time import parse_step_time
 from systems.common import config as config_lib
+from systems.common import layout_rule
 from systems.common.config import hyperparameter, setting
 
 SYSTEM = "hts"
@@ -23,7 +24,7 @@ class HTSConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
         "preset", "auto: fit --num_envs, --sync_interval and --num_actors to this machine when none is given (an "
         "accelerator: 128 envs in 4 actor threads; a CPU of more cores than the presets' 2: envs scaled with the "
         "cores), keeping the preset's env steps per update; preset: the literal preset.", "hts",
-        choices=("auto", "preset"), flag_default="auto")
+        choices=layout_rule.CHOICES, flag_default="auto")
     env_batch_size: int = setting(
         0, "EnvPool async batch size (0: num_envs // 2; classic-control and Box2D tasks without --step_time: "
         "num_envs // num_actors).", "hts")

@@ -108,7 +108,7 @@ def _resolve_layout(config: HTSConfig) -> tuple[HTSConfig, layout_lib.Layout, la
 def _plan(config: HTSConfig, layout: layout_lib.Layout, fitted: layout_rule.Fit) -> dict:
     """config.json's plan: the sizes the layout rule chose, the devices the layout chose, as the flags would name
     them, and the batches used."""
-    return dict(layout=layout_rule.record(fitted, layout_rule.this_machine()),
+    return dict(layout=fitted.record(),
                 actor_devices=layout_lib.indices_text(layout.actor_devices),
                 learner_devices=layout_lib.indices_text(layout.learner_devices), learner_replicas=layout.num_replicas,
                 batches=dict(env=env_batch_size(config), inference=inference_batch(config)))
