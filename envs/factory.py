@@ -214,11 +214,11 @@ def make_spec(env_id: str, env_kwargs: str = "", frame_stack: int = 1) -> EnvSpe
     read its spaces. `frame_stack` > 1 stacks a `gymnasium/`, `gymnax/` or `jax/` task's image frames on the
     channel axis (EnvPool's Atari tasks stack their own 4).
     """
-    if frame_stack < 1:
-        raise ValueError(f"--frame_stack must be >= 1 (1: no stack), got {frame_stack}")
-    if gymnasium_pool.is_gymnasium(env_id):
-        return _gymnasium_spec(env_id, env_kwargs, frame_stack)
-    if jax_pool.is_jax_env(env_id):
+    if gymnasium_pool.is_gymnasium(env_id) or jax_pool.is_jax_env(env_id):
+        if frame_stack < 1:
+            raise ValueError(f"--frame_stack must be >= 1 (1: no stack), got {frame_stack}")
+        if gymnasium_pool.is_gymnasium(env_id):
+            return _gymnasium_spec(env_id, env_kwargs, frame_stack)
         return _jax_env_spec(env_id, env_kwargs, frame_stack)
     if env_kwargs:
         raise ValueError(f"--env_kwargs applies to --env=gymnasium/, gymnax/ and brax/ tasks, not to {env_id}")

@@ -210,17 +210,13 @@ MAX_EVAL_EPISODES = 10_000  # an evaluation steps one env per episode, all of th
 
 
 def _check_env(env_id: str, env_kwargs: str, frame_stack: int = 1) -> None:
-    """A `gymnasium/`, `gymnax/` or `brax/` task is made once here, with its `--env_kwargs`, so a bad keyword or
-    space is one line before the run starts; `--env_kwargs` of an EnvPool task is refused."""
+    """A `gymnasium/`, `gymnax/` or `brax/` task is made once here, with its `--env_kwargs` and `--frame_stack`, so
+    a bad keyword or space is one line before the run starts; `make_spec` refuses either flag for an EnvPool task."""
     from envs import factory, gymnasium_pool, jax_pool
 
-    if not (gymnasium_pool.is_gymnasium(env_id) or jax_pool.is_jax_env(env_id)):
-        if env_kwargs:
-            raise ConfigError(f"--env_kwargs applies to --env=gymnasium/, gymnax/ and brax/ tasks, not to {env_id}")
-        if frame_stack != 1:
-            raise ConfigError(f"--frame_stack applies to gymnasium/, gymnax/ and jax/ image tasks, not to {env_id} "
-                              "(EnvPool's Atari tasks stack 4 frames themselves)")
-        return
+    own_env = gymnasium_pool.is_gymnasium(env_id) or jax_pool.is_jax_env(env_id)
+    if not own_env and not env_kwargs and frame_stack == 1:
+        return  # an EnvPool task: its spec is read when the run starts
     try:
         spec = factory.make_spec(env_id, env_kwargs, frame_stack)
     except ValueError as error:
