@@ -433,22 +433,28 @@ def _fail(message) -> NoReturn:
     sys.exit(2)
 
 
-def parse_flags(argv: list[str]) -> list[str]:
-    """`app.run`'s flags_parser: parses the sweep's flags into SWEEP_FLAGS and returns [program, passed flags...]
-    (what `main` receives); --help prints the sweep's flags."""
+def parse_own_flags(argv: list[str], own: flags.FlagValues, doc: str, program: str) -> list[str]:
+    """A tool's `app.run` flags_parser: parses its own flags (`own`) and returns [program, passed flags...] (what
+    its `main` receives: everything else, for its runs); --help prints `doc` and its own flags; a bad flag is one
+    `error:` line and exit 2."""
     args = list(argv[1:])
     if any(token in _HELP for token in args):
-        print(f"{__doc__}\nFlags of launch.sweep:\n{SWEEP_FLAGS.get_help(include_special_flags=False)}")
+        print(f"{doc}\nFlags of {program}:\n{own.get_help(include_special_flags=False)}")
         sys.exit(0)
-    mine, passed = split_argv(args)
-    SWEEP_FLAGS.unparse_flags()  # values of an earlier parse (tests) must not leak into this one
+    mine, passed = split_argv(args, {name: own[name].boolean for name in own})
+    own.unparse_flags()  # values of an earlier parse (tests) must not leak into this one
     try:
-        SWEEP_FLAGS([argv[0], *mine])
+        own([argv[0], *mine])
     except flags.Error as error:
         _fail(" ".join(str(error).split()))
     if not flags.FLAGS.is_parsed():
         flags.FLAGS(argv[:1])
     return [argv[0], *passed]
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """`app.run`'s flags_parser of the sweep (`parse_own_flags` over SWEEP_FLAGS)."""
+    return parse_own_flags(argv, SWEEP_FLAGS, __doc__, "launch.sweep")
 
 
 def main(argv):

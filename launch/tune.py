@@ -79,25 +79,12 @@ _REFERENCES = flags.DEFINE_list("references", [], "Several tasks: each one's ref
 # Command line
 
 
-def _fail(message) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
+_fail = sweep._fail  # one `error:` line, exit 2
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-    args = list(argv[1:])
-    if any(token in sweep._HELP for token in args):
-        print(f"{__doc__}\nFlags of launch.tune:\n{TUNE_FLAGS.get_help(include_special_flags=False)}")
-        sys.exit(0)
-    mine, passed = sweep.split_argv(args, {name: TUNE_FLAGS[name].boolean for name in TUNE_FLAGS})
-    TUNE_FLAGS.unparse_flags()
-    try:
-        TUNE_FLAGS([argv[0], *mine])
-    except flags.Error as error:
-        _fail(" ".join(str(error).split()))
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS(argv[:1])
-    return [argv[0], *passed]
+    """`app.run`'s flags_parser of the study (`sweep.parse_own_flags` over TUNE_FLAGS)."""
+    return sweep.parse_own_flags(argv, TUNE_FLAGS, __doc__, "launch.tune")
 
 
 def _space(system: str, passthrough: list[str]):
