@@ -141,11 +141,8 @@ def _work(config: dict) -> None:
     if config["worker"] > 0:
         tuning.die_with_parent()  # a worker process: SIGTERM when the study's main process ends
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = load_study(config["study_dir"], config["storage"], config["sampler_seed"], config["prune_warmup"])
-    # Each worker's sampler, and a resumed study's, starts from its own seed: reseeded as the first invocation's,
-    # it would draw that invocation's points again.
-    study.sampler = optuna.samplers.TPESampler(
-        seed=config["sampler_seed"] + 7919 * config["worker"] + len(study.get_trials(deepcopy=False)))
+    study = load_study(config["study_dir"], config["storage"], config["sampler_seed"], config["prune_warmup"],
+                       worker=config["worker"])
     objective = Objective(config["study_dir"], config["system"], config["envs"], config["passthrough"],
                           search_space.from_dicts(config["space"]), range(config["seeds"]), config["lows"],
                           config["highs"])
