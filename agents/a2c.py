@@ -21,26 +21,18 @@ import jax
 import optax
 
 from agents.batching import FlatBatch, prepare_batch
-from agents.losses import a2c_loss
+from agents.losses import ActorCriticLossHyperparameters, a2c_loss
 from agents.parallel import mean_over_axis
 from agents.types import Rollout, TrainState
 
 
-@dataclasses.dataclass(frozen=True)
-class A2CConfig:
-    """A2C hyperparameters.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class A2CConfig(ActorCriticLossHyperparameters):
+    """A2C's hyperparameters: the loss's (``gamma``, ``value_coef``, ``entropy_coef``: alpha in Eq. (4)), with
+    ``gae_lambda`` 1.0 by default, the n-step return of Eq. (4) over the storage."""
 
-    Attributes:
-      gamma: discount factor.
-      gae_lambda: GAE lambda; 1.0 gives the n-step return of Eq. (4) over the storage.
-      value_coef: weight of the value loss ``0.5 * (R - V)^2``.
-      entropy_coef: weight of the entropy bonus (alpha in Eq. (4)).
-    """
-
-    gamma: float = 0.99
-    gae_lambda: float = 1.0
-    value_coef: float = 0.5
-    entropy_coef: float = 0.01
+    gae_lambda: float = dataclasses.field(
+        default=1.0, metadata=ActorCriticLossHyperparameters.__dataclass_fields__["gae_lambda"].metadata)
 
 
 def _delayed_gradient(behaviour_params, batch: FlatBatch, *, apply_fn, config: A2CConfig) -> tuple[Any, dict]:

@@ -11,12 +11,30 @@ Losses take a flat batch ``[N, ...]`` and a ``valid`` mask ``[N]``; every mean i
 rows collected on EnvPool's reset steps contribute nothing.
 """
 
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
 
 from agents import distributions
+from agents.hyperparams import hyperparameter
 from agents.types import Rollout
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ActorCriticLossHyperparameters:
+    """The hyperparameters of every actor-critic loss here (A2C's ``a2c_loss``, PPO's ``ppo_loss``): the returns'
+    discount and GAE lambda (``agents.gae``), and the weights of the value loss and the entropy bonus."""
+
+    gamma: float = hyperparameter(0.99, "Discount (default: preset).",
+                                  search=("categorical", (0.95, 0.98, 0.99, 0.995, 0.999)))
+    gae_lambda: float = hyperparameter(0.95, "GAE lambda; 1.0 gives n-step returns (default: preset).",
+                                       search=("categorical", (0.8, 0.9, 0.95, 0.98, 1.0)))
+    value_coef: float = hyperparameter(
+        0.5, "Weight of the value loss 0.5 x (R - V)^2; SB3's vf_coef c is 2c here (default: preset).")
+    entropy_coef: float = hyperparameter(0.01, "Entropy bonus coefficient (default: preset).",
+                                         search=("float", 1e-5, 0.05, True))
 
 __all__ = ["Rollout", "a2c_loss", "check_batch", "combined_loss", "masked_mean"]
 

@@ -28,6 +28,7 @@ The CNNs' convolutions have `nn.Conv`'s parameters and function, computed in the
 `benchmarks/cnn_cpu.py`), elsewhere XLA's own convolution (cuDNN on a GPU).
 """
 
+import dataclasses
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -40,6 +41,7 @@ from jax import lax
 
 from agents import conv as conv_lib
 from agents.distributions import Factored
+from agents.hyperparams import hyperparameter
 
 _TORSO_GAIN = float(np.sqrt(2.0))
 # CleanRL: a tiny policy-head init makes the initial policy close to uniform / zero-mean,
@@ -285,6 +287,23 @@ class BA3CTorso(nn.Module):
             x = conv_lib.from_channels_major(x)
         x = x.reshape((x.shape[0], -1))  # [B, 1600], (h, w, c) order
         return nn.relu(_dense(self.hidden, _TORSO_GAIN)(x))  # [B, hidden]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NetworkHyperparameters:
+    """The on-policy actor-critic's shape (``make_network``'s MLP and policy arguments); defaults: CleanRL's."""
+
+    hidden_sizes: tuple = hyperparameter(
+        (64, 64), "MLP hidden sizes of vector-observation tasks, e.g. 256,256 (default: preset).",
+        search=("categorical", ("64,64", "128,128", "256,256")))
+    activation: str = hyperparameter("tanh", "MLP nonlinearity (default tanh).", choices=tuple(ACTIVATIONS))
+    orthogonal_init: bool = hyperparameter(
+        True, "MLP: orthogonal init (CleanRL; default) or PyTorch's default (SB3 ortho_init=False).")
+    log_std_init: float = hyperparameter(0.0, "Initial log-std of a continuous policy (default 0).")
+
+    def network_settings(self) -> dict:
+        """``make_network``'s keyword arguments of these hyperparameters."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(NetworkHyperparameters)}
 
 
 class MLPTorso(nn.Module):

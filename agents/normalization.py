@@ -30,6 +30,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from agents.hyperparams import hyperparameter
 from agents.types import Rollout, TrainState
 
 OBS_NORM = "obs_norm"
@@ -122,14 +123,26 @@ def scale_rewards(
     return dict(stats, returns=final_returns), scaled
 
 
-@dataclasses.dataclass(frozen=True)
-class NormalizationConfig:
-    """Which normalizations a run uses (``TrainConfig`` flags ``--normalize_obs``, ``--normalize_reward``)."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NormalizationHyperparameters:
+    """Which normalizations a run uses (the flags ``--normalize_obs``, ``--normalize_reward``) and their clips."""
 
-    normalize_obs: bool = False
-    obs_clip: float = 10.0
-    normalize_reward: bool = False
-    reward_clip: float = 10.0
+    normalize_obs: bool = hyperparameter(
+        False, "Normalize vector observations by their running mean/std over all training envs (default: preset; "
+        "MuJoCo on).", group="normalization")
+    obs_clip: float = hyperparameter(10.0, "Clip normalized observations to [-v, v] (default 10; 0: no clip).",
+                                     group="normalization")
+    normalize_reward: bool = hyperparameter(
+        False, "Divide rewards by the running std of the discounted return (default: preset; MuJoCo on).",
+        group="normalization")
+    reward_clip: float = hyperparameter(10.0, "Clip scaled rewards to [-v, v] (default 10; 0: no clip).",
+                                        group="normalization")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NormalizationConfig(NormalizationHyperparameters):
+    """What the normalizations run with: the hyperparameters and the discount of the scaled return."""
+
     gamma: float = 0.99
 
     @property

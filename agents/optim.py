@@ -17,6 +17,7 @@ learning-rate scaling rule did not work for Adam (``scale_learning_rate`` offers
 "sqrt" so that choice is explicit).
 """
 
+import dataclasses
 import math
 from typing import NamedTuple
 
@@ -25,7 +26,27 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from agents.hyperparams import hyperparameter
+
 OPTIMIZERS = ("adam", "rmsprop", "adam_large_batch")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OptimizerHyperparameters:
+    """The on-policy learner's optimizer (``make_optimizer``): rmsprop is PyTorch's (eps outside the square root),
+    adam_large_batch is Distributed BA3C's Eq. (5)-(6) (seed paper 001)."""
+
+    learning_rate: float = hyperparameter(2.5e-4, "Learning rate (default: preset).",
+                                          search=("float", 1e-5, 3e-3, True))
+    anneal_lr: bool = hyperparameter(True, "Linearly decay the learning rate to 0 (default: preset).")
+    optimizer: str = hyperparameter("adam", "Optimizer (default: preset).", choices=OPTIMIZERS)
+    opt_eps: float = hyperparameter(1e-5, "Optimizer epsilon (default: preset).")
+    max_grad_norm: float = hyperparameter(0.5, "Global gradient norm clip (0: none; default: preset).")
+
+    def optimizer_settings(self, total_updates: int) -> dict:
+        """``make_optimizer``'s arguments for a run of ``total_updates`` optimizer steps (the decay horizon)."""
+        return dict(name=self.optimizer, learning_rate=self.learning_rate, total_updates=total_updates,
+                    anneal_lr=self.anneal_lr, max_grad_norm=self.max_grad_norm, eps=self.opt_eps)
 LR_SCALING_RULES = ("none", "linear", "sqrt")
 
 # Seed paper 001, Table 1 and Sec. 2.4.

@@ -20,25 +20,40 @@ import optax
 
 from agents import distributions
 from agents.batching import FlatBatch, prepare_batch
-from agents.losses import check_batch, combined_loss, masked_mean
+from agents.hyperparams import hyperparameter
+from agents.losses import ActorCriticLossHyperparameters, check_batch, combined_loss, masked_mean
 from agents.parallel import mean_over_axis
 from agents.types import Rollout, TrainState
 
 
-@dataclasses.dataclass(frozen=True)
-class PPOConfig:
-    """PPO hyperparameters.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PPOHyperparameters(ActorCriticLossHyperparameters):
+    """PPO's hyperparameters (beside the loss's ``gamma``, ``gae_lambda``, ``value_coef``, ``entropy_coef``).
 
     Attributes:
-      gamma: discount factor.
-      gae_lambda: GAE lambda.
       clip_eps: ratio clipping epsilon.
-      value_coef: weight of the value loss ``0.5 * (R - V)^2``.
-      entropy_coef: weight of the entropy bonus.
       num_epochs: passes over the rollout per update.
       num_minibatches: minibatches per epoch; must divide ``T * B``.
       normalize_advantages: normalise advantages per minibatch (masked mean/std).
       clip_value_loss: CleanRL's value clipping around the behaviour values (``ppo_loss``).
+    """
+
+    clip_eps: float = hyperparameter(0.1, "PPO clip range (default: preset).", group="ppo",
+                                     search=("categorical", (0.1, 0.2, 0.3)))
+    num_epochs: int = hyperparameter(4, "PPO epochs per update (default: preset).", group="ppo",
+                                     search=("int", 1, 10))
+    num_minibatches: int = hyperparameter(4, "PPO minibatches per epoch (default: preset).", group="ppo",
+                                          search=("categorical", (1, 2, 4, 8)))
+    normalize_advantages: bool = True
+    clip_value_loss: bool = hyperparameter(
+        False, "PPO: clip the value loss around the behaviour values (default: preset; MuJoCo on).", group="ppo")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PPOConfig(PPOHyperparameters):
+    """What ``ppo_update`` runs with: PPO's hyperparameters and how its loops are built.
+
+    Attributes:
       unroll_epochs, unroll_minibatches: ``jax.lax.scan``'s ``unroll`` for the epoch and minibatch
         loops (``True``: fully unrolled, ``False``/``1``: a rolled while loop, ``k``: k steps per
         iteration). Rolled loops build in seconds whatever ``num_epochs * num_minibatches`` is; fully
@@ -48,15 +63,6 @@ class PPOConfig:
         both).
     """
 
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_eps: float = 0.1
-    value_coef: float = 0.5
-    entropy_coef: float = 0.01
-    num_epochs: int = 4
-    num_minibatches: int = 4
-    normalize_advantages: bool = True
-    clip_value_loss: bool = False
     unroll_epochs: bool | int = False
     unroll_minibatches: bool | int = False
 

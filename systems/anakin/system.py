@@ -119,9 +119,8 @@ def _sweep_optimizer(config: AnakinConfig) -> optax.GradientTransformation | Non
     state (`_with_rate`), so that one vmapped program trains every rate; None without a sweep."""
     if not rates(config):
         return None
-    unit = make_optimizer(name=config.optimizer, learning_rate=1.0, anneal_lr=config.anneal_lr, eps=config.opt_eps,
-                          total_updates=config_lib.total_rounds(config) * learner.optimizer_steps_per_update(config),
-                          max_grad_norm=config.max_grad_norm)
+    total_updates = config_lib.total_rounds(config) * learner.optimizer_steps_per_update(config)
+    unit = make_optimizer(**dict(config.optimizer_settings(total_updates), learning_rate=1.0))
     return optax.chain(unit, optax.inject_hyperparams(optax.scale)(step_size=1.0))
 
 

@@ -73,15 +73,13 @@ def make_agent(config: BA3CConfig, run_plan: Plan):
     spec = make_spec(config.env_id, config.env_kwargs, config.frame_stack)
     network = make_network(
         spec.obs_shape, spec.action_dim, spec.continuous, torso="ba3c" if spec.family == "atari" else None,
-        hidden=config.hidden, hidden_sizes=config.hidden_sizes, activation=config.activation,
-        orthogonal_init=config.orthogonal_init, log_std_init=config.log_std_init,
-        action_nvec=spec.action_nvec, image_shape=spec.obs_image_shape,
+        hidden=config.hidden, **config.network_settings(), action_nvec=spec.action_nvec,
+        image_shape=spec.obs_image_shape,
     )
     network = conv_tuning.with_plan(network, spec.obs_shape, config.local_batch, config.conv_plan)
     optimizer_settings = dict(
-        name=config.optimizer, learning_rate=run_plan.learning_rate,
-        total_updates=run_plan.total_rounds * optimizer_steps_per_update(config),
-        anneal_lr=config.anneal_lr, max_grad_norm=config.max_grad_norm, eps=run_plan.opt_eps,
+        config.optimizer_settings(run_plan.total_rounds * optimizer_steps_per_update(config)),
+        learning_rate=run_plan.learning_rate, eps=run_plan.opt_eps,
         b1=config.adam_b1 if config.optimizer != "rmsprop" else None,
         b2=config.adam_b2 if config.optimizer != "rmsprop" else None,
     )

@@ -6,7 +6,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from agents.optim import OPTIMIZERS
+from agents.hyperparams import hyperparameter
+from agents.networks import NetworkHyperparameters
+from agents.normalization import NormalizationHyperparameters
+from agents.optim import OPTIMIZERS, OptimizerHyperparameters
+from agents.ppo import PPOHyperparameters
 from envs.step_time import parse_step_time
 
 CONV_PLAN_CHOICES = ("auto", "table", "xla")  # --conv_plan (`systems.common.conv_tuning.plan_for`)
@@ -23,18 +27,6 @@ def first_line(error: BaseException) -> str:
 
 
 _SAME = object()
-
-
-def hyperparameter(default, help_text: str, choices: tuple = (), group: str = "on_policy", flag_default=None,
-                   flag_kind: str = "", search: tuple | None = None):
-    """A config field its launchers offer as a flag whose default (None, or the `flag_default` the launcher reads
-    as "unset") means the preset (`launch.flagsets`): declared once, here, with the flag's help text, its allowed
-    values and its --help group (fields of a group are listed in the order they are declared). `flag_kind` names
-    the absl kind where the flag's text is not the field's type (e.g. "string" for a size that also takes 'auto').
-    `search`: its distribution in `launch.tune`'s default space (`analysis.search_space.dimension`)."""
-    return dataclasses.field(default=default, metadata={"help": help_text, "choices": tuple(choices), "group": group,
-                                                        "flag_default": flag_default, "preset": True,
-                                                        "flag_kind": flag_kind, "search": search})
 
 
 def setting(default, help_text: str, group: str, choices: tuple = (), flag_default=_SAME, flag_kind: str = ""):
@@ -105,61 +97,20 @@ class MultiHostConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig(RunConfig):
+class TrainConfig(NetworkHyperparameters, NormalizationHyperparameters, PPOHyperparameters, OptimizerHyperparameters,
+                  RunConfig):
     """An on-policy run (the synchronous baseline; HTS-RL, the data-parallel and gossip systems extend it with their
-    own layout): PPO / A2C hyperparameters, the network, and the env and round sizes. Sizes are per run, not per
-    device. The `hyperparameter` fields are their launchers' flags (help text in the field; default: the preset)."""
+    own layout): the env and round sizes here, and the hyperparameters each algorithm declares beside its code in
+    `agents/` (the optimizer's, PPO's and A2C's losses, the normalizations, the network), held by inheritance so
+    each keeps its flat name (`--clip_eps`, `config.clip_eps`). Sizes are per run, not per device. The
+    `hyperparameter` fields are their launchers' flags (help text in the field; default: the preset)."""
 
     num_envs: int = hyperparameter(8, "Number of training envs (default: preset).", group="envs")
     sync_interval: int = hyperparameter(
         128, "alpha: steps per env in one round (= rollout length per update; default: preset).")
     # total_steps (RunConfig) is rounded up to whole rounds.
-    # Optimisation. rmsprop: PyTorch's (eps outside the sqrt); adam_large_batch: BA3C's Eq. 5-6.
-    learning_rate: float = hyperparameter(2.5e-4, "Learning rate (default: preset).",
-                                          search=("float", 1e-5, 3e-3, True))
-    anneal_lr: bool = hyperparameter(True, "Linearly decay the learning rate to 0 (default: preset).")
-    optimizer: str = hyperparameter("adam", "Optimizer (default: preset).", choices=OPTIMIZERS)
-    opt_eps: float = hyperparameter(1e-5, "Optimizer epsilon (default: preset).")
-    max_grad_norm: float = hyperparameter(0.5, "Global gradient norm clip (0: none; default: preset).")
-    # Losses.
-    gamma: float = hyperparameter(0.99, "Discount (default: preset).",
-                                  search=("categorical", (0.95, 0.98, 0.99, 0.995, 0.999)))
-    gae_lambda: float = hyperparameter(0.95, "GAE lambda; 1.0 gives n-step returns (default: preset).",
-                                       search=("categorical", (0.8, 0.9, 0.95, 0.98, 1.0)))
-    value_coef: float = hyperparameter(
-        0.5, "Weight of the value loss 0.5 x (R - V)^2; SB3's vf_coef c is 2c here (default: preset).")
-    entropy_coef: float = hyperparameter(0.01, "Entropy bonus coefficient (default: preset).",
-                                         search=("float", 1e-5, 0.05, True))
-    clip_eps: float = hyperparameter(0.1, "PPO clip range (default: preset).", group="ppo",
-                                     search=("categorical", (0.1, 0.2, 0.3)))
-    num_epochs: int = hyperparameter(4, "PPO epochs per update (default: preset).", group="ppo",
-                                     search=("int", 1, 10))
-    num_minibatches: int = hyperparameter(4, "PPO minibatches per epoch (default: preset).", group="ppo",
-                                          search=("categorical", (1, 2, 4, 8)))
-    normalize_advantages: bool = True  # PPO only
-    clip_value_loss: bool = hyperparameter(
-        False, "PPO: clip the value loss around the behaviour values (default: preset; MuJoCo on).", group="ppo")
-    # Continuous control (agents/normalization.py; CleanRL ppo_continuous_action.py, SB3 VecNormalize).
-    normalize_obs: bool = hyperparameter(
-        False, "Normalize vector observations by their running mean/std over all training envs (default: preset; "
-        "MuJoCo on).", group="normalization")
-    obs_clip: float = hyperparameter(10.0, "Clip normalized observations to [-v, v] (default 10; 0: no clip).",
-                                     group="normalization")
-    normalize_reward: bool = hyperparameter(
-        False, "Divide rewards by the running std of the discounted return (default: preset; MuJoCo on).",
-        group="normalization")
-    reward_clip: float = hyperparameter(10.0, "Clip scaled rewards to [-v, v] (default 10; 0: no clip).",
-                                        group="normalization")
     clip_actions: bool = hyperparameter(
         True, "Clip continuous actions to the action bounds before the env steps (default: on).")
-    # The MLP of vector observations (agents/networks.py); defaults: CleanRL's.
-    hidden_sizes: tuple = hyperparameter(
-        (64, 64), "MLP hidden sizes of vector-observation tasks, e.g. 256,256 (default: preset).",
-        search=("categorical", ("64,64", "128,128", "256,256")))
-    activation: str = hyperparameter("tanh", "MLP nonlinearity (default tanh).", choices=("tanh", "relu"))
-    orthogonal_init: bool = hyperparameter(
-        True, "MLP: orthogonal init (CleanRL; default) or PyTorch's default (SB3 ortho_init=False).")
-    log_std_init: float = hyperparameter(0.0, "Initial log-std of a continuous policy (default 0).")
     conv_plan: str = setting(
         "auto", "How the learner computes an image task's convolutions on a CPU: auto = time the candidate plans "
         "once per machine and keep the fastest (cached); table = the fixed per-layer table; xla = XLA's own "

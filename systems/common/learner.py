@@ -24,6 +24,7 @@ from agents import (
     make_optimizer,
     ppo_update,
 )
+from agents.hyperparams import field_names
 from agents.normalization import (
     OBS_NORM,
     REWARD_NORM,
@@ -133,11 +134,8 @@ def action_layout(spec: EnvSpec) -> tuple:
 def default_network(config: config_lib.TrainConfig, spec: EnvSpec) -> ActorCritic:
     """The on-policy actor-critic of `spec` (`agents.make_network`: the family's torso, `--hidden_sizes`' MLP) with
     the convolution plan `--conv_plan` picks for the learner's batch (`conv_tuning.with_plan`)."""
-    network = make_network(
-        spec.obs_shape, spec.action_dim, spec.continuous, hidden_sizes=config.hidden_sizes,
-        activation=config.activation, orthogonal_init=config.orthogonal_init, log_std_init=config.log_std_init,
-        action_nvec=spec.action_nvec, image_shape=spec.obs_image_shape,
-    )
+    network = make_network(spec.obs_shape, spec.action_dim, spec.continuous, **config.network_settings(),
+                           action_nvec=spec.action_nvec, image_shape=spec.obs_image_shape)
     return conv_tuning.with_plan(network, spec.obs_shape, learner_batch(config), config.conv_plan)
 
 
@@ -149,9 +147,7 @@ def learner_batch(config: config_lib.TrainConfig) -> int:
 
 def default_optimizer_settings(config: config_lib.TrainConfig) -> dict:
     """`make_optimizer`'s arguments for `config`."""
-    return dict(name=config.optimizer, learning_rate=config.learning_rate,
-                total_updates=config_lib.total_rounds(config) * optimizer_steps_per_update(config),
-                anneal_lr=config.anneal_lr, max_grad_norm=config.max_grad_norm, eps=config.opt_eps)
+    return config.optimizer_settings(config_lib.total_rounds(config) * optimizer_steps_per_update(config))
 
 
 def initial_state_fn(
@@ -201,7 +197,7 @@ def algo_config(config: config_lib.TrainConfig, **build) -> A2CConfig | PPOConfi
     of the same name: a hyperparameter is one `TrainConfig` field that the algorithm's config names, never copied
     by hand. `build` gives PPO's loop forms (`_PPO_BUILD_FIELDS`)."""
     algo_cls = A2CConfig if config.algo == "a2c" else PPOConfig
-    names = [f.name for f in dataclasses.fields(algo_cls) if f.name not in _PPO_BUILD_FIELDS]
+    names = [name for name in field_names(algo_cls) if name not in _PPO_BUILD_FIELDS]
     return algo_cls(**{name: getattr(config, name) for name in names}, **build)
 
 
@@ -212,10 +208,7 @@ def normalization_config(config: config_lib.TrainConfig, spec: EnvSpec) -> Norma
             f"--normalize_obs applies to vector observations; {config.env_id} observes images "
             f"{spec.obs_image_shape or spec.obs_shape}"
         )
-    return NormalizationConfig(
-        normalize_obs=config.normalize_obs, obs_clip=config.obs_clip, normalize_reward=config.normalize_reward,
-        reward_clip=config.reward_clip, gamma=config.gamma,
-    )
+    return NormalizationConfig(**{name: getattr(config, name) for name in field_names(NormalizationConfig)})
 
 
 # Convolutional PPO updates with more optimizer steps than this keep the epoch loop rolled: the fully unrolled

@@ -61,10 +61,7 @@ class CosineLog:
 
 def make_agent(config: GALAConfig, run_plan: Plan):
     spec = make_spec(config.env_id, config.env_kwargs, config.frame_stack)
-    optimizer_settings = dict(
-        name=config.optimizer, learning_rate=run_plan.learning_rate, total_updates=run_plan.iterations,
-        anneal_lr=config.anneal_lr, max_grad_norm=config.max_grad_norm, eps=config.opt_eps,
-    )
+    optimizer_settings = dict(config.optimizer_settings(run_plan.iterations), learning_rate=run_plan.learning_rate)
     setup, state = build(config, spec, optimizer_settings=optimizer_settings)
     return spec, setup, state
 

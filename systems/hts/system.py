@@ -73,10 +73,8 @@ def make_agent(config: config_lib.TrainConfig, spec: EnvSpec) -> tuple[LearnerSe
     `--conv_plan` picks for the learner's batch; `--optimizer` (`agents.optim.make_optimizer`, optax); and
     `--algo`'s update, PPO's clipped surrogate (`agents.ppo`) or A2C with the one-step delay (`agents.a2c`, Eq. 6).
     `learner.build` jits the update and the actors' policy and initializes the state from `--seed`."""
-    network = make_network(spec.obs_shape, spec.action_dim, spec.continuous, hidden_sizes=config.hidden_sizes,
-                           activation=config.activation, orthogonal_init=config.orthogonal_init,
-                           log_std_init=config.log_std_init, action_nvec=spec.action_nvec,
-                           image_shape=spec.obs_image_shape)
+    network = make_network(spec.obs_shape, spec.action_dim, spec.continuous, **config.network_settings(),
+                           action_nvec=spec.action_nvec, image_shape=spec.obs_image_shape)
     network = conv_tuning.with_plan(network, spec.obs_shape, learner.learner_batch(config), config.conv_plan)
     optimizer = learner.default_optimizer_settings(config)
     if config.algo == "ppo":

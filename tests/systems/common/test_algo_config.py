@@ -6,6 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agents
+from agents.losses import ActorCriticLossHyperparameters
+from agents.networks import NetworkHyperparameters
+from agents.normalization import NormalizationHyperparameters
+from agents.optim import OptimizerHyperparameters
+from agents.ppo import PPOHyperparameters
 from systems.common import learner
 from systems.common.config import TrainConfig
 
@@ -17,6 +22,24 @@ def test_every_hyperparameter_of_the_algorithms_is_a_train_config_field():
     for algo_cls in (agents.A2CConfig, agents.PPOConfig):
         names = {f.name for f in dataclasses.fields(algo_cls)} - set(_BUILD)
         assert names <= train_fields, names - train_fields
+
+
+def test_each_on_policy_hyperparameter_is_declared_once_beside_its_algorithm():
+    """`TrainConfig` holds the agents' hyperparameter dataclasses by inheritance: each of their fields is the very
+    field `agents/` declares (its help, choices and search distribution), never a second declaration."""
+    declared = (ActorCriticLossHyperparameters, PPOHyperparameters, OptimizerHyperparameters,
+                NetworkHyperparameters, NormalizationHyperparameters)
+    own = set(vars(TrainConfig).get("__annotations__", {}))
+    for declaring in declared:
+        for field in dataclasses.fields(declaring):
+            assert TrainConfig.__dataclass_fields__[field.name] is field, field.name
+            assert field.name not in own, f"TrainConfig declares {field.name} again"
+            if field.name != "normalize_advantages":  # PPO's fixed choice, not a flag
+                assert field.metadata["help"], field.name
+    # A2C's own default (the n-step return of Eq. 4) keeps the loss's declared help and search distribution.
+    a2c_lambda = agents.A2CConfig.__dataclass_fields__["gae_lambda"]
+    assert a2c_lambda.default == 1.0
+    assert a2c_lambda.metadata == ActorCriticLossHyperparameters.__dataclass_fields__["gae_lambda"].metadata
 
 
 @settings(max_examples=25, deadline=None)
