@@ -37,3 +37,17 @@ def policy_step(params, obs: jax.Array, keys: jax.Array, *, apply_fn):
     actions = distributions.sample_actions(policy_out, keys)
     log_probs = distributions.log_prob(policy_out, actions)
     return actions, log_probs, values
+
+
+def recurrent_policy_step(params, obs: jax.Array, carry: jax.Array, first: jax.Array, keys: jax.Array, *, apply_fn):
+    """``policy_step`` of a recurrent actor-critic (``agents.recurrent``): ``(actions, log_probs [B], values [B],
+    carry' [B, S])``, each env's state ``carry`` zeroed where ``first`` before the step.
+
+    Args:
+      apply_fn: ``apply_fn(params, obs, carry, first) -> (policy_out, value, carry')``.
+    """
+    chex.assert_axis_dimension(keys, 0, obs.shape[0])
+    policy_out, values, carry = apply_fn(params, obs, carry, first)
+    actions = distributions.sample_actions(policy_out, keys)
+    log_probs = distributions.log_prob(policy_out, actions)
+    return actions, log_probs, values, carry

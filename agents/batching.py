@@ -14,13 +14,14 @@ import jax.numpy as jnp
 
 from agents.gae import gae_advantages
 from agents.losses import masked_mean
-from agents.types import Rollout
+from agents.types import Rollout, SequenceObs
 
 
 class FlatBatch(NamedTuple):
-    """The rollout flattened to ``N = T * B`` rows (row index ``t * B + b``)."""
+    """The rollout flattened to ``N = T * B`` rows (row index ``t * B + b``); a recurrent policy's ``obs`` are its
+    whole env sequences (``SequenceObs``), whose outputs come back in the same row order."""
 
-    obs: jax.Array  # [N, ...]
+    obs: jax.Array | SequenceObs  # [N, ...], or the [T, B] sequences of the N rows
     actions: jax.Array  # [N] or [N, A]
     behaviour_log_probs: jax.Array  # [N]
     advantages: jax.Array  # [N]
@@ -60,8 +61,15 @@ def prepare_batch(
     Returns:
       ``(batch, advantage_mean)``; ``advantage_mean`` is the masked mean raw advantage (a metric).
     """
-    check_rollout(rollout)
-    _, bootstrap_value = apply_fn(behaviour_params, rollout.obs[-1])  # [B]
+    num_steps, num_envs = check_rollout(rollout)
+    if rollout.initial_carry is None:
+        obs = _flatten(rollout.obs[:-1])
+        _, bootstrap_value = apply_fn(behaviour_params, rollout.obs[-1])  # [B]
+    else:  # a recurrent policy: its state at obs[T] comes from re-running the round under the behaviour parameters
+        first = sequence_first(rollout.valid)  # [T + 1, B]
+        _, values = apply_fn(behaviour_params, SequenceObs(rollout.obs, rollout.initial_carry, first))
+        bootstrap_value = values.reshape((num_steps + 1, num_envs))[-1]
+        obs = SequenceObs(rollout.obs[:-1], rollout.initial_carry, first[:-1])
     advantages, returns = gae_advantages(
         rollout.rewards,
         rollout.behaviour_values,
@@ -73,7 +81,7 @@ def prepare_batch(
     )  # [T, B] each
     valid = rollout.valid.astype(jnp.float32)
     batch = FlatBatch(
-        obs=_flatten(rollout.obs[:-1]),
+        obs=obs,
         actions=_flatten(rollout.actions),
         behaviour_log_probs=_flatten(rollout.behaviour_log_probs.astype(jnp.float32)),
         advantages=_flatten(advantages),
@@ -82,3 +90,38 @@ def prepare_batch(
         behaviour_values=_flatten(rollout.behaviour_values.astype(jnp.float32)),
     )
     return batch, masked_mean(advantages, valid)
+
+
+def sequence_first(valid: jax.Array) -> jax.Array:
+    """``first [T + 1, B]`` of a round from its ``valid [T, B]``: 0 at step 0 (the stored state is already reset
+    there), then 1 after each EnvPool reset step (``valid[t - 1] == 0``: step t-1 observed an episode's final
+    observation, so ``obs[t]`` opens the next one)."""
+    return jnp.concatenate([jnp.zeros_like(valid[:1], jnp.float32), 1.0 - valid.astype(jnp.float32)], axis=0)
+
+
+def minibatches(batch: FlatBatch, permutation: jax.Array, num_minibatches: int) -> FlatBatch:
+    """``batch`` split into ``num_minibatches`` after ``permutation``: each leaf ``[M, N / M, ...]``.
+
+    Feed-forward batches permute rows. A recurrent batch (``SequenceObs``) permutes whole env sequences:
+    ``permutation`` is over its B envs, each minibatch holds ``B / M`` of them for all T steps, its flat rows in
+    time-major order ``t * (B / M) + b`` as ``agents.recurrent.unroll`` returns them."""
+    m = num_minibatches
+    if not isinstance(batch.obs, SequenceObs):
+        return jax.tree.map(lambda x: x[permutation].reshape((m, x.shape[0] // m, *x.shape[1:])), batch)
+    num_steps, num_envs = batch.obs.first.shape
+
+    def by_env(x, time_major: bool):  # [T, B, ...] (or [B, ...]) -> [M, T * B / M, ...] (or [M, B / M, ...])
+        if not time_major:
+            return x[permutation].reshape((m, num_envs // m, *x.shape[1:]))
+        x = x[:, permutation].reshape((num_steps, m, num_envs // m, *x.shape[2:]))
+        x = jnp.moveaxis(x, 1, 0)
+        return x
+
+    def rows(x):  # a flat [T * B, ...] leaf
+        x = by_env(x.reshape((num_steps, num_envs, *x.shape[1:])), True)
+        return x.reshape((m, num_steps * (num_envs // m), *x.shape[3:]))
+
+    sequences = SequenceObs(obs=by_env(batch.obs.obs, True), carry=by_env(batch.obs.carry, False),
+                            first=by_env(batch.obs.first, True))
+    return batch._replace(**{name: rows(getattr(batch, name)) for name in batch._fields if name != "obs"},
+                          obs=sequences)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from agents import distributions
 from agents.hyperparams import hyperparameter
-from agents.types import Rollout
+from agents.types import Rollout, SequenceObs
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -50,7 +50,11 @@ def check_batch(obs, actions, valid, *per_row):
     rows."""
     chex.assert_rank(valid, 1)
     n = valid.shape[0]
-    chex.assert_axis_dimension(obs, 0, n)
+    if isinstance(obs, SequenceObs):  # a recurrent policy's whole sequences (``agents.recurrent``)
+        if obs.rows != n:
+            raise AssertionError(f"sequences of {obs.rows} rows for a batch of {n}")
+    else:
+        chex.assert_axis_dimension(obs, 0, n)
     chex.assert_axis_dimension(actions, 0, n)
     chex.assert_shape(list(per_row), (n,))
 

@@ -389,16 +389,7 @@ class ActorCritic(nn.Module):
 
     def _image_features(self, obs: jnp.ndarray) -> jnp.ndarray:
         """The CNN torso's features of an image batch."""
-        if self.torso in ("nature_cnn", "gfootball_cnn"):
-            torso_cls = NatureCNN if self.torso == "nature_cnn" else GFootballCNN
-            return torso_cls(self.conv_plan, name="torso")(obs)
-        if self.torso == "ba3c":
-            return BA3CTorso(self.hidden, self.conv_plan, name="torso")(obs)
-        if self.torso == "minatar_cnn":
-            return MinAtarCNN(name="torso")(obs)
-        if self.torso in ("pixel_cnn_chw", "pixel_cnn_hwc"):
-            return PixelCNN(self.torso == "pixel_cnn_chw", name="torso")(obs)
-        raise ValueError(f"Unknown torso {self.torso!r}; expected one of {TORSOS}.")
+        return image_torso_module(self.torso, self.conv_plan, self.hidden)(obs)
 
     def _packed_features(self, obs: jnp.ndarray) -> jnp.ndarray:
         """The packed image's pixels (cast back to uint8) through the image torso, the other parts concatenated
@@ -408,6 +399,21 @@ class ActorCritic(nn.Module):
         x = jnp.concatenate([self._image_features(image), obs[:, pixels:].astype(jnp.float32)], axis=-1)
         return MLPTorso(hidden_sizes=self.hidden_sizes, activation="relu", orthogonal_init=True,
                         name="combined_torso")(x)
+
+
+def image_torso_module(torso: str, conv_plan: ConvPlan | None, hidden: int = BA3C_DEFAULT_HIDDEN,
+                       name: str = "torso") -> nn.Module:
+    """The CNN module of image torso `torso` (one of ``TORSOS`` but ``"mlp"``): image batch -> features [B, F]."""
+    if torso in ("nature_cnn", "gfootball_cnn"):
+        torso_cls = NatureCNN if torso == "nature_cnn" else GFootballCNN
+        return torso_cls(conv_plan, name=name)
+    if torso == "ba3c":
+        return BA3CTorso(hidden, conv_plan, name=name)
+    if torso == "minatar_cnn":
+        return MinAtarCNN(name=name)
+    if torso in ("pixel_cnn_chw", "pixel_cnn_hwc"):
+        return PixelCNN(torso == "pixel_cnn_chw", name=name)
+    raise ValueError(f"Unknown torso {torso!r}; expected one of {TORSOS}.")
 
 
 def image_torso(obs_shape: tuple) -> str | None:

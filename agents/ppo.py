@@ -18,12 +18,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents import distributions
+from agents import batching, distributions
 from agents.batching import FlatBatch, prepare_batch
 from agents.hyperparams import hyperparameter
 from agents.losses import ActorCriticLossHyperparameters, check_batch, combined_loss, masked_mean
 from agents.parallel import mean_over_axis
-from agents.types import Rollout, TrainState
+from agents.types import Rollout, SequenceObs, TrainState
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -210,12 +210,10 @@ def _epoch_step(
     ordered_mean: bool,
 ):
     """One pass over ``batch``: a fresh row permutation from ``epoch_key``, then a scan of ``_minibatch_step``."""
-    num_rows = config.num_minibatches * minibatch_size
-    permutation = jax.random.permutation(epoch_key, num_rows)
-    minibatches = jax.tree.map(
-        lambda x: x[permutation].reshape((config.num_minibatches, minibatch_size, *x.shape[1:])),
-        batch,
-    )  # each leaf [M, N / M, ...]
+    recurrent = isinstance(batch.obs, SequenceObs)  # minibatches of whole env sequences
+    units = batch.obs.first.shape[1] if recurrent else config.num_minibatches * minibatch_size
+    permutation = jax.random.permutation(epoch_key, units)
+    minibatches = batching.minibatches(batch, permutation, config.num_minibatches)  # each leaf [M, N / M, ...]
     minibatch_step = functools.partial(
         _minibatch_step, apply_fn=apply_fn, optimizer=optimizer, config=config, axis_name=axis_name,
         ordered_mean=ordered_mean,
@@ -267,6 +265,9 @@ def ppo_update(
         config = dataclasses.replace(config, entropy_coef=entropy_coef)
     num_steps, num_envs = rollout.rewards.shape
     minibatch_size = _minibatch_size(num_steps, num_envs, config.num_minibatches)
+    if rollout.initial_carry is not None and num_envs % config.num_minibatches:
+        raise ValueError(f"A recurrent policy's minibatches are whole env sequences: num_minibatches = "
+                         f"{config.num_minibatches} must divide the {num_envs} envs.")
     batch, advantage_mean = prepare_batch(
         behaviour_params,
         rollout,

@@ -42,6 +42,8 @@ class Rollout(NamedTuple):
         reset step (its action is ignored by the env, so it must not be learned from).
       behaviour_log_probs: ``[T, B]`` log pi_behaviour(a_t | obs[t]).
       behaviour_values: ``[T, B]`` V_behaviour(obs[t]).
+      initial_carry: ``[B, S]`` each env's recurrent state entering step 0 of the round (already reset where
+        ``obs[0]`` opens an episode), or None for a feed-forward policy (``agents.recurrent``).
     """
 
     obs: Array
@@ -52,3 +54,23 @@ class Rollout(NamedTuple):
     valid: Array
     behaviour_log_probs: Array
     behaviour_values: Array
+    initial_carry: Array | None = None
+
+
+class SequenceObs(NamedTuple):
+    """The observations of a recurrent policy's batch: whole env sequences from their stored start state.
+
+    Attributes:
+      obs: ``[T, B, ...]`` observations, time-major.
+      carry: ``[B, S]`` each env's recurrent state entering step 0.
+      first: ``[T, B]`` float32, 1.0 where ``obs[t]`` opens an episode: the state is zeroed before that step.
+    """
+
+    obs: Array
+    carry: Array
+    first: Array
+
+    @property
+    def rows(self) -> int:
+        """Rows of the flat batch these sequences stand for (``T * B``, time-major: row ``t * B + b``)."""
+        return self.first.shape[0] * self.first.shape[1]

@@ -28,7 +28,7 @@ from systems.common.xla_flags import prefer_memory_saving_cpu_schedule
 # the on-policy hyperparameters (`launch.flagsets`, declared in `TrainConfig`), the run's length and HTS's actors.
 _PRESET_FIELDS = (
     "num_envs", "num_actors", "total_steps", *flagsets.ON_POLICY_HYPERPARAMETERS, *flagsets.PPO_HYPERPARAMETERS,
-    *flagsets.NORMALIZATION_HYPERPARAMETERS,
+    *flagsets.NORMALIZATION_HYPERPARAMETERS, *flagsets.RECURRENT_HYPERPARAMETERS,
 )
 # Fields beyond the "run" group read from the launcher's flag when it has one (the config's default otherwise).
 _PLAIN_FIELDS = ("eval_deterministic", "step_time")

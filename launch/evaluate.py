@@ -52,7 +52,7 @@ from launch import cli
 from systems.common import drawing, video
 from systems.common import restore as restore_lib
 from systems.common.config import MAX_EVAL_EPISODES, ConfigError
-from systems.common.evaluation import Evaluator
+from systems.common.evaluation import Evaluator, start_episodes
 from systems.common.outputs import params_fingerprint, write_json_atomic
 from systems.registry import ENTRIES
 
@@ -92,6 +92,7 @@ def record_episode(spec: EnvSpec, act, params, *, seed: int, max_frames: int):
     ret, step = 0.0, 0
     try:
         obs, _ = pool.reset()
+        start_episodes(act)
         while not finished:
             if step > spec.max_episode_steps + 1:  # the tracker ends every episode by then (truncation)
                 raise RuntimeError(f"an episode of {spec.env_id} did not end after {step} steps")

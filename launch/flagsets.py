@@ -71,6 +71,7 @@ def run_group(config_cls: type, *, checkpoints: bool = True) -> list[Spec]:
 ON_POLICY_HYPERPARAMETERS = hyperparameters(TrainConfig, "on_policy")
 PPO_HYPERPARAMETERS = hyperparameters(TrainConfig, "ppo")
 NORMALIZATION_HYPERPARAMETERS = hyperparameters(TrainConfig, "normalization")
+RECURRENT_HYPERPARAMETERS = hyperparameters(TrainConfig, "recurrent")
 _KINDS = {"float": "float", "int": "integer", "bool": "boolean", "str": "string", "tuple": "list"}
 
 

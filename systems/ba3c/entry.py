@@ -16,7 +16,7 @@ def _restore(run_dir: str, raw: dict):
     return lib.RestoredRun(
         run_dir=run_dir, system=ba3c.SYSTEM, config=config, spec=spec, state=state, meta=meta,
         checkpoint_path=path, eval_seed=setup.eval_seed, num_learners=1, _policy_params=lib.single_params,
-        _make_act=lib.on_policy_act(setup.network.apply),
+        _make_act=lib.on_policy_act(setup.network),
     )
 
 

@@ -11,6 +11,7 @@ from agents.networks import NetworkHyperparameters
 from agents.normalization import NormalizationHyperparameters
 from agents.optim import OPTIMIZERS, OptimizerHyperparameters
 from agents.ppo import PPOHyperparameters
+from agents.recurrent import RECURRENT_CHOICES, RecurrentHyperparameters
 from envs.step_time import parse_step_time
 
 CONV_PLAN_CHOICES = ("auto", "table", "xla")  # --conv_plan (`systems.common.conv_tuning.plan_for`)
@@ -97,8 +98,8 @@ class MultiHostConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig(NetworkHyperparameters, NormalizationHyperparameters, PPOHyperparameters, OptimizerHyperparameters,
-                  RunConfig):
+class TrainConfig(RecurrentHyperparameters, NetworkHyperparameters, NormalizationHyperparameters, PPOHyperparameters,
+                  OptimizerHyperparameters, RunConfig):
     """An on-policy run (the synchronous baseline; HTS-RL, the data-parallel and gossip systems extend it with their
     own layout): the env and round sizes here, and the hyperparameters each algorithm declares beside its code in
     `agents/` (the optimizer's, PPO's and A2C's losses, the normalizations, the network), held by inheritance so
@@ -118,6 +119,21 @@ class TrainConfig(NetworkHyperparameters, NormalizationHyperparameters, PPOHyper
         "on_policy", choices=CONV_PLAN_CHOICES)
     step_time: str = "none"  # simulated env step time: none | const:S | exp:MEAN | gamma:SHAPE:MEAN
     preset: str = ""  # the preset that filled the hyperparameters no flag gave (`preset_values`), for config.json
+
+
+def _validate_recurrent(config: TrainConfig) -> None:
+    """A recurrent policy's checks (`agents.recurrent`): a positive width, minibatches of whole env sequences, and
+    no running normalization yet (its statistics would have to follow each env's state)."""
+    if config.rnn_size < 1:
+        raise ConfigError(f"--rnn_size must be positive, got {config.rnn_size}")
+    if config.algo == "ppo" and config.num_envs % config.num_minibatches:
+        fits = max(m for m in range(1, config.num_minibatches) if config.num_envs % m == 0)
+        raise ConfigError(
+            f"--recurrent={config.recurrent} trains on whole env sequences: --num_minibatches="
+            f"{config.num_minibatches} must divide --num_envs={config.num_envs}: e.g. --num_minibatches={fits}")
+    if config.normalize_obs or config.normalize_reward:
+        raise ConfigError("--normalize_obs and --normalize_reward do not apply to a recurrent policy yet: give "
+                          "--nonormalize_obs --nonormalize_reward, or --recurrent=none")
 
 
 NORMALIZATION_SINGLE_LEARNER = (
@@ -237,6 +253,10 @@ def validate(config: TrainConfig) -> None:
     for name in ("opt_eps", "value_coef", "entropy_coef"):
         if getattr(config, name) < 0:
             raise ConfigError(f"--{name} must be non-negative, got {getattr(config, name)}")
+    if config.recurrent not in RECURRENT_CHOICES:
+        raise ConfigError(f"--recurrent must be one of {', '.join(RECURRENT_CHOICES)}, got '{config.recurrent}'")
+    if config.recurrent != "none":
+        _validate_recurrent(config)
     if config.algo == "ppo" and steps_per_round(config) % config.num_minibatches:
         batch = steps_per_round(config)
         nearest = max(d for d in range(1, min(config.num_minibatches, batch) + 1) if batch % d == 0)

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from agents import distributions
+from agents.recurrent import RecurrentActorCritic
 from envs import jax_pool
 from envs.episodes import EpisodeTracker
 from envs.factory import EnvSpec, make_pool
@@ -44,9 +45,59 @@ def policy_act_fn(apply_fn: Callable, *, deterministic: bool) -> Callable:
 
 
 def network_act_fn(network, *, deterministic: bool) -> Callable:
-    """`policy_act_fn` of a flax actor-critic, made once for equal networks (`jit_cache.made_once`)."""
+    """`policy_act_fn` of a flax actor-critic, made once for equal networks (`jit_cache.made_once`); a new
+    `RecurrentAct` of a recurrent one (it holds its episodes' states)."""
+    if isinstance(network, RecurrentActorCritic):
+        return RecurrentAct(network, deterministic=deterministic)
     return made_once(("act", network, deterministic),
                      lambda: policy_act_fn(network.apply, deterministic=deterministic))
+
+
+class RecurrentAct:
+    """`act(params, obs, key) -> actions` of a recurrent actor-critic (`agents.recurrent`) for the evaluation loops,
+    whose row i is the same env from its reset on: it keeps row i's state between calls, from zeros at the first
+    call after `start()` (each evaluation and each filmed episode starts one). The step is jitted once per network
+    and mode; the object itself is not a pure function, so the loops call it from Python."""
+
+    def __init__(self, network: RecurrentActorCritic, *, deterministic: bool):
+        def step(params, obs, carry, first, key):
+            policy_out, _, carry = network.apply(params, obs, carry, first)
+            if deterministic:
+                return distributions.mode(policy_out), carry
+            return distributions.sample_actions(policy_out, jax.random.split(key, obs.shape[0])), carry
+
+        self._step = made_once(("recurrent_act", network, deterministic), lambda: jax.jit(step))
+        self._carry_size = network.carry_size
+        self._carry = None
+
+    def start(self) -> None:
+        """The next call opens new episodes: every row's state starts from zeros."""
+        self._carry = None
+
+    def __call__(self, params, obs, key):
+        first = np.zeros(len(obs), np.float32)
+        if self._carry is None or self._carry.shape[0] != len(obs):
+            self._carry, first = np.zeros((len(obs), self._carry_size), np.float32), np.ones(len(obs), np.float32)
+        actions, self._carry = self._step(params, obs, self._carry, first, key)
+        return actions
+
+
+def start_episodes(act: Callable) -> None:
+    """Before a loop of new episodes: a `RecurrentAct` forgets its states (a feed-forward act has none)."""
+    if isinstance(act, RecurrentAct):
+        act.start()
+
+
+def _python_split_and_act(act: Callable) -> Callable:
+    """`split_and_act` for an act that is not a pure function (`RecurrentAct`): the key split in the program, the
+    act called from Python."""
+    split = jax.jit(jax.random.split)
+
+    def step(params, obs, key):
+        key, subkey = split(key)
+        return key, act(params, obs, subkey)
+
+    return step
 
 
 @functools.lru_cache(maxsize=32)
@@ -130,9 +181,10 @@ class Evaluator:
         self._key = jax.random.PRNGKey(seed)
         self._deterministic = deterministic
         self._act = act_fn if act_fn is not None else policy_act_fn(apply_fn, deterministic=deterministic)
-        self._split_and_act = split_and_act(self._act)
+        recurrent = isinstance(self._act, RecurrentAct)  # holds its envs' states: its loop runs from Python
+        self._split_and_act = _python_split_and_act(self._act) if recurrent else split_and_act(self._act)
         self._jitted = None
-        if jitted and jax_pool.is_jax_env(spec.env_id):
+        if jitted and jax_pool.is_jax_env(spec.env_id) and not recurrent:
             self._jitted = _jax_env_evaluation(spec, self._act)
             self._env_keys = jax_pool.env_keys(seed, episodes)  # the pool's
         else:
@@ -140,6 +192,7 @@ class Evaluator:
 
     def record_video(self, params: Any, path: str) -> video.Video:
         """One episode of the same policy on the evaluation's env 0, filmed to `path` (`systems.common.video`)."""
+        start_episodes(self._act)
         return video.record_episode(self.spec, self._act, params, seed=self.seed, path=path)
 
     def run(self, params: Any) -> np.ndarray:
@@ -153,6 +206,7 @@ class Evaluator:
         returns = np.full(self.episodes, np.nan)
         finished = np.zeros(self.episodes, bool)
         obs, _ = self._pool.reset()
+        start_episodes(self._act)
         while not finished.all():
             self._key, actions = self._split_and_act(params, obs, self._key)
             actions = np.asarray(actions)

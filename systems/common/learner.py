@@ -33,11 +33,12 @@ from agents.normalization import (
     normalized_update,
     trainable,
 )
+from agents.recurrent import RecurrentActorCritic, init_inputs, recurrent_network, sequence_apply
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
 from systems.common import conv_tuning
 from systems.common.jit_cache import made_once
-from systems.common.rollout import make_policy_fn
+from systems.common.rollout import make_policy_fn, make_recurrent_policy_fn
 
 # Stream names for jax.random.fold_in on the run key: one independent key per purpose.
 _INIT, _LEARNER, _ACTIONS, _EVAL = 0, 1, 2, 3
@@ -55,6 +56,7 @@ class LearnerSetup:
     action_dtype: Any
     # seed -> the TrainState `build` makes for that seed (one compiled initializer for every seed: Anakin's agents)
     initial_state: Callable[[int], TrainState] | None = None
+    carry_size: int = 0  # S of a recurrent policy's per-env state (`agents.recurrent`); 0: feed-forward
 
 
 def action_key(seed: int) -> jax.Array:
@@ -90,6 +92,10 @@ def build(
     if network is None:
         network = default_network(config, spec)
     norm = normalization_config(config, spec)
+    recurrent = isinstance(network, RecurrentActorCritic)
+    if recurrent and norm.enabled:
+        raise config_lib.ConfigError("--normalize_obs and --normalize_reward do not apply to a recurrent policy yet "
+                                     "(--recurrent=none to normalize)")
     raw_network = network  # the normalized update feeds the raw network normalized observations
     if norm.enabled:
         network = NormalizedNetwork(network, norm, obs_shape=spec.obs_shape, num_envs=config.num_envs)
@@ -103,7 +109,8 @@ def build(
     state = initial_state(config.seed)
     if update is None:
         update = algo_update(config, spec)
-    update = functools.partial(update, apply_fn=raw_network.apply, optimizer=optimizer)
+    apply_fn = sequence_apply(raw_network) if recurrent else raw_network.apply  # a recurrent one re-runs sequences
+    update = functools.partial(update, apply_fn=apply_fn, optimizer=optimizer)
     # What the update closes over.
     update_key = None if optimizer_key is None else (
         "update", raw_network, optimizer_key, norm, update.func, update.keywords["config"])
@@ -114,12 +121,14 @@ def build(
         network=network,
         update=jax.jit(update) if update_key is None else made_once(update_key, lambda: jax.jit(update)),
         update_fn=update,
-        policy=made_once(("policy", network), lambda: make_policy_fn(network.apply)),
+        policy=made_once(("policy", network), lambda: (make_recurrent_policy_fn if recurrent else make_policy_fn)(
+            network.apply)),
         action_key=action_key(config.seed),
         eval_seed=eval_seed(config.seed),
         action_shape=action_shape,
         action_dtype=action_dtype,
         initial_state=initial_state,
+        carry_size=network.carry_size if recurrent else 0,
     )
     return setup, state
 
@@ -136,7 +145,19 @@ def default_network(config: config_lib.TrainConfig, spec: EnvSpec) -> ActorCriti
     the convolution plan `--conv_plan` picks for the learner's batch (`conv_tuning.with_plan`)."""
     network = make_network(spec.obs_shape, spec.action_dim, spec.continuous, **config.network_settings(),
                            action_nvec=spec.action_nvec, image_shape=spec.obs_image_shape)
-    return conv_tuning.with_plan(network, spec.obs_shape, learner_batch(config), config.conv_plan)
+    return with_memory(conv_tuning.with_plan(network, spec.obs_shape, learner_batch(config), config.conv_plan),
+                       config)
+
+
+def with_memory(network: ActorCritic, config: config_lib.TrainConfig) -> ActorCritic | RecurrentActorCritic:
+    """`network`, or with `--recurrent` its torso and heads around an LSTM or GRU core of `--rnn_size` units
+    (`agents.recurrent.recurrent_network`); ConfigError where no core can read the torso (a Dict observation)."""
+    if config.recurrent == "none":
+        return network
+    try:
+        return recurrent_network(network, config.recurrent, config.rnn_size)
+    except ValueError as error:
+        raise config_lib.ConfigError(f"--recurrent={config.recurrent}: {error}") from None
 
 
 def learner_batch(config: config_lib.TrainConfig) -> int:
@@ -162,7 +183,10 @@ def initial_state_fn(
     obs_shape, obs_dtype = (1, *spec.obs_shape), jax.dtypes.canonicalize_dtype(spec.obs_dtype)
 
     def state_of_run_key(run_key: jax.Array) -> TrainState:
-        params = network.init(jax.random.fold_in(run_key, _INIT), jnp.zeros(obs_shape, obs_dtype))
+        inputs = (jnp.zeros(obs_shape, obs_dtype),)
+        if isinstance(network, RecurrentActorCritic):
+            inputs = init_inputs(network, inputs[0])
+        params = network.init(jax.random.fold_in(run_key, _INIT), *inputs)
         return TrainState(
             params=params,
             opt_state=optimizer.init(trainable(params)),

@@ -50,7 +50,7 @@ from flax import serialization
 from envs.factory import EnvSpec, make_spec
 from systems.common import checkpoint as checkpoint_lib
 from systems.common.config import PLAN_KEY, SYSTEM_KEY, ConfigError
-from systems.common.evaluation import policy_act_fn
+from systems.common.evaluation import network_act_fn
 from systems.common.registry import SystemEntry
 
 POLICY_MODES = ("greedy", "sampled")
@@ -232,11 +232,12 @@ def single_params(state: Any, learner: str) -> Any:
     return state.params
 
 
-def on_policy_act(apply_fn: Callable) -> Callable[[str], Callable]:
-    """Evaluator's two modes (systems.common.evaluation): the mode of pi(.|s), or one draw per row."""
+def on_policy_act(network) -> Callable[[str], Callable]:
+    """Evaluator's two modes (systems.common.evaluation) of an actor-critic: the mode of pi(.|s), or one draw per
+    row (a recurrent one's `RecurrentAct`, which keeps its episodes' states)."""
 
     def make(mode: str) -> Callable:
-        return policy_act_fn(apply_fn, deterministic=mode == "greedy")
+        return network_act_fn(network, deterministic=mode == "greedy")
 
     return make
 
@@ -254,5 +255,5 @@ def restore_train_state(run_dir: str, raw: dict, system: str, config_cls: type, 
     return RestoredRun(
         run_dir=run_dir, system=system, config=config, spec=spec, state=state, meta=meta, checkpoint_path=path,
         eval_seed=setup.eval_seed, num_learners=1, _policy_params=single_params,
-        _make_act=on_policy_act(setup.network.apply),
+        _make_act=on_policy_act(setup.network),
     )

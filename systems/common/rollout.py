@@ -26,12 +26,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from agents import Rollout, action_keys, policy_step
+from agents.acting import recurrent_policy_step
 from envs.executor import Executor, StepResults
 from systems.common.profile import stage
 
 
-def rollout_shapes(sync_interval: int, num_envs: int, obs_shape, obs_dtype, action_shape, action_dtype) -> Rollout:
-    """Shapes and dtypes of a round's `Rollout` ([alpha(+1), num_envs, ...]), without allocating the round."""
+def rollout_shapes(sync_interval: int, num_envs: int, obs_shape, obs_dtype, action_shape, action_dtype,
+                   carry_size: int = 0) -> Rollout:
+    """Shapes and dtypes of a round's `Rollout` ([alpha(+1), num_envs, ...]), without allocating the round;
+    `carry_size` S > 0: a recurrent policy's round, with each env's state at its start ([num_envs, S])."""
     t, n = sync_interval, num_envs
 
     def shape(*dims, dtype=np.float32) -> jax.ShapeDtypeStruct:
@@ -41,13 +44,16 @@ def rollout_shapes(sync_interval: int, num_envs: int, obs_shape, obs_dtype, acti
         obs=shape(t + 1, n, *obs_shape, dtype=obs_dtype), actions=shape(t, n, *action_shape, dtype=action_dtype),
         rewards=shape(t, n), terminations=shape(t, n), truncations=shape(t, n), valid=shape(t, n),
         behaviour_log_probs=shape(t, n), behaviour_values=shape(t, n),
+        initial_carry=shape(n, carry_size) if carry_size else None,
     )
 
 
 class RoundStorage:
-    """One round of experience, [alpha(+1), num_envs, ...] numpy arrays, written in place by the actors."""
+    """One round of experience, [alpha(+1), num_envs, ...] numpy arrays, written in place by the actors; with a
+    recurrent policy (`carry_size` S > 0) also each env's state entering the round's step 0 ([num_envs, S])."""
 
-    def __init__(self, sync_interval: int, num_envs: int, obs_shape, obs_dtype, action_shape, action_dtype):
+    def __init__(self, sync_interval: int, num_envs: int, obs_shape, obs_dtype, action_shape, action_dtype,
+                 carry_size: int = 0):
         t, n = sync_interval, num_envs
         self.obs = np.zeros((t + 1, n, *obs_shape), obs_dtype)
         self.actions = np.zeros((t, n, *action_shape), action_dtype)
@@ -57,12 +63,15 @@ class RoundStorage:
         self.valid = np.zeros((t, n), np.float32)
         self.log_probs = np.zeros((t, n), np.float32)
         self.values = np.zeros((t, n), np.float32)
+        self.initial_carry = np.zeros((n, carry_size), np.float32) if carry_size else None
         self.behaviour_version = -1  # policy version that collected this round, set when the round completes
 
     def rollout_shapes(self) -> Rollout:
         """Shapes and dtypes of `to_rollout()` (for compiling the update before the first round is complete)."""
         t, n = self.actions.shape[:2]
-        return rollout_shapes(t, n, self.obs.shape[2:], self.obs.dtype, self.actions.shape[2:], self.actions.dtype)
+        carry_size = 0 if self.initial_carry is None else self.initial_carry.shape[1]
+        return rollout_shapes(t, n, self.obs.shape[2:], self.obs.dtype, self.actions.shape[2:], self.actions.dtype,
+                              carry_size)
 
     def to_rollout(self) -> Rollout:
         """Device copy of the round, in the agents' time-major `Rollout` layout."""
@@ -75,6 +84,7 @@ class RoundStorage:
             valid=jnp.asarray(self.valid),
             behaviour_log_probs=jnp.asarray(self.log_probs),
             behaviour_values=jnp.asarray(self.values),
+            initial_carry=None if self.initial_carry is None else jnp.asarray(self.initial_carry),
         )
 
 
@@ -84,6 +94,17 @@ def make_policy_fn(apply_fn: Callable):
     @jax.jit
     def policy(params, obs, env_ids, env_steps, run_key):
         return policy_step(params, obs, action_keys(run_key, env_ids, env_steps), apply_fn=apply_fn)
+
+    return policy
+
+
+def make_recurrent_policy_fn(apply_fn: Callable):
+    """`make_policy_fn` of a recurrent actor-critic (`agents.recurrent`): jitted (params, (obs [C,...], carry
+    [C, S], first [C]), env_ids, env_steps, run_key) -> (actions, log_probs, values, carry' [C, S])."""
+
+    @jax.jit
+    def policy(params, inputs, env_ids, env_steps, run_key):
+        return recurrent_policy_step(params, *inputs, action_keys(run_key, env_ids, env_steps), apply_fn=apply_fn)
 
     return policy
 
@@ -124,6 +145,7 @@ class RoundCollector:
         action_shape: tuple,
         action_dtype,
         env_id_offset: int = 0,
+        carry_size: int = 0,
     ):
         spec = executor.spec
         n = executor.num_envs
@@ -136,7 +158,8 @@ class RoundCollector:
         self._run_key = run_key
         self._on_round_complete = on_round_complete
         self._storages = [
-            RoundStorage(sync_interval, n, spec.obs_shape, spec.obs_dtype, action_shape, action_dtype) for _ in range(2)
+            RoundStorage(sync_interval, n, spec.obs_shape, spec.obs_dtype, action_shape, action_dtype, carry_size)
+            for _ in range(2)
         ]
         self._lock = threading.Lock()
         self._round = first_round
@@ -147,6 +170,10 @@ class RoundCollector:
         self._held: list[tuple[int, np.ndarray]] = []
         self._pad_obs = np.zeros((inference_batch, *spec.obs_shape), spec.obs_dtype)
         self._env_id_offset = env_id_offset  # the global id of local env 0: rows follow global ids
+        # A recurrent policy's state belongs to its env (`agents.recurrent`): kept per env id whichever actor steps
+        # it, zeroed where an observation opens an episode (the first of the run, or the one after a reset step).
+        self._carry = np.zeros((n, carry_size), np.float32) if carry_size else None
+        self._first = np.ones(n, bool)
         self.finished = threading.Event()
 
     def rollout_shapes(self) -> Rollout:
@@ -193,9 +220,12 @@ class RoundCollector:
 
     def _act(self, storage, params, results, rows, env_ids, env_steps) -> None:
         obs = results.obs[rows]
-        with stage("inference"):
-            actions, log_probs, values = self._forward(params, obs, env_ids, env_steps)
         index = env_steps % self.sync_interval
+        with stage("inference"):
+            if self._carry is None:
+                actions, log_probs, values = self._forward(params, obs, env_ids, env_steps)
+            else:
+                actions, log_probs, values = self._recurrent_forward(storage, params, obs, env_ids, env_steps, index)
         storage.obs[index, env_ids] = obs
         storage.actions[index, env_ids] = actions
         storage.log_probs[index, env_ids] = log_probs
@@ -204,17 +234,31 @@ class RoundCollector:
         with stage("env"):
             self.executor.send(actions, env_ids)
 
-    def _forward(self, params, obs, env_ids, env_steps):
-        """Policy on fixed-size, padded chunks, env e in row e mod c of its chunk (see module doc)."""
+    def _recurrent_forward(self, storage, params, obs, env_ids, env_steps, index):
+        """`_forward` with each env's own state: zeroed where its observation opens an episode, stored with the
+        round at step 0, and the new state kept for the env's next step."""
+        first = self._first[env_ids]
+        carry = np.where(first[:, None], np.float32(0), self._carry[env_ids])
+        opening = index == 0
+        storage.initial_carry[env_ids[opening]] = carry[opening]
+        actions, log_probs, values, carry = self._forward(
+            params, (obs, carry, first.astype(np.float32)), env_ids, env_steps)
+        self._carry[env_ids] = carry
+        self._first[env_ids] = self._prev_done[env_ids]  # this observation was final: the next opens an episode
+        return actions, log_probs, values
+
+    def _forward(self, params, inputs, env_ids, env_steps):
+        """Policy on fixed-size, padded chunks, env e in row e mod c of its chunk (see module doc). `inputs`: the
+        observations [n, ...], or a recurrent policy's (observations, states, first flags)."""
         rows = (env_ids + self._env_id_offset) % self.inference_batch
         outs = None
         for members in chunk_members(rows):
-            chunk_obs = self._pad_obs.copy()
             chunk_ids = np.zeros(self.inference_batch, np.int32)
             chunk_steps = np.zeros(self.inference_batch, env_steps.dtype)
             at = rows[members]
-            chunk_obs[at], chunk_ids[at], chunk_steps[at] = obs[members], env_ids[members], env_steps[members]
-            out = self._policy_fn(params, chunk_obs, chunk_ids, chunk_steps, self._run_key)
+            chunk_ids[at], chunk_steps[at] = env_ids[members], env_steps[members]
+            chunk_inputs = self._padded(inputs, members, at)
+            out = self._policy_fn(params, chunk_inputs, chunk_ids, chunk_steps, self._run_key)
             # One fetch for the three outputs: their device-to-host copies start together (a GPU's round trip).
             out = jax.device_get(out)
             if outs is None:
@@ -222,6 +266,19 @@ class RoundCollector:
             for whole, part in zip(outs, out, strict=True):
                 whole[members] = part[at]
         return outs
+
+    def _padded(self, inputs, members, at):
+        """One chunk's inputs: rows `members` of `inputs` at chunk rows `at`, zeros elsewhere (first flags: 1)."""
+        if not isinstance(inputs, tuple):
+            chunk_obs = self._pad_obs.copy()
+            chunk_obs[at] = inputs[members]
+            return chunk_obs
+        obs, carry, first = inputs
+        chunk = (self._pad_obs.copy(), np.zeros((self.inference_batch, carry.shape[1]), np.float32),
+                 np.ones(self.inference_batch, np.float32))
+        for whole, part in zip(chunk, (obs, carry, first), strict=True):
+            whole[at] = part[members]
+        return chunk
 
     def _advance_round(self, storage: RoundStorage) -> None:
         next_round = self._round + 1
@@ -290,10 +347,12 @@ def shard_rollout(storage: RoundStorage, num_shards: int) -> Rollout:
         return np.ascontiguousarray(np.moveaxis(x, 1, 0))
 
     s = storage
+    carry = None if s.initial_carry is None else np.ascontiguousarray(
+        s.initial_carry.reshape(num_shards, -1, s.initial_carry.shape[1]))  # [D, E, S]
     return Rollout(
         obs=split(s.obs), actions=split(s.actions), rewards=split(s.rewards), terminations=split(s.terminations),
         truncations=split(s.truncations), valid=split(s.valid), behaviour_log_probs=split(s.log_probs),
-        behaviour_values=split(s.values),
+        behaviour_values=split(s.values), initial_carry=carry,
     )
 
 
@@ -304,7 +363,10 @@ def sharded_shapes(rollout_shapes: Rollout, num_shards: int) -> Rollout:
         t, b = s.shape[:2]
         return jax.ShapeDtypeStruct((num_shards, t, b // num_shards, *s.shape[2:]), s.dtype)
 
-    return jax.tree.map(split, rollout_shapes)
+    carry = rollout_shapes.initial_carry  # [D * E, S], env-major
+    return jax.tree.map(split, rollout_shapes._replace(initial_carry=None))._replace(
+        initial_carry=None if carry is None else jax.ShapeDtypeStruct(
+            (num_shards, carry.shape[0] // num_shards, carry.shape[1]), carry.dtype))
 
 
 def stack_host(tree: Any, n: int) -> Any:

@@ -115,7 +115,7 @@ class RunContext:
             total_rounds=self.total_rounds, params=self.monitor.state.params if params is None else params,
             version=self.start_round,
             on_round_complete=on_round_complete, action_shape=self.setup.action_shape,
-            action_dtype=self.setup.action_dtype, env_id_offset=first_env,
+            action_dtype=self.setup.action_dtype, env_id_offset=first_env, carry_size=self.setup.carry_size,
         )
 
     def compile_update_ahead(self, collector: RoundCollector) -> Callable[[], None]:

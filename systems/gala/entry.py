@@ -39,7 +39,7 @@ def _restore(run_dir: str, raw: dict):
         run_dir=run_dir, system=gala.SYSTEM, config=config, spec=spec, state=restored, meta=meta,
         checkpoint_path=path, eval_seed=setup.eval_seed, num_learners=n,
         _policy_params=lambda state, learner: _learner_params(state, learner, n, pmap),
-        _make_act=lib.on_policy_act(setup.network.apply),
+        _make_act=lib.on_policy_act(setup.network),
     )
 
 

@@ -20,5 +20,6 @@ ENTRY = SystemEntry(name="hts", launcher="hts", restore=_restore,
                     config_class=_config, algos=("ppo", "a2c"),
                     flag_groups=(("run", "run"), ("PPO / A2C", "on_policy"), ("PPO only", "ppo"),
                                  ("observation and reward normalization", "normalization"),
+                                 ("recurrent policy", "fields:recurrent"),
                                  ("HTS-RL actors and batches", "fields:hts"), ("devices", "fields:hts_devices"),
                                  (MULTI_HOST_SECTION, "multi_host")))

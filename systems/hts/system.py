@@ -76,6 +76,7 @@ def make_agent(config: config_lib.TrainConfig, spec: EnvSpec) -> tuple[LearnerSe
     network = make_network(spec.obs_shape, spec.action_dim, spec.continuous, **config.network_settings(),
                            action_nvec=spec.action_nvec, image_shape=spec.obs_image_shape)
     network = conv_tuning.with_plan(network, spec.obs_shape, learner.learner_batch(config), config.conv_plan)
+    network = learner.with_memory(network, config)  # --recurrent: an LSTM or GRU core between torso and heads
     optimizer = learner.default_optimizer_settings(config)
     if config.algo == "ppo":
         loops = learner.ppo_loop_plan(spec.obs_shape, config.num_epochs, config.num_minibatches)

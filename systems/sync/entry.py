@@ -19,4 +19,5 @@ def _config() -> type:
 ENTRY = SystemEntry(name="sync", launcher="sync", restore=_restore,
                     config_class=_config, algos=("ppo", "a2c"),
                     flag_groups=(("run", "run"), ("PPO / A2C", "on_policy"), ("PPO only", "ppo"),
-                                 ("observation and reward normalization", "normalization")))
+                                 ("observation and reward normalization", "normalization"),
+                                 ("recurrent policy", "fields:recurrent")))

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from envs.factory import make_spec
+from launch import ba3c as launch_ba3c
 from launch import cli, flagsets
 from launch import hts as launch_hts
 from launch import sync as launch_sync
@@ -87,6 +88,13 @@ def check_launcher_smoke(run_dir: str, launcher: str, kwargs: dict, steps: int) 
         (dict(env="CartPole-v1", sync_interval=-1), "--sync_interval must be positive"),
         (dict(env="CartPole-v1", step_time="weibull:3"), "step"),
         (dict(env="CartPole-v1", num_envs=4, env_batch_size=8), "exceeds"),
+        (dict(env="CartPole-v1", recurrent="rnn"), "--recurrent"),
+        (dict(env="CartPole-v1", recurrent="lstm", rnn_size=0), "--rnn_size must be positive"),
+        (dict(env="CartPole-v1", recurrent="lstm", num_envs=6, sync_interval=4, num_minibatches=4),
+         "--recurrent=lstm trains on whole env sequences"),
+        (dict(env="HalfCheetah-v4", recurrent="gru"), "--num_minibatches=8 must divide --num_envs=1: e.g. "
+         "--num_minibatches=1"),
+        (dict(env="HalfCheetah-v4", recurrent="gru", num_minibatches=1), "do not apply to a recurrent policy yet"),
     ],
 )
 def test_bad_flags_one_line_and_exit_2(capsys, kwargs, message):
@@ -238,6 +246,8 @@ def test_each_launcher_help_lists_its_own_flags_with_defaults(launcher, present,
     [
         (launch_sync.main, dict(num_actors=4),
          "--num_actors does not apply to launch.sync (it is a flag of launch.hts"),
+        (launch_ba3c.main, dict(recurrent="lstm"),
+         "--recurrent does not apply to launch.ba3c (it is a flag of launch.hts, launch.sync)"),
         (launch_hts.main, dict(algo="sac"),
          "launch.hts trains ppo, a2c; --algo=sac is trained by python -m launch.pal"),
         (launch_hts.main, dict(num_actor=2), "launch.hts has no flag --num_actor; did you mean --num_actors?"),

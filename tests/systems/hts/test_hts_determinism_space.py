@@ -39,9 +39,15 @@ def _fingerprint(config: HTSConfig) -> str:
 
 
 @functools.cache
-def _reference(env_id: str, num_envs: int, inference_batch: int, root: str, frame_stack: int = 1) -> str:
+def _reference(env_id: str, num_envs: int, inference_batch: int, root: str, frame_stack: int = 1,
+               recurrent: str = "none") -> str:
     """The single-actor run: one thread, EnvPool's default batch for it."""
-    return _fingerprint(_config(env_id, num_envs, inference_batch, tempfile.mkdtemp(dir=root), frame_stack=frame_stack))
+    return _fingerprint(_config(env_id, num_envs, inference_batch, tempfile.mkdtemp(dir=root), frame_stack=frame_stack,
+                                **_memory(recurrent)))
+
+
+def _memory(recurrent: str) -> dict:
+    return {} if recurrent == "none" else dict(recurrent=recurrent, rnn_size=8)
 
 
 @st.composite
@@ -52,12 +58,13 @@ def _layouts(draw, max_envs: int):
     return (num_envs, draw(st.integers(1, 5)), draw(st.integers(0, num_envs)), draw(st.integers(0, num_envs)))
 
 
-def _check_equals_single_actor(root: str, env_id: str, layout: tuple, frame_stack: int = 1) -> None:
+def _check_equals_single_actor(root: str, env_id: str, layout: tuple, frame_stack: int = 1,
+                               recurrent: str = "none") -> None:
     num_envs, num_actors, env_batch, inference = layout
     config = _config(env_id, num_envs, inference, tempfile.mkdtemp(dir=root), num_actors=num_actors,
-                     env_batch_size=env_batch, frame_stack=frame_stack)
+                     env_batch_size=env_batch, frame_stack=frame_stack, **_memory(recurrent))
     hts.validate(config)
-    reference = _reference(env_id, num_envs, hts.inference_batch(config), root, frame_stack)
+    reference = _reference(env_id, num_envs, hts.inference_batch(config), root, frame_stack, recurrent)
     assert _fingerprint(config) == reference, layout
 
 
@@ -77,6 +84,22 @@ def test_classic_and_box2d_bits_do_not_depend_on_actors_or_batches(env_id):
     from tests.multidevice import run_with_fusion_emitters
 
     run_with_fusion_emitters(check_classic_or_box2d, env_id)
+
+
+@settings(max_examples=5, **_SETTINGS)
+@given(layout=_layouts(max_envs=12), cell=st.sampled_from(["lstm", "gru"]))
+@example(layout=(12, 3, 2, 0), cell="lstm")
+@example(layout=(6, 2, 0, 4), cell="gru")
+def check_recurrent(layout: tuple, cell: str) -> None:
+    """The recurrent state belongs to the env (`agents.recurrent`): kept per env id in the collector, so which
+    actor stepped an env, and with which others in EnvPool's batch, does not reach the bits."""
+    _check_equals_single_actor(_child_root(), "CartPole-v1", layout, recurrent=cell)
+
+
+def test_recurrent_bits_do_not_depend_on_actors_or_batches():
+    from tests.multidevice import run_with_fusion_emitters
+
+    run_with_fusion_emitters(check_recurrent)
 
 
 @st.composite
