@@ -6,6 +6,7 @@ value V_{theta_{j-1}}(obs[T]) under the same behaviour parameters, so the whole 
 of (theta_{j-1}, D^{theta_{j-1}}) as Eq. (6) requires.
 """
 
+import math
 from typing import NamedTuple
 
 import chex
@@ -54,9 +55,13 @@ def _flatten(x: jax.Array) -> jax.Array:
 
 
 def prepare_batch(
-    behaviour_params, rollout: Rollout, *, apply_fn, gamma: float, gae_lambda: float
+    behaviour_params, rollout: Rollout, *, apply_fn, gamma: float, gae_lambda: float, num_chunks: int = 1
 ) -> tuple[FlatBatch, jax.Array]:
     """GAE from the behaviour values, then flatten ``[T, B] -> [T * B]``.
+
+    A recurrent policy's round (``rollout.initial_carry``; ``apply_fn`` an ``agents.recurrent.SequenceApply``) is
+    re-run under the behaviour parameters from its stored states: the bootstrap value, and the states from which
+    its sequences are cut into ``num_chunks`` chunks per env (``chunk_sequences``).
 
     Returns:
       ``(batch, advantage_mean)``; ``advantage_mean`` is the masked mean raw advantage (a metric).
@@ -67,7 +72,7 @@ def prepare_batch(
         _, bootstrap_value = apply_fn(behaviour_params, rollout.obs[-1])  # [B]
     else:  # a recurrent policy: its state at obs[T] comes from re-running the round under the behaviour parameters
         first = sequence_first(rollout.valid)  # [T + 1, B]
-        _, values = apply_fn(behaviour_params, SequenceObs(rollout.obs, rollout.initial_carry, first))
+        _, values, states = apply_fn.unroll(behaviour_params, SequenceObs(rollout.obs, rollout.initial_carry, first))
         bootstrap_value = values.reshape((num_steps + 1, num_envs))[-1]
         obs = SequenceObs(rollout.obs[:-1], rollout.initial_carry, first[:-1])
     advantages, returns = gae_advantages(
@@ -89,6 +94,8 @@ def prepare_batch(
         valid=_flatten(valid),
         behaviour_values=_flatten(rollout.behaviour_values.astype(jnp.float32)),
     )
+    if isinstance(obs, SequenceObs) and num_chunks > 1:
+        batch = chunk_sequences(batch, states[:-1], num_chunks)
     return batch, masked_mean(advantages, valid)
 
 
@@ -97,6 +104,35 @@ def sequence_first(valid: jax.Array) -> jax.Array:
     there), then 1 after each EnvPool reset step (``valid[t - 1] == 0``: step t-1 observed an episode's final
     observation, so ``obs[t]`` opens the next one)."""
     return jnp.concatenate([jnp.zeros_like(valid[:1], jnp.float32), 1.0 - valid.astype(jnp.float32)], axis=0)
+
+
+def sequence_chunks(num_envs: int, num_minibatches: int) -> int:
+    """K, the fewest chunks to cut each env's sequence into for ``num_minibatches`` minibatches of whole chunks:
+    ``M / gcd(M, B)`` (it divides T whenever M divides T * B)."""
+    return num_minibatches // math.gcd(num_minibatches, num_envs)
+
+
+def chunk_sequences(batch: FlatBatch, states: jax.Array, num_chunks: int) -> FlatBatch:
+    """A recurrent batch of B sequences of T steps as ``num_chunks * B`` sequences of ``T / K`` steps (chunk k of
+    env b is sequence ``k * B + b``), each from the behaviour parameters' state ``states [T, B, S]`` entering its
+    first step (sb3-contrib's ``RecurrentPPO`` likewise starts its sequences from the states stored while acting).
+    Truncated back-propagation through time then spans a chunk, not the round. The flat rows follow: row
+    ``t' * (K * B) + k * B + b`` is step ``k * T / K + t'`` of env b."""
+    num_steps, num_envs = batch.obs.first.shape
+    k = num_chunks
+    length = num_steps // k
+
+    def by_chunk(x):  # [T, B, ...] -> [T / K, K * B, ...]
+        x = x.reshape((k, length, num_envs, *x.shape[2:]))
+        return jnp.swapaxes(x, 0, 1).reshape((length, k * num_envs, *x.shape[3:]))
+
+    def rows(x):  # a flat [T * B, ...] leaf, in the chunks' row order
+        return _flatten(by_chunk(x.reshape((num_steps, num_envs, *x.shape[1:]))))
+
+    starts = states.reshape((k, length, num_envs, states.shape[-1]))[:, 0].reshape((k * num_envs, -1))
+    sequences = SequenceObs(obs=by_chunk(batch.obs.obs), carry=starts, first=by_chunk(batch.obs.first))
+    return batch._replace(**{name: rows(getattr(batch, name)) for name in batch._fields if name != "obs"},
+                          obs=sequences)
 
 
 def minibatches(batch: FlatBatch, permutation: jax.Array, num_minibatches: int) -> FlatBatch:

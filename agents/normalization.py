@@ -154,7 +154,8 @@ class NormalizedNetwork:
     """An actor-critic whose ``apply`` normalizes observations with the ``obs_norm`` statistics in its variables.
 
     Duck-types a Flax module's ``init`` / ``apply``, so actors, evaluation and restore use it like the network it
-    wraps; ``init`` adds the statistics (and the reward state, sized ``num_envs``) beside ``params``.
+    wraps; ``init`` adds the statistics (and the reward state, sized ``num_envs``) beside ``params``. Inputs after
+    the observations (a recurrent network's states and first flags, ``agents.recurrent``) pass through unchanged.
     """
 
     def __init__(self, network: Any, config: NormalizationConfig, *, obs_shape: tuple, num_envs: int):
@@ -163,18 +164,18 @@ class NormalizedNetwork:
         self.obs_shape = tuple(obs_shape)
         self.num_envs = num_envs
 
-    def init(self, key: jax.Array, obs: jax.Array) -> dict:
-        variables = dict(self.network.init(key, obs))
+    def init(self, key: jax.Array, obs: jax.Array, *inputs) -> dict:
+        variables = dict(self.network.init(key, obs, *inputs))
         if self.config.normalize_obs:
             variables[OBS_NORM] = init_stats(self.obs_shape)
         if self.config.normalize_reward:
             variables[REWARD_NORM] = init_reward_state(self.num_envs)
         return variables
 
-    def apply(self, variables: dict, obs: jax.Array):
+    def apply(self, variables: dict, obs: jax.Array, *inputs):
         if self.config.normalize_obs:
             obs = normalize(variables[OBS_NORM], obs, self.config.obs_clip)
-        return self.network.apply({"params": variables["params"]}, obs)
+        return self.network.apply({"params": variables["params"]}, obs, *inputs)
 
 
 def trainable(variables: dict) -> dict:

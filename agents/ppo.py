@@ -210,7 +210,7 @@ def _epoch_step(
     ordered_mean: bool,
 ):
     """One pass over ``batch``: a fresh row permutation from ``epoch_key``, then a scan of ``_minibatch_step``."""
-    recurrent = isinstance(batch.obs, SequenceObs)  # minibatches of whole env sequences
+    recurrent = isinstance(batch.obs, SequenceObs)  # minibatches of whole (chunked) env sequences
     units = batch.obs.first.shape[1] if recurrent else config.num_minibatches * minibatch_size
     permutation = jax.random.permutation(epoch_key, units)
     minibatches = batching.minibatches(batch, permutation, config.num_minibatches)  # each leaf [M, N / M, ...]
@@ -265,15 +265,13 @@ def ppo_update(
         config = dataclasses.replace(config, entropy_coef=entropy_coef)
     num_steps, num_envs = rollout.rewards.shape
     minibatch_size = _minibatch_size(num_steps, num_envs, config.num_minibatches)
-    if rollout.initial_carry is not None and num_envs % config.num_minibatches:
-        raise ValueError(f"A recurrent policy's minibatches are whole env sequences: num_minibatches = "
-                         f"{config.num_minibatches} must divide the {num_envs} envs.")
     batch, advantage_mean = prepare_batch(
         behaviour_params,
         rollout,
         apply_fn=apply_fn,
         gamma=config.gamma,
         gae_lambda=config.gae_lambda,
+        num_chunks=batching.sequence_chunks(num_envs, config.num_minibatches),  # a recurrent policy's
     )
     epoch_step = functools.partial(
         _epoch_step,

@@ -5,7 +5,9 @@ The recurrent state belongs to the env, not to whoever steps it (HTS-RL's actors
 as purejaxrl's ``ScannedRNN`` and CleanRL's ``ppo_atari_lstm.py``) and store each env's state at the round's start
 with the round (``Rollout.initial_carry``). The learner re-runs each env's sequence from that state with the
 parameters it learns: truncated back-propagation through time over the round's alpha steps, in one
-``jax.lax.scan`` (``unroll``). PPO's minibatches are then sets of whole env sequences (``agents.ppo``).
+``jax.lax.scan`` (``unroll``). PPO's minibatches are then sets of whole env sequences, or, where there are fewer
+envs than minibatches, of equal chunks of them, each from the behaviour parameters' state at its start
+(``agents.batching.chunk_sequences``).
 
 A state is one float32 array ``[B, S]`` per batch: each path's GRU hidden state (``rnn_size``) or LSTM cell and
 hidden states (``2 * rnn_size``), the paths' side by side, so storages, padding and checkpoints handle one array.
@@ -149,6 +151,13 @@ def recurrent_network(network: networks.ActorCritic, cell: str, rnn_size: int) -
     )
 
 
+def memory_of(network) -> RecurrentActorCritic | None:
+    """The recurrent actor-critic in ``network``: itself, or the one a wrapper holds as ``network.network``
+    (``agents.normalization.NormalizedNetwork``); None for a feed-forward network."""
+    inner = getattr(network, "network", network)
+    return inner if isinstance(inner, RecurrentActorCritic) else None
+
+
 def init_inputs(network: RecurrentActorCritic, obs: jax.Array) -> tuple:
     """The arguments ``network.init`` takes after its key for an observation batch ``obs`` ``[B, ...]``."""
     batch = obs.shape[0]
@@ -156,8 +165,9 @@ def init_inputs(network: RecurrentActorCritic, obs: jax.Array) -> tuple:
 
 
 def unroll(network: RecurrentActorCritic, params, sequences: SequenceObs):
-    """``(policy_out [T * B, ...], values [T * B], final carry [B, S])`` of whole env sequences, time-major rows
-    ``t * B + b``: the torso and heads on all rows at once, the cell in one ``jax.lax.scan`` over time."""
+    """``(policy_out [T * B, ...], values [T * B], states [T, B, S])`` of whole env sequences, time-major rows
+    ``t * B + b``: the torso and heads on all rows at once, the cell in one ``jax.lax.scan`` over time; ``states[t]``
+    is the state entering step t (before the reset where ``first[t]``)."""
     obs, first = sequences.obs, sequences.first.astype(jnp.float32)
     num_steps, num_envs = first.shape
     chex.assert_shape(sequences.carry, (num_envs, network.carry_size))
@@ -169,20 +179,34 @@ def unroll(network: RecurrentActorCritic, params, sequences: SequenceObs):
         x, first_t = inputs
         return network.apply(params, x, carry, first_t, method=RecurrentActorCritic.step)
 
-    final_carry, outputs = jax.lax.scan(cell_step, sequences.carry.astype(jnp.float32), (features, first))
+    def cell_step_keeping_states(carry, inputs):
+        new_carry, output = cell_step(carry, inputs)
+        return new_carry, (output, carry)
+
+    _, (outputs, states) = jax.lax.scan(cell_step_keeping_states, sequences.carry.astype(jnp.float32),
+                                        (features, first))
     policy_out, values = network.apply(params, outputs.reshape((num_steps * num_envs, -1)),
                                        method=RecurrentActorCritic.heads)
-    return policy_out, values, final_carry
+    return policy_out, values, states
 
 
-def sequence_apply(network: RecurrentActorCritic):
-    """``apply_fn(params, SequenceObs) -> (policy_out [T * B], values [T * B])``: the learner's view of the network,
-    in the shape the feed-forward ``apply_fn(params, obs [N]) -> (policy_out, values)`` has (``agents.ppo``,
-    ``agents.a2c``)."""
+@dataclasses.dataclass(frozen=True)
+class SequenceApply:
+    """The learner's view of a recurrent network: ``apply_fn(params, SequenceObs) -> (policy_out [T * B], values
+    [T * B])``, in the shape of the feed-forward ``apply_fn(params, obs [N])`` (``agents.ppo``, ``agents.a2c``);
+    ``unroll`` also gives the states ``[T, B, S]`` entering each step, from which ``agents.batching`` starts the
+    chunks of long sequences."""
 
-    def apply_fn(params, sequences: SequenceObs):
-        policy_out, values, _ = unroll(network, params, sequences)
+    network: RecurrentActorCritic
+
+    def __call__(self, params, sequences: SequenceObs):
+        policy_out, values, _ = unroll(self.network, params, sequences)
         return policy_out, values
 
-    return apply_fn
+    def unroll(self, params, sequences: SequenceObs):
+        return unroll(self.network, params, sequences)
+
+
+def sequence_apply(network: RecurrentActorCritic) -> SequenceApply:
+    return SequenceApply(network)
 

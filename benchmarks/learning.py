@@ -158,8 +158,17 @@ SIDE_SPECS = {
     "pal_td3_25k": Side("PAL TD3, the preset of 2026-11-28: 25k random steps, PyTorch's initialisation (ours)", "pal",
                         ("--algo=td3", "--learning_starts=25000", "--network_init=torch")),
     "spreeze": Side("Spreeze SAC, defaults (ours)", "spreeze"),
+    # Policies with memory on rl-zoo3's masked-velocity tasks: sb3-contrib's RecurrentPPO with rl-zoo3's
+    # `ppo_lstm.yml`, ours with the same hyperparameters as flags (ZOO_FLAGS), an LSTM core and the feed-forward
+    # control that cannot infer the velocities.
+    "sb3_rppo": Side("sb3-contrib RecurrentPPO, LSTM, rl-zoo3 tuned (peer)", zoo_algo="ppo_lstm"),
+    "hts_lstm_zoo": Side("HTS-PPO, LSTM core, with rl-zoo3's RecurrentPPO hyperparameters as flags (ours)", "hts",
+                         ("--recurrent=lstm",)),
+    "hts_ff_zoo": Side("HTS-PPO feed-forward control, the same flags (ours)", "hts", ("--recurrent=none",)),
 }
 PPO_SIDES = ("hts", "sb3", "sync", "hts_zoo", "hts_family", "sync_family")  # run in this order per seed
+MEMORY_SIDES = ("hts_lstm_zoo", "sb3_rppo", "hts_ff_zoo")
+ZOO_FLAG_SIDES = ("hts_zoo", *MEMORY_SIDES[::2])  # ours with the peer's hyperparameters (ZOO_FLAGS) as flags
 A2C_SIDES = ("sb3_a2c", "gala_async", "gala_pmap", "allreduce_a2c", *(f"ba3c_lb{b}" for b in BA3C_BATCHES),
              *(f"ba3c_adam{b}" for b in BA3C_BATCHES))
 # Each A2C side of ours with the family preset (Kostrikov's A2C), where a task has its own A2C preset: the rows
@@ -182,8 +191,11 @@ A2C_EPS3_SIDES = tuple(f"ba3c_lb{b}_eps3" for b in BA3C_EPS3_BATCHES)
 SIDES = tuple(SIDE_SPECS)
 SIDE_LABELS = {name: side.label for name, side in SIDE_SPECS.items()}
 DQN_SIDES = ("sb3_dqn", "pal_per", "pal_uniform")
+# rl-zoo3's own env definitions for our side (`benchmarks/zoo_envs.py`: imported from the peer's venv).
+ZOO_ENV = "gymnasium/benchmarks.zoo_envs:"
 # EnvPool's ids that gymnasium 1.x (the peer's) names otherwise.
-PEER_ENV_IDS = {"LunarLander-v2": "LunarLander-v3",
+PEER_ENV_IDS = {ZOO_ENV + "CartPoleNoVel-v1": "CartPoleNoVel-v1",
+                "LunarLander-v2": "LunarLander-v3",
                 "gymnasium/minigrid:MiniGrid-Empty-Random-5x5-v0": "MiniGrid-Empty-Random-5x5-v0",
                 "gymnasium/minigrid:MiniGrid-DoorKey-5x5-v0": "MiniGrid-DoorKey-5x5-v0"}
 # Packages rl-zoo3 imports to register a task's env (its --gym-packages).
@@ -219,6 +231,16 @@ _MINIGRID_ZOO_FLAGS = ("--num_envs=8", "--sync_interval=128", "--num_minibatches
                        "--noclip_value_loss")
 ZOO_FLAGS.update({f"gymnasium/minigrid:MiniGrid-{name}-v0": _MINIGRID_ZOO_FLAGS
                   for name in ("Empty-Random-5x5", "DoorKey-5x5")})
+# rl-zoo3 2.9 `hyperparams/ppo_lstm.yml` for sb3-contrib's RecurrentPPO (its defaults where silent: value
+# coefficient 0.5, gradient norm 0.5): VecNormalize with the algorithm's gamma, 8 envs x 32 steps in one minibatch
+# of 256, 20 epochs, lr lin_0.001; policy_kwargs ReLU, ortho_init False, lstm_hidden_size 64, enable_critic_lstm,
+# net_arch pi [64] vf [64]. Departures: the peer's LSTM reads the observation and its 64-unit MLP follows, ours reads
+# a 64-unit MLP torso's features (`agents.recurrent`); its clip range anneals (`lin_0.2`), ours is constant.
+ZOO_FLAGS[ZOO_ENV + "CartPoleNoVel-v1"] = (
+    "--num_envs=8", "--sync_interval=32", "--num_minibatches=1", "--num_epochs=20", "--gae_lambda=0.8", "--gamma=0.98",
+    "--entropy_coef=0", "--learning_rate=0.001", "--anneal_lr", "--clip_eps=0.2", "--value_coef=1.0",
+    "--max_grad_norm=0.5", "--noclip_value_loss", "--normalize_obs", "--normalize_reward", "--hidden_sizes=64",
+    "--activation=relu", "--noorthogonal_init", "--rnn_size=64")
 
 
 # What the curves show, written by hand after reading them (kept with the table the report writes).
@@ -569,7 +591,7 @@ class Task:
     seeds: tuple = (0, 1, 2)
     sides: tuple = PPO_SIDES
     extra_sides: tuple = ()  # reported, and run only when --sides names them
-    family: str = "ppo"  # the algorithm family: ppo | a2c | dqn | sac (TASK_PRESETS' algo, the IQM view's group)
+    family: str = "ppo"  # the algorithm family: ppo | a2c | dqn | sac | memory (TASK_PRESETS' algo, the IQM group)
 
     @property
     def all_sides(self) -> tuple:
@@ -620,6 +642,8 @@ TASKS = {
                                          sides=("hts", "sb3"), extra_sides=("hts_zoo",)),
     "MiniGrid-DoorKey-5x5-v0": Task("gymnasium/minigrid:MiniGrid-DoorKey-5x5-v0", 100_000, sides=("hts", "sb3"),
                                     extra_sides=("hts_zoo",)),
+    # Policies with memory: rl-zoo3's masked-velocity CartPole, its env definition on both sides, rl-zoo3's budget.
+    "CartPoleNoVel-v1": Task(ZOO_ENV + "CartPoleNoVel-v1", 100_000, FIVE_SEEDS, MEMORY_SIDES, family="memory"),
 }
 
 
@@ -642,7 +666,7 @@ def our_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) ->
         replay = ["--checkpoint_buffer"] if spec.launcher in taken_by("checkpoint_buffer") else []
         args = [f"--env={task.env_id}", *greedy, *replay, "--eval_episodes=10", f"--eval_every={eval_every(task)}"]
     args += list(spec.flags)
-    if side == "hts_zoo":
+    if side in ZOO_FLAG_SIDES:
         args += list(ZOO_FLAGS[task.env_id])
     args += [f"--seed={seed}", f"--total_steps={task.steps}", f"--logdir={run_dir}", "--quiet"]
     return [sys.executable, "-m", f"launch.{spec.launcher}", *args, *(["--resume"] if resume else [])]
@@ -667,7 +691,7 @@ def applies(side: str, task: Task) -> bool:
     default command."""
     from systems.common.presets import TASK_PRESETS
 
-    if side == "hts_zoo":
+    if side in ZOO_FLAG_SIDES:
         return task.env_id in ZOO_FLAGS
     if side.endswith("_family"):
         return (task.env_id, task.family) in TASK_PRESETS

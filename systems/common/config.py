@@ -122,18 +122,9 @@ class TrainConfig(RecurrentHyperparameters, NetworkHyperparameters, Normalizatio
 
 
 def _validate_recurrent(config: TrainConfig) -> None:
-    """A recurrent policy's checks (`agents.recurrent`): a positive width, minibatches of whole env sequences, and
-    no running normalization yet (its statistics would have to follow each env's state)."""
+    """A recurrent policy's checks (`agents.recurrent`): a positive width."""
     if config.rnn_size < 1:
         raise ConfigError(f"--rnn_size must be positive, got {config.rnn_size}")
-    if config.algo == "ppo" and config.num_envs % config.num_minibatches:
-        fits = max(m for m in range(1, config.num_minibatches) if config.num_envs % m == 0)
-        raise ConfigError(
-            f"--recurrent={config.recurrent} trains on whole env sequences: --num_minibatches="
-            f"{config.num_minibatches} must divide --num_envs={config.num_envs}: e.g. --num_minibatches={fits}")
-    if config.normalize_obs or config.normalize_reward:
-        raise ConfigError("--normalize_obs and --normalize_reward do not apply to a recurrent policy yet: give "
-                          "--nonormalize_obs --nonormalize_reward, or --recurrent=none")
 
 
 NORMALIZATION_SINGLE_LEARNER = (

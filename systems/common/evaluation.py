@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from agents import distributions
-from agents.recurrent import RecurrentActorCritic
+from agents.recurrent import memory_of
 from envs import jax_pool
 from envs.episodes import EpisodeTracker
 from envs.factory import EnvSpec, make_pool
@@ -47,7 +47,7 @@ def policy_act_fn(apply_fn: Callable, *, deterministic: bool) -> Callable:
 def network_act_fn(network, *, deterministic: bool) -> Callable:
     """`policy_act_fn` of a flax actor-critic, made once for equal networks (`jit_cache.made_once`); a new
     `RecurrentAct` of a recurrent one (it holds its episodes' states)."""
-    if isinstance(network, RecurrentActorCritic):
+    if memory_of(network) is not None:
         return RecurrentAct(network, deterministic=deterministic)
     return made_once(("act", network, deterministic),
                      lambda: policy_act_fn(network.apply, deterministic=deterministic))
@@ -59,7 +59,7 @@ class RecurrentAct:
     call after `start()` (each evaluation and each filmed episode starts one). The step is jitted once per network
     and mode; the object itself is not a pure function, so the loops call it from Python."""
 
-    def __init__(self, network: RecurrentActorCritic, *, deterministic: bool):
+    def __init__(self, network, *, deterministic: bool):  # a RecurrentActorCritic, or a NormalizedNetwork of one
         def step(params, obs, carry, first, key):
             policy_out, _, carry = network.apply(params, obs, carry, first)
             if deterministic:
@@ -67,7 +67,7 @@ class RecurrentAct:
             return distributions.sample_actions(policy_out, jax.random.split(key, obs.shape[0])), carry
 
         self._step = made_once(("recurrent_act", network, deterministic), lambda: jax.jit(step))
-        self._carry_size = network.carry_size
+        self._carry_size = memory_of(network).carry_size
         self._carry = None
 
     def start(self) -> None:

@@ -33,7 +33,7 @@ from agents.normalization import (
     normalized_update,
     trainable,
 )
-from agents.recurrent import RecurrentActorCritic, init_inputs, recurrent_network, sequence_apply
+from agents.recurrent import RecurrentActorCritic, init_inputs, memory_of, recurrent_network, sequence_apply
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
 from systems.common import conv_tuning
@@ -92,10 +92,8 @@ def build(
     if network is None:
         network = default_network(config, spec)
     norm = normalization_config(config, spec)
-    recurrent = isinstance(network, RecurrentActorCritic)
-    if recurrent and norm.enabled:
-        raise config_lib.ConfigError("--normalize_obs and --normalize_reward do not apply to a recurrent policy yet "
-                                     "(--recurrent=none to normalize)")
+    memory = memory_of(network)
+    recurrent = memory is not None
     raw_network = network  # the normalized update feeds the raw network normalized observations
     if norm.enabled:
         network = NormalizedNetwork(network, norm, obs_shape=spec.obs_shape, num_envs=config.num_envs)
@@ -128,7 +126,7 @@ def build(
         action_shape=action_shape,
         action_dtype=action_dtype,
         initial_state=initial_state,
-        carry_size=network.carry_size if recurrent else 0,
+        carry_size=memory.carry_size if recurrent else 0,
     )
     return setup, state
 
@@ -184,8 +182,8 @@ def initial_state_fn(
 
     def state_of_run_key(run_key: jax.Array) -> TrainState:
         inputs = (jnp.zeros(obs_shape, obs_dtype),)
-        if isinstance(network, RecurrentActorCritic):
-            inputs = init_inputs(network, inputs[0])
+        if memory_of(network) is not None:
+            inputs = init_inputs(memory_of(network), inputs[0])
         params = network.init(jax.random.fold_in(run_key, _INIT), *inputs)
         return TrainState(
             params=params,

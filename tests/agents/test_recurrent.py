@@ -11,11 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agents import Rollout, TrainState, a2c, ppo
-from agents.batching import FlatBatch, minibatches, prepare_batch, sequence_first
+from agents.batching import FlatBatch, minibatches, prepare_batch, sequence_chunks, sequence_first
 from agents.networks import make_network
 from agents.recurrent import RecurrentActorCritic, init_inputs, recurrent_network, sequence_apply, unroll
 from agents.types import SequenceObs
@@ -32,13 +32,14 @@ def _params(network: RecurrentActorCritic, seed: int = 0):
 
 
 def _stepwise(network, params, sequences: SequenceObs):
-    """The actors' view: one `__call__` per step, the state carried by hand."""
-    carry, logits, values = sequences.carry, [], []
+    """The actors' view: one `__call__` per step, the state carried by hand (and kept as it enters each step)."""
+    carry, logits, values, states = sequences.carry, [], [], []
     for t in range(sequences.obs.shape[0]):
+        states.append(carry)
         out, value, carry = network.apply(params, sequences.obs[t], carry, sequences.first[t])
         logits.append(out)
         values.append(value)
-    return jnp.concatenate(logits), jnp.concatenate(values), carry
+    return jnp.concatenate(logits), jnp.concatenate(values), jnp.stack(states)
 
 
 def _sequences(network, rng, num_steps: int, num_envs: int, first_rate: float = 0.3) -> SequenceObs:
@@ -55,12 +56,13 @@ def test_unroll_is_the_stepwise_recurrence(cell, num_steps, num_envs, seed):
     network = _network(cell)
     params = _params(network, seed % 3)
     sequences = _sequences(network, np.random.default_rng(seed), num_steps, num_envs)
-    logits, values, carry = unroll(network, params, sequences)
+    logits, values, states = unroll(network, params, sequences)
     chex.assert_shape(logits, (num_steps * num_envs, 2))
-    expected_logits, expected_values, expected_carry = _stepwise(network, params, sequences)
+    chex.assert_shape(states, (num_steps, num_envs, network.carry_size))
+    expected_logits, expected_values, expected_states = _stepwise(network, params, sequences)
     np.testing.assert_allclose(logits, expected_logits, atol=1e-5)
     np.testing.assert_allclose(values, expected_values, atol=1e-5)
-    np.testing.assert_allclose(carry, expected_carry, atol=1e-5)
+    np.testing.assert_allclose(states, expected_states, atol=1e-5)
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
@@ -149,15 +151,21 @@ def _recurrent_rollout(network, params, rng, num_steps: int, num_envs: int) -> R
                    behaviour_values=jnp.stack(values), initial_carry=initial)
 
 
-def test_the_learner_rebuilds_the_actors_policy_from_the_stored_round_start_state():
-    """Under the behaviour parameters, the re-run sequences give the actors' log-probabilities and values (so PPO's
-    first ratio is one), and the bootstrap value is the state carried through the whole round."""
-    network = _network("lstm")
+@settings(max_examples=8, **_SETTINGS)
+@given(length=st.integers(1, 4), num_chunks=st.integers(1, 3), num_envs=st.integers(1, 3),
+       cell=st.sampled_from(["lstm", "gru"]))
+@example(length=6, num_chunks=1, num_envs=3, cell="lstm")  # whole sequences
+def test_the_learner_rebuilds_the_actors_policy_from_the_stored_round_start_state(length, num_chunks, num_envs, cell):
+    """Under the behaviour parameters, the re-run sequences, whole or cut in chunks that start from the states the
+    behaviour parameters pass through, give the actors' log-probabilities and values (so PPO's first ratio is one),
+    row for row, and the bootstrap value is the state carried through the whole round."""
+    network = _network(cell)
     params = _params(network)
-    rollout = _recurrent_rollout(network, params, np.random.default_rng(4), 6, 3)
+    rollout = _recurrent_rollout(network, params, np.random.default_rng(length * 10 + num_envs), length * num_chunks,
+                                 num_envs)
     apply_fn = sequence_apply(network)
-    batch, _ = prepare_batch(params, rollout, apply_fn=apply_fn, gamma=0.99, gae_lambda=0.95)
-    assert isinstance(batch.obs, SequenceObs)
+    batch, _ = prepare_batch(params, rollout, apply_fn=apply_fn, gamma=0.99, gae_lambda=0.95, num_chunks=num_chunks)
+    assert isinstance(batch.obs, SequenceObs) and batch.obs.first.shape == (length, num_chunks * num_envs)
     logits, values = apply_fn(params, batch.obs)
     log_probs = jax.nn.log_softmax(logits)[jnp.arange(batch.actions.shape[0]), batch.actions]
     np.testing.assert_allclose(log_probs, batch.behaviour_log_probs, atol=1e-5)
@@ -183,7 +191,17 @@ def test_the_updates_train_a_recurrent_policy(algo):
     assert int(new_state.update_step) == 1 and all(np.isfinite(v) for v in jax.tree.leaves(metrics))
     moved = jax.tree.map(lambda a, b: bool(np.any(a != b)), new_state.params["params"], params["params"])
     assert moved["cores_0"] and moved["cores_1"], moved  # both paths' memory learned
-    if algo == "ppo":
-        with pytest.raises(ValueError, match="must divide the 4 envs"):  # 24 rows split in 3, the 4 envs not
-            update(state, params, rollout, apply_fn=sequence_apply(network), optimizer=optimizer,
-                   config=dataclasses.replace(config, num_minibatches=3))
+    if algo == "ppo":  # 3 minibatches of 4 envs: each env's 6 steps in 3 chunks of 2
+        new_state, metrics = update(state, params, rollout, apply_fn=sequence_apply(network), optimizer=optimizer,
+                                    config=dataclasses.replace(config, num_minibatches=3))
+        assert all(np.isfinite(v) for v in jax.tree.leaves(metrics))
+
+
+@settings(max_examples=100, **_SETTINGS)
+@given(num_steps=st.integers(1, 64), num_envs=st.integers(1, 64), num_minibatches=st.integers(1, 64))
+def test_a_round_cuts_into_as_few_chunks_as_its_minibatches_need(num_steps, num_envs, num_minibatches):
+    if (num_steps * num_envs) % num_minibatches:
+        return  # PPO refuses such a round
+    k = sequence_chunks(num_envs, num_minibatches)
+    assert num_steps % k == 0 and (k * num_envs) % num_minibatches == 0
+    assert all((j * num_envs) % num_minibatches for j in range(1, k))

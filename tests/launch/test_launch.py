@@ -90,11 +90,6 @@ def check_launcher_smoke(run_dir: str, launcher: str, kwargs: dict, steps: int) 
         (dict(env="CartPole-v1", num_envs=4, env_batch_size=8), "exceeds"),
         (dict(env="CartPole-v1", recurrent="rnn"), "--recurrent"),
         (dict(env="CartPole-v1", recurrent="lstm", rnn_size=0), "--rnn_size must be positive"),
-        (dict(env="CartPole-v1", recurrent="lstm", num_envs=6, sync_interval=4, num_minibatches=4),
-         "--recurrent=lstm trains on whole env sequences"),
-        (dict(env="HalfCheetah-v4", recurrent="gru"), "--num_minibatches=8 must divide --num_envs=1: e.g. "
-         "--num_minibatches=1"),
-        (dict(env="HalfCheetah-v4", recurrent="gru", num_minibatches=1), "do not apply to a recurrent policy yet"),
     ],
 )
 def test_bad_flags_one_line_and_exit_2(capsys, kwargs, message):

@@ -25,17 +25,21 @@ def _progress(run_dir) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_the_learner_replays_the_actors_states_exactly(tmp_path, cell):
+@pytest.mark.parametrize("cell, normalize", [("lstm", False), ("gru", True)])
+def test_the_learner_replays_the_actors_states_exactly(tmp_path, cell, normalize):
     """Synchronous PPO, one epoch of one minibatch: the update's only step runs at the behaviour parameters, so the
     re-run sequences (from each env's stored round-start state, reset after each episode) give the actors' own
-    log-probabilities and the ratio is one: a state reset one step late, or carried across envs, shows as a KL."""
+    log-probabilities and the ratio is one: a state reset one step late, or carried across envs, shows as a KL.
+    With running normalization the learner reads the observations with the behaviour statistics, as the actors."""
     run_dir = str(tmp_path / "run")
     run_sync(SyncConfig(env_id="CartPole-v1", num_envs=4, sync_interval=32, total_steps=4 * 32 * 4, num_epochs=1,
-                        num_minibatches=1, eval_episodes=0, quiet=True, logdir=run_dir, recurrent=cell, rnn_size=16))
+                        num_minibatches=1, eval_episodes=0, quiet=True, logdir=run_dir, recurrent=cell, rnn_size=16,
+                        normalize_obs=normalize, normalize_reward=normalize))
     rows = _progress(run_dir)
     assert len(rows) == 4 and sum(int(row["episodes"]) for row in rows) > 4  # episodes ended inside the rounds
     assert all(abs(float(row["approx_kl"])) < 1e-10 and float(row["clip_fraction"]) == 0 for row in rows), rows
+    if normalize:
+        assert float(rows[-1]["obs_norm_count"]) > 4 * 32 * 3 and float(rows[-1]["reward_scale"]) > 0
 
 
 @pytest.fixture(scope="module")
