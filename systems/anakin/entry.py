@@ -21,5 +21,6 @@ ENTRY = SystemEntry(name="anakin", launcher="anakin", restore=_restore,
                     config_class=_config, algos=("ppo", "a2c"),
                     flag_groups=(("run", "run"), ("PPO / A2C", "on_policy"), ("PPO only", "ppo"),
                                  ("observation and reward normalization (one device)", "normalization"),
+                                 ("recurrent policy", "fields:recurrent"),
                                  ("Anakin: agents, chunks and devices", "fields:anakin"),
                                  (MULTI_HOST_SECTION, "multi_host")))

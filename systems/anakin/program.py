@@ -9,6 +9,10 @@ Randomness is the other systems' too: env e starts from PRNGKey(seed + e) and it
 fold_in(fold_in(action_key, e), s), so an agent's data do not depend on the chunk length or on how the envs are split
 over devices. Episodes are counted as `envs.episodes.EpisodeTracker` counts them: real steps only.
 
+A recurrent policy (`agents.recurrent`) keeps each env's state in the carry, zeroed where an observation opens an
+episode (the first of the run, or the one after a reset step), and the state entering each round is stored with
+the round (`Rollout.initial_carry`) for the learner to re-run its sequences from.
+
 With `delayed` (`--delayed_update`), round k acts with the parameters before the last update, theta_{k-1}, and
 the update starts from theta_k with theta_{k-1} as the behaviour parameters: seed 000's Eq. 6, the algorithm HTS
 runs with its actors one update behind the learner. Without it the behaviour parameters are the current ones, as in
@@ -24,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from agents import DEVICE_AXIS, Rollout, TrainState, action_keys, policy_step
+from agents.acting import recurrent_policy_step
 
 
 class Carry(NamedTuple):
@@ -42,6 +47,8 @@ class Carry(NamedTuple):
     round: jax.Array  # int32 rounds done: the index of the next round
     behaviour_params: Any  # the parameters the next round acts with (delayed: those before the last update)
     entropy_coef: Any = None  # float32 [] of a swept coefficient (`--entropy_coefs`); None: the config's
+    memory: Any = None  # [n, S] a recurrent policy's state of each env after its last step; None: feed-forward
+    first: Any = None  # [n] float32 1.0 where `obs` opens an episode (the state is zeroed before it is read)
 
 
 class Episodes(NamedTuple):
@@ -53,9 +60,9 @@ class Episodes(NamedTuple):
 
 
 def initial_carry(train: TrainState, action_key: jax.Array, env_ids: jax.Array, seed: int, reset_one,
-                  entropy_coef: float | None = None) -> Carry:
+                  entropy_coef: float | None = None, carry_size: int = 0) -> Carry:
     """The agent's carry with every env of `env_ids` reset: env e's key chain starts at PRNGKey(seed + e); a swept
-    `entropy_coef` rides in it to the update."""
+    `entropy_coef` rides in it to the update; `carry_size` S > 0: a recurrent policy's states, all opening."""
     keys = jax.vmap(jax.random.PRNGKey)(seed + env_ids.astype(jnp.uint32))
     keys, obs, states = jax.vmap(reset_one)(keys)
     n = env_ids.shape[0]
@@ -63,7 +70,9 @@ def initial_carry(train: TrainState, action_key: jax.Array, env_ids: jax.Array, 
                  done=jnp.zeros(n, bool), elapsed=jnp.zeros(n, jnp.int32), obs=obs,
                  episode_return=jnp.zeros(n, jnp.float32), episode_length=jnp.zeros(n, jnp.int32),
                  round=train.update_step.astype(jnp.int32), behaviour_params=train.params,
-                 entropy_coef=None if entropy_coef is None else jnp.asarray(entropy_coef, jnp.float32))
+                 entropy_coef=None if entropy_coef is None else jnp.asarray(entropy_coef, jnp.float32),
+                 memory=jnp.zeros((n, carry_size), jnp.float32) if carry_size else None,
+                 first=jnp.ones(n, jnp.float32) if carry_size else None)
 
 
 def make_round(step_one, apply_fn, update_fn, sync_interval: int, axis_name: str | None, delayed: bool = False):
@@ -72,11 +81,18 @@ def make_round(step_one, apply_fn, update_fn, sync_interval: int, axis_name: str
     split over devices); `delayed`: Eq. 6 (module docstring)."""
     update = functools.partial(update_fn, axis_name=axis_name) if axis_name else update_fn
 
+    def act(carry: Carry, keys: jax.Array):
+        """(actions, log-probs, values) of the behaviour parameters, and the carry with the new states."""
+        if carry.memory is None:
+            return policy_step(carry.behaviour_params, carry.obs, keys, apply_fn=apply_fn), carry
+        actions, log_probs, values, memory = recurrent_policy_step(carry.behaviour_params, carry.obs, carry.memory,
+                                                                   carry.first, keys, apply_fn=apply_fn)
+        return (actions, log_probs, values), carry._replace(memory=memory, first=carry.done.astype(jnp.float32))
+
     def env_step(carry: Carry, t):
         step = carry.round * sync_interval + t
-        actions, log_probs, values = policy_step(carry.behaviour_params, carry.obs,
-                                                 action_keys(carry.action_key, carry.env_ids, step), apply_fn=apply_fn)
-        valid = ~carry.done
+        valid = ~carry.done  # before `act`, which moves `done` into the next step's opening flags
+        (actions, log_probs, values), carry = act(carry, action_keys(carry.action_key, carry.env_ids, step))
         env_keys, env_states, done, elapsed, (obs, reward, terminated, truncated, _) = jax.vmap(step_one)(
             carry.env_keys, carry.env_states, carry.done, carry.elapsed, actions)
         ended = terminated | truncated  # only on real steps (a reset step ends nothing)
@@ -91,11 +107,12 @@ def make_round(step_one, apply_fn, update_fn, sync_interval: int, axis_name: str
         return carry, (transition, episodes)
 
     def one_round(carry: Carry, _):
+        memory = None if carry.memory is None else jnp.where(carry.first[:, None] > 0, 0.0, carry.memory)
         carry, (transitions, episodes) = jax.lax.scan(env_step, carry, jnp.arange(sync_interval))
         obs, actions, rewards, terminations, truncations, valid, log_probs, values = transitions
         rollout = Rollout(obs=jnp.concatenate([obs, carry.obs[None]]), actions=actions, rewards=rewards,
                           terminations=terminations, truncations=truncations, valid=valid,
-                          behaviour_log_probs=log_probs, behaviour_values=values)
+                          behaviour_log_probs=log_probs, behaviour_values=values, initial_carry=memory)
         swept = {} if carry.entropy_coef is None else {"entropy_coef": carry.entropy_coef}
         train, metrics = update(carry.train, carry.behaviour_params, rollout, **swept)
         behaviour = carry.train.params if delayed else train.params  # theta_k acts in round k + 1 (Eq. 6)

@@ -49,7 +49,7 @@ from systems.common import atomic, distributed, learner
 from systems.common import checkpoint as checkpoint_lib
 from systems.common import config as config_lib
 from systems.common.concurrency import stops_held
-from systems.common.evaluation import AgentsEvaluator, policy_act_fn
+from systems.common.evaluation import AgentsEvaluator, Evaluator, network_act_fn, policy_act_fn
 from systems.common.learner import LearnerSetup
 from systems.common.monitor import LearnerReport, Monitor, Progress, default_run_dir
 from systems.common.outputs import on_policy_columns
@@ -140,14 +140,19 @@ def _monitors(configs: list[AnakinConfig], spec, setup: LearnerSetup) -> tuple[l
     run's profile."""
     progress = Progress(metric_columns=on_policy_columns(configs[0]),
                         header=f"  anakin: {len(configs)} agent(s) in one program")
-    evaluation = None
-    if configs[0].eval_episodes > 0:
+    evaluation, evaluators = None, [None] * len(configs)
+    if configs[0].eval_episodes > 0 and setup.carry_size:  # a recurrent policy's evaluation keeps states in Python
+        evaluators = [Evaluator(spec, None, episodes=c.eval_episodes, seed=learner.eval_seed(c.seed),
+                                deterministic=c.eval_deterministic,
+                                act_fn=network_act_fn(setup.network, deterministic=c.eval_deterministic))
+                      for c in configs]
+    elif configs[0].eval_episodes > 0:
         act = policy_act_fn(setup.network.apply, deterministic=configs[0].eval_deterministic)
         evaluation = AgentsEvaluator(spec, act, episodes=configs[0].eval_episodes,
                                      seeds=[learner.eval_seed(c.seed) for c in configs])
+        evaluators = [evaluation.agent(k) for k in range(len(configs))]
     monitors = [Monitor(SYSTEM, c, _with_rate(setup.initial_state(c.seed), c), progress=progress,
-                        may_change_on_resume=MAY_CHANGE_ON_RESUME,
-                        evaluator=evaluation.agent(k) if evaluation else None)
+                        may_change_on_resume=MAY_CHANGE_ON_RESUME, evaluator=evaluators[k])
                 for k, c in reversed(list(enumerate(configs)))]
     return monitors[::-1], evaluation
 
@@ -191,7 +196,8 @@ def run(config: AnakinConfig) -> dict:
     swept_coef = bool(entropy_coefs(config))
     carries = [[program_lib.initial_carry(m.state, learner.action_key(c.seed),
                                           jnp.arange(g * shard, (g + 1) * shard), c.seed, reset_one,
-                                          entropy_coef=c.entropy_coef if swept_coef else None)
+                                          entropy_coef=c.entropy_coef if swept_coef else None,
+                                          carry_size=setup.carry_size)
                 for c, m in zip(configs, monitors, strict=True)]
                for g in range(first_device, first_device + len(devices))]
     pmap_devices = distributed.pmap_devices(devices)

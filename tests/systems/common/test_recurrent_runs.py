@@ -11,6 +11,8 @@ from absl.testing import flagsaver
 
 from launch import evaluate as launch_evaluate
 from launch import hts as launch_hts
+from systems.anakin.config import AnakinConfig
+from systems.anakin.system import run as run_anakin
 from systems.common.evaluation import Evaluator, RecurrentAct
 from systems.common.learner import build
 from systems.common.restore import restore_run
@@ -25,16 +27,20 @@ def _progress(run_dir) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize("cell, normalize", [("lstm", False), ("gru", True)])
-def test_the_learner_replays_the_actors_states_exactly(tmp_path, cell, normalize):
-    """Synchronous PPO, one epoch of one minibatch: the update's only step runs at the behaviour parameters, so the
-    re-run sequences (from each env's stored round-start state, reset after each episode) give the actors' own
-    log-probabilities and the ratio is one: a state reset one step late, or carried across envs, shows as a KL.
-    With running normalization the learner reads the observations with the behaviour statistics, as the actors."""
+@pytest.mark.parametrize("system, cell, normalize", [("sync", "lstm", False), ("sync", "gru", True),
+                                                      ("anakin", "lstm", False)])
+def test_the_learner_replays_the_actors_states_exactly(tmp_path, system, cell, normalize):
+    """Synchronous PPO (the sync system's actors, or Anakin's one program on a JAX env), one epoch of one minibatch:
+    the update's only step runs at the behaviour parameters, so the re-run sequences (from each env's stored
+    round-start state, reset after each episode) give the actors' own log-probabilities and the ratio is one: a state
+    reset one step late, or carried across envs, shows as a KL. With running normalization the learner reads the
+    observations with the behaviour statistics, as the actors."""
     run_dir = str(tmp_path / "run")
-    run_sync(SyncConfig(env_id="CartPole-v1", num_envs=4, sync_interval=32, total_steps=4 * 32 * 4, num_epochs=1,
-                        num_minibatches=1, eval_episodes=0, quiet=True, logdir=run_dir, recurrent=cell, rnn_size=16,
-                        normalize_obs=normalize, normalize_reward=normalize))
+    config_class, run = (SyncConfig, run_sync) if system == "sync" else (AnakinConfig, run_anakin)
+    run(config_class(env_id="CartPole-v1" if system == "sync" else "gymnax/CartPole-v1", num_envs=4,
+                     sync_interval=32, total_steps=4 * 32 * 4, num_epochs=1, num_minibatches=1, eval_episodes=0,
+                     quiet=True, logdir=run_dir, recurrent=cell, rnn_size=16, normalize_obs=normalize,
+                     normalize_reward=normalize))
     rows = _progress(run_dir)
     assert len(rows) == 4 and sum(int(row["episodes"]) for row in rows) > 4  # episodes ended inside the rounds
     assert all(abs(float(row["approx_kl"])) < 1e-10 and float(row["clip_fraction"]) == 0 for row in rows), rows

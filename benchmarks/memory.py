@@ -1,0 +1,134 @@
+"""Policies with memory under Anakin: bsuite's MemoryChain (gymnax's `MemoryChain-bsuite`) with an LSTM, a GRU
+and the feed-forward control, each row five seeds trained as five vmapped agents in one program (`--num_seeds=5`).
+
+MemoryChain shows a context bit at the first step only and pays +1 at the episode's last step (`memory_length` + 1
+steps) if the action names that bit, -1 otherwise: a feed-forward policy cannot do better than chance (0), a policy
+that remembers the bit earns 1. bsuite's `memory_length` is 5; the rows at 20 are a longer memory at a larger budget.
+Every row runs `launch.anakin` with its preset (gymnax's classic-control PPO: 4 envs x 128 steps) and
+`--rnn_size=64`; the final metric is the mean greedy return of each agent's last ten evaluations.
+
+    PYTHONPATH=. python -m benchmarks.memory [--rows=lstm5,none5,...]
+
+Resumable: a finished row is kept in `results/memory_cpu.csv` and skipped; the table is `results/memory_cpu.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+from benchmarks.common import git_commit, machine
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+ROWS_CSV = os.path.join(RESULTS, "memory_cpu.csv")
+REPORT = os.path.join(RESULTS, "memory_cpu.md")
+FIELDS = ("row", "env", "recurrent", "memory_length", "seeds", "env_steps", "wall_s", "cpu_s", "mean_load",
+          "final_metrics", "mean_final", "solved", "date", "commit", "machine", "command")
+SEEDS = 5
+# row -> (recurrent core, memory_length, env steps per agent)
+ROWS = {
+    "lstm5": ("lstm", 5, 200_000), "gru5": ("gru", 5, 200_000), "none5": ("none", 5, 200_000),
+    "lstm20": ("lstm", 20, 1_000_000), "none20": ("none", 20, 1_000_000),
+}
+SOLVED = 0.9  # an agent whose final metric reaches this remembers the bit (chance is 0)
+
+
+def command(row: str, logdir: str) -> list[str]:
+    recurrent, memory_length, steps = ROWS[row]
+    return [sys.executable, "-m", "launch.anakin", "--env=gymnax/MemoryChain-bsuite",
+            f"--env_kwargs={json.dumps({'memory_length': memory_length})}", f"--recurrent={recurrent}",
+            "--rnn_size=64", f"--num_seeds={SEEDS}", "--seed=0", f"--total_steps={steps}", f"--logdir={logdir}",
+            "--quiet"]
+
+
+def run_row(row: str, work_dir: str) -> dict:
+    logdir = os.path.join(work_dir, row)
+    shutil.rmtree(logdir, ignore_errors=True)  # a row is one program: an interrupted one starts again
+    cmd = command(row, logdir)
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load_start, started = os.getloadavg()[0], time.perf_counter()
+    subprocess.run(cmd, check=True, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    wall = time.perf_counter() - started
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(os.path.join(logdir, "summary.json")) as f:
+        finals = json.load(f)["final_metrics"]
+    recurrent, memory_length, steps = ROWS[row]
+    return dict(
+        row=row, env="gymnax/MemoryChain-bsuite", recurrent=recurrent, memory_length=memory_length, seeds=SEEDS,
+        env_steps=steps, wall_s=f"{wall:.1f}",
+        cpu_s=f"{cpu_after.ru_utime + cpu_after.ru_stime - cpu_before.ru_utime - cpu_before.ru_stime:.1f}",
+        mean_load=f"{(load_start + os.getloadavg()[0]) / 2:.2f}", final_metrics=" ".join(f"{v:.2f}" for v in finals),
+        mean_final=f"{sum(finals) / len(finals):.2f}", solved=f"{sum(v >= SOLVED for v in finals)}/{len(finals)}",
+        date=datetime.date.today().isoformat(), commit=git_commit(), machine=machine(),
+        command=" ".join(cmd[1:]).replace(logdir, "runs/memory/" + row))
+
+
+def read_rows() -> list[dict]:
+    if not os.path.exists(ROWS_CSV):
+        return []
+    with open(ROWS_CSV) as f:
+        return list(csv.DictReader(f))
+
+
+def write_rows(rows: list[dict]) -> None:
+    tmp = ROWS_CSV + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, ROWS_CSV)
+
+
+def write_report(rows: list[dict]) -> None:
+    lines = [
+        "# Policies with memory: MemoryChain under Anakin", "",
+        "Written by `benchmarks/memory.py` (its docstring says how). Each row: five seeds as five agents of one "
+        "program, the preset, `--rnn_size=64`; final metric = mean greedy return of an agent's last ten evaluations "
+        f"(chance 0, remembering 1; solved: >= {SOLVED}).", "",
+        "| memory length | core | env steps / agent | final metric per seed | mean | solved | wall (min) | CPU (min) "
+        "| load | machine | date | commit |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in sorted(rows, key=lambda r: (int(r["memory_length"]), r["recurrent"])):
+        lines.append(f"| {r['memory_length']} | {r['recurrent']} | {int(r['env_steps']):,} | {r['final_metrics']} | "
+                     f"{r['mean_final']} | {r['solved']} | {float(r['wall_s']) / 60:.1f} | "
+                     f"{float(r['cpu_s']) / 60:.1f} | {r['mean_load']} | {r['machine']} | {r['date']} | "
+                     f"{r['commit']} |")
+    lines += ["", "Commands (`runs/memory/<row>` is the row's run directory):", ""]
+    lines += [f"- `{r['row']}`: `python {r['command']}`" for r in rows]
+    with open(REPORT, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {', '.join(ROWS)}")
+    parser.add_argument("--work_dir", default="runs/memory", help="run directories (not committed)")
+    args = parser.parse_args(argv)
+    unknown = [r for r in args.rows.split(",") if r not in ROWS]
+    if unknown:
+        sys.exit(f"error: unknown row(s) {', '.join(unknown)}; known: {', '.join(ROWS)}")
+    os.makedirs(RESULTS, exist_ok=True)
+    for row in args.rows.split(","):
+        rows = read_rows()
+        if any(r["row"] == row for r in rows):
+            continue
+        print(f"[memory] {row} ...", flush=True)
+        result = run_row(row, args.work_dir)
+        write_rows([r for r in rows if r["row"] != row] + [result])
+        print(f"[memory] {row}: {result['final_metrics']} ({result['solved']} solved), "
+              f"{float(result['wall_s']) / 60:.1f} min", flush=True)
+    write_report(read_rows())
+    print(json.dumps({"report": REPORT}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
