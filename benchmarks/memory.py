@@ -9,7 +9,14 @@ Every row runs `launch.anakin` with its preset (gymnax's classic-control PPO: 4 
 
     PYTHONPATH=. python -m benchmarks.memory [--rows=lstm5,none5,...]
 
-Resumable: a finished row is kept in `results/memory_cpu.csv` and skipped; the table is `results/memory_cpu.md`.
+Atari without a frame stack (`--breakout`): the main job, `python -m launch.hts --game=Breakout`, beside the same
+with `--frame_stack=1 --recurrent=lstm` (EnvPool's `stack_num=1`, an LSTM of 128 after the CNN, CleanRL's
+`ppo_atari_lstm.py` layout), alternating, `--breakout_seconds` each, `--breakout_pairs` pairs; steady SPS as
+`benchmarks/cpu_e2e.py` measures it (from the 4th update to the last), CPU time and load beside it. CleanRL's LSTM
+PPO runs at about 0.4x its feed-forward script.
+
+Resumable: a finished row is kept in `results/memory_cpu.csv` (`results/memory_breakout_cpu.csv`) and skipped; the
+tables are in `results/memory_cpu.md`.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -39,6 +47,11 @@ ROWS = {
     "lstm20": ("lstm", 20, 1_000_000), "none20": ("none", 20, 1_000_000),
 }
 SOLVED = 0.9  # an agent whose final metric reaches this remembers the bit (chance is 0)
+BREAKOUT_CSV = os.path.join(RESULTS, "memory_breakout_cpu.csv")
+BREAKOUT_FIELDS = ("run", "variant", "seconds", "steady_sps", "updates", "env_steps", "cpu_s", "mean_load", "date",
+                   "commit", "machine", "command")
+BREAKOUT_VARIANTS = {"feed-forward, 4 frames (the main job)": (),
+                     "LSTM 128, 1 frame": ("--frame_stack=1", "--recurrent=lstm")}
 
 
 def command(row: str, logdir: str) -> list[str]:
@@ -71,20 +84,63 @@ def run_row(row: str, work_dir: str) -> dict:
         command=" ".join(cmd[1:]).replace(logdir, "runs/memory/" + row))
 
 
-def read_rows() -> list[dict]:
-    if not os.path.exists(ROWS_CSV):
+def breakout_run(run: int, variant: str, seconds: float, work_dir: str) -> dict:
+    from benchmarks.cpu_e2e import _timed_run, htsrl_points, steady_sps
+
+    logdir = os.path.join(work_dir, f"breakout-{run}")
+    shutil.rmtree(logdir, ignore_errors=True)
+    cmd = [sys.executable, "-m", "launch.hts", "--game=Breakout", *BREAKOUT_VARIANTS[variant], f"--logdir={logdir}"]
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load_start = os.getloadavg()[0]
+    _timed_run(cmd, os.getcwd(), seconds)
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    points = htsrl_points(logdir)
+    sps = steady_sps(points)
+    return dict(run=run, variant=variant, seconds=f"{seconds:.0f}", steady_sps=f"{sps:.1f}" if sps else "",
+                updates=len(points), env_steps=points[-1][1] if points else 0,
+                cpu_s=f"{cpu_after.ru_utime + cpu_after.ru_stime - cpu_before.ru_utime - cpu_before.ru_stime:.1f}",
+                mean_load=f"{(load_start + os.getloadavg()[0]) / 2:.2f}", date=datetime.date.today().isoformat(),
+                commit=git_commit(), machine=machine(),
+                command=" ".join(cmd[1:]).replace(logdir, "<dir>") + f" (stopped after {seconds:.0f} s)")
+
+
+def read_rows(path: str = ROWS_CSV) -> list[dict]:
+    if not os.path.exists(path):
         return []
-    with open(ROWS_CSV) as f:
+    with open(path) as f:
         return list(csv.DictReader(f))
 
 
-def write_rows(rows: list[dict]) -> None:
-    tmp = ROWS_CSV + ".tmp"
+def write_rows(rows: list[dict], path: str = ROWS_CSV, fields: tuple = FIELDS) -> None:
+    tmp = path + ".tmp"
     with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, FIELDS)
+        writer = csv.DictWriter(f, fields)
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(tmp, ROWS_CSV)
+    os.replace(tmp, path)
+
+
+def breakout_lines(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["", "## Breakout without a frame stack", "",
+             "Alternating runs of `benchmarks/memory.py --breakout` (its docstring says how); steady SPS from the 4th "
+             "update to the last.", "",
+             "| run | variant | steady SPS | updates | CPU (s) | load | machine | date | commit |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['run']} | {r['variant']} | {r['steady_sps']} | {r['updates']} | {r['cpu_s']} | {r['mean_load']} | "
+              f"{r['machine']} | {r['date']} | {r['commit']} |" for r in rows]
+    medians = {}
+    for variant in BREAKOUT_VARIANTS:
+        values = [float(r["steady_sps"]) for r in rows if r["variant"] == variant and r["steady_sps"]]
+        if values:
+            medians[variant] = statistics.median(values)
+    if len(medians) == 2:
+        ff, lstm = (medians[v] for v in BREAKOUT_VARIANTS)
+        lines += ["", f"Median steady SPS: feed-forward {ff:.1f}, LSTM {lstm:.1f}: ratio {lstm / ff:.2f} "
+                      "(CleanRL's LSTM PPO: about 0.4x its feed-forward script)."]
+    lines += ["", "Commands:", ""] + [f"- `python {c}`" for c in dict.fromkeys(r["command"] for r in rows)]
+    return lines
 
 
 def write_report(rows: list[dict]) -> None:
@@ -104,6 +160,7 @@ def write_report(rows: list[dict]) -> None:
                      f"{r['commit']} |")
     lines += ["", "Commands (`runs/memory/<row>` is the row's run directory):", ""]
     lines += [f"- `{r['row']}`: `python {r['command']}`" for r in rows]
+    lines += breakout_lines(read_rows(BREAKOUT_CSV))
     with open(REPORT, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -112,7 +169,23 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {', '.join(ROWS)}")
     parser.add_argument("--work_dir", default="runs/memory", help="run directories (not committed)")
+    parser.add_argument("--breakout", action="store_true", help="the Breakout SPS pairs instead of the rows")
+    parser.add_argument("--breakout_seconds", type=float, default=190.0)
+    parser.add_argument("--breakout_pairs", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.breakout:
+        os.makedirs(RESULTS, exist_ok=True)
+        for run in range(2 * args.breakout_pairs):
+            rows = read_rows(BREAKOUT_CSV)
+            variant = list(BREAKOUT_VARIANTS)[run % 2]
+            if any(int(r["run"]) == run for r in rows):
+                continue
+            print(f"[memory] Breakout run {run}: {variant} ...", flush=True)
+            result = breakout_run(run, variant, args.breakout_seconds, args.work_dir)
+            write_rows(rows + [result], BREAKOUT_CSV, BREAKOUT_FIELDS)
+            print(f"[memory] Breakout run {run}: {result['steady_sps']} SPS", flush=True)
+        write_report(read_rows())
+        return
     unknown = [r for r in args.rows.split(",") if r not in ROWS]
     if unknown:
         sys.exit(f"error: unknown row(s) {', '.join(unknown)}; known: {', '.join(ROWS)}")

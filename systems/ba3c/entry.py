@@ -29,4 +29,4 @@ def _config() -> type:
 ENTRY = SystemEntry(name="ba3c", launcher="ba3c", restore=_restore,
                     config_class=_config, algos=("a2c",),
                     flag_groups=(("run", "run"), ("A2C", "on_policy_without_num_envs"), ("scale-out", "scale_out"),
-                                 ("BA3C", "fields:ba3c")))
+                                 ("BA3C", "fields:ba3c"), ("recurrent policy", "fields:recurrent")))

@@ -36,7 +36,7 @@ from systems.ba3c.config import SYSTEM, BA3CConfig, Plan, plan, validate
 from systems.common import config as config_lib
 from systems.common import conv_tuning, distributed
 from systems.common.data_parallel import DataParallelLearner
-from systems.common.learner import build, optimizer_steps_per_update
+from systems.common.learner import build, optimizer_steps_per_update, with_memory
 from systems.common.monitor import LearnerReport, Monitor, Progress, on_policy_evaluator
 from systems.common.outputs import on_policy_columns
 from systems.common.profile import stage
@@ -76,7 +76,7 @@ def make_agent(config: BA3CConfig, run_plan: Plan):
         hidden=config.hidden, **config.network_settings(), action_nvec=spec.action_nvec,
         image_shape=spec.obs_image_shape,
     )
-    network = conv_tuning.with_plan(network, spec.obs_shape, config.local_batch, config.conv_plan)
+    network = with_memory(conv_tuning.with_plan(network, spec.obs_shape, config.local_batch, config.conv_plan), config)
     optimizer_settings = dict(
         config.optimizer_settings(run_plan.total_rounds * optimizer_steps_per_update(config)),
         learning_rate=run_plan.learning_rate, eps=run_plan.opt_eps,
@@ -122,7 +122,7 @@ def run(config: BA3CConfig) -> dict:
     )
     stop = [False]
     round_shapes = rollout_shapes(config.sync_interval, num_local * e, spec.obs_shape, spec.obs_dtype,
-                                  setup.action_shape, setup.action_dtype)
+                                  setup.action_shape, setup.action_dtype, setup.carry_size)
     wait_for_compile = learner.compile_ahead(round_shapes)
 
     def on_round_complete(storage: RoundStorage, last: bool):
@@ -140,11 +140,13 @@ def run(config: BA3CConfig) -> dict:
     collector = RoundCollector(
         executor,
         policy_fn=make_sharded_policy_fn(
-            setup.network.apply, distributed.pmap_devices(devices), e, env_id_offset=first_env, num_shards=num_local
+            setup.network.apply, distributed.pmap_devices(devices), e, env_id_offset=first_env, num_shards=num_local,
+            recurrent=bool(setup.carry_size),
         ),
         run_key=setup.action_key, sync_interval=config.sync_interval, inference_batch=num_local * e,
         first_round=start_round, total_rounds=total_rounds, params=learner.state.params, version=start_round,
         on_round_complete=on_round_complete, action_shape=setup.action_shape, action_dtype=setup.action_dtype,
+        carry_size=setup.carry_size,
     )
     # Lock-step: every env of this process, then one synchronous all-reduced update.
     return run_lockstep(SYSTEM, executor, collector, monitor)

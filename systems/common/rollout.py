@@ -300,7 +300,8 @@ class RoundCollector:
 
 
 def make_sharded_policy_fn(
-    apply_fn: Callable, devices: list | None, envs_per_shard: int, env_id_offset: int = 0, num_shards: int = 0
+    apply_fn: Callable, devices: list | None, envs_per_shard: int, env_id_offset: int = 0, num_shards: int = 0,
+    recurrent: bool = False,
 ):
     """Policy for lock-step systems whose envs are split over devices (data-parallel workers, gossip learners).
 
@@ -309,17 +310,21 @@ def make_sharded_policy_fn(
     learner for gossip) and the batch holds every env exactly once (lock-step: each call sees all envs). Env
     `e` runs on device `e // E` with that device's parameters, on a fixed [E] batch, so its actions do not depend
     on how many processes or devices share the work. Action keys use the global env id `env_id_offset + e`.
-    `devices=None` (multi-process jobs) maps over this process's `num_shards` local devices.
+    `devices=None` (multi-process jobs) maps over this process's `num_shards` local devices. `recurrent`: the
+    contract of `make_recurrent_policy_fn` (inputs `(obs, carry, first)`, the new states a fourth output).
     """
     num_shards = len(devices) if devices is not None else num_shards
     total = num_shards * envs_per_shard
 
-    def shard_policy(params, obs, env_ids, env_steps, run_key):
-        return policy_step(params, obs, action_keys(run_key, env_ids, env_steps), apply_fn=apply_fn)
+    def shard_policy(params, inputs, env_ids, env_steps, run_key):
+        keys = action_keys(run_key, env_ids, env_steps)
+        if recurrent:
+            return recurrent_policy_step(params, *inputs, keys, apply_fn=apply_fn)
+        return policy_step(params, inputs, keys, apply_fn=apply_fn)
 
     sharded = jax.pmap(shard_policy, in_axes=(0, 0, 0, 0, None), devices=devices)
 
-    def policy(params, obs, env_ids, env_steps, run_key):
+    def policy(params, inputs, env_ids, env_steps, run_key):
         env_ids = np.asarray(env_ids)
         order = np.argsort(env_ids, kind="stable")
         if len(env_ids) != total or not np.array_equal(env_ids[order], np.arange(total)):
@@ -332,7 +337,7 @@ def make_sharded_policy_fn(
             return x.reshape(num_shards, envs_per_shard, *x.shape[1:])
 
         ids = (env_ids[order] + env_id_offset).astype(np.int32).reshape(num_shards, envs_per_shard)
-        outs = sharded(params, by_shard(obs), ids, by_shard(env_steps), run_key)
+        outs = sharded(params, jax.tree.map(by_shard, inputs), ids, by_shard(env_steps), run_key)
         return tuple(np.asarray(x).reshape(total, *x.shape[2:])[inverse] for x in outs)
 
     return policy

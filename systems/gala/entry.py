@@ -79,4 +79,4 @@ def _config() -> type:
 ENTRY = SystemEntry(name="gala", launcher="gala", restore=_restore,
                     config_class=_config, algos=("a2c",),
                     flag_groups=(("run", "run"), ("A2C", "on_policy_without_num_envs"), ("scale-out", "scale_out"),
-                                 ("GALA", "fields:gala")))
+                                 ("GALA", "fields:gala"), ("recurrent policy", "fields:recurrent")))

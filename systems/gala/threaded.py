@@ -26,7 +26,6 @@ from systems.common.profile import Bound, Profile, stage
 from systems.common.rollout import (
     RoundCollector,
     RoundStorage,
-    make_policy_fn,
     rollout_shapes,
 )
 from systems.common.run import StopCause, finish, until_stopped
@@ -112,9 +111,9 @@ def _restored_slot(restored: GossipState, i: int, device) -> _LearnerSlot:
                         first_iteration=int(restored.learner_steps[i]))
 
 
-def _offset_policy(policy, env_id_offset: int, params, obs, env_ids, env_steps, run_key):
+def _offset_policy(policy, env_id_offset: int, params, inputs, env_ids, env_steps, run_key):
     """`policy` for one learner's envs, numbered after the envs of the learners before it."""
-    return policy(params, obs, env_ids + env_id_offset, env_steps, run_key)
+    return policy(params, inputs, env_ids + env_id_offset, env_steps, run_key)
 
 
 class _AsyncLearners:
@@ -134,10 +133,10 @@ class _AsyncLearners:
                                else setup.update_fn)
         self._mix = jax.jit(mix)
         example_rollout = rollout_shapes(config.sync_interval, e, spec.obs_shape, spec.obs_dtype, setup.action_shape,
-                                         setup.action_dtype)
+                                         setup.action_dtype, setup.carry_size)
         first_state = self.slots[0].state
         self._wait_for_compile = compile_in_background(self._update, first_state, first_state.params, example_rollout)
-        self._policy = make_policy_fn(setup.network.apply)
+        self._policy = setup.policy  # `make_policy_fn`'s, or a recurrent policy's `make_recurrent_policy_fn`'s
         self.reports: queue.Queue = queue.Queue()
         self._publish_lock = threading.Lock()
         self._taken, self._total_iterations = start, total_iterations
@@ -177,7 +176,7 @@ class _AsyncLearners:
             sync_interval=self._config.sync_interval, inference_batch=e, first_round=slot.iterations,
             total_rounds=2**62, params=slot.state.params, version=slot.iterations,
             on_round_complete=functools.partial(self.on_round_complete, i), action_shape=setup.action_shape,
-            action_dtype=setup.action_dtype,
+            action_dtype=setup.action_dtype, carry_size=setup.carry_size,
         )
         try:
             if not self.claim_iteration():

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from envs.factory import make_spec
-from launch import ba3c as launch_ba3c
 from launch import cli, flagsets
 from launch import hts as launch_hts
+from launch import pal as launch_pal
 from launch import sync as launch_sync
 from systems.common.checkpoint import list_checkpoints, load_latest_checkpoint
 from systems.common.config import TrainConfig, hyperparameter, hyperparameters
@@ -241,8 +241,8 @@ def test_each_launcher_help_lists_its_own_flags_with_defaults(launcher, present,
     [
         (launch_sync.main, dict(num_actors=4),
          "--num_actors does not apply to launch.sync (it is a flag of launch.hts"),
-        (launch_ba3c.main, dict(recurrent="lstm"),
-         "--recurrent does not apply to launch.ba3c (it is a flag of launch.hts, launch.sync, launch.anakin)"),
+        (launch_pal.main, dict(recurrent="lstm"), "--recurrent does not apply to launch.pal (it is a flag of "
+         "launch.hts, launch.sync, launch.ba3c, launch.gala, launch.anakin)"),
         (launch_hts.main, dict(algo="sac"),
          "launch.hts trains ppo, a2c; --algo=sac is trained by python -m launch.pal"),
         (launch_hts.main, dict(num_actor=2), "launch.hts has no flag --num_actor; did you mean --num_actors?"),

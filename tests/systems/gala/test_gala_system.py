@@ -61,14 +61,16 @@ from systems.gala import system
 config = system.GALAConfig(
     env_id="CartPole-v1", seed=5, sync_interval=5, envs_per_learner=4, num_learners=4, total_steps=4 * 20 * 30,
     eval_episodes=0, quiet=True, gossip="pmap", topology="{topology}", logdir=sys.argv[1], log_grad_cosine=True,
+    {extra}
 )
 summary = system.run(config)
 print(json.dumps({{"fingerprint": summary["param_fingerprint"], "updates": summary["updates"]}}))
 """
 
 
-def _pmap_run(tmp_path, name, topology="ring"):
-    code = f"import sys; sys.argv = ['x', {str(tmp_path / name)!r}]\n" + _PMAP_RUN.format(topology=topology)
+def _pmap_run(tmp_path, name, topology="ring", extra=""):
+    code = f"import sys; sys.argv = ['x', {str(tmp_path / name)!r}]\n" + _PMAP_RUN.format(topology=topology,
+                                                                                         extra=extra)
     return json.loads(run_python(code, num_devices=4).strip().splitlines()[-1])
 
 
@@ -101,10 +103,19 @@ def test_pmap_exponential_graph_runs_inside_its_bound(tmp_path):
     assert all(float(r["consensus_distance"]) <= float(r["consensus_bound"]) for r in rows)
 
 
-def test_async_learners_run_and_mix(tmp_path):
+def test_a_recurrent_pmap_run_is_bit_reproducible(tmp_path):
+    """An LSTM core on 4 gossiping learners: each learner's envs keep their states in the one collector, each
+    learner re-runs its own envs' sequences; a seed and a device count fix the run."""
+    first = _pmap_run(tmp_path, "a", extra='recurrent="lstm", rnn_size=8,')
+    second = _pmap_run(tmp_path, "b", extra='recurrent="lstm", rnn_size=8,')
+    assert first["updates"] == 30 and first["fingerprint"] == second["fingerprint"]
+
+
+@pytest.mark.parametrize("recurrent", ["none", "gru"])
+def test_async_learners_run_and_mix(tmp_path, recurrent):
     config = system.GALAConfig(
         env_id="CartPole-v1", seed=5, sync_interval=5, envs_per_learner=4, num_learners=3, total_steps=3 * 20 * 20,
-        eval_episodes=2, quiet=True, logdir=str(tmp_path / "async"), max_staleness=2,
+        eval_episodes=2, quiet=True, logdir=str(tmp_path / "async"), max_staleness=2, recurrent=recurrent, rnn_size=8,
     )
     summary = system.run(config)
     assert summary["updates"] == 60 and summary["env_steps"] == 3 * 20 * 20

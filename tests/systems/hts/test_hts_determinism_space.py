@@ -154,21 +154,24 @@ def check_stacked_frames() -> None:
     check_other_family("jax/tests.jax_envs:make_frames", 5, 3)
 
 
-@settings(max_examples=4, **_SETTINGS)
+@settings(max_examples=6, **_SETTINGS)
 @given(data=st.data())
 def check_learner_replicas(data) -> None:
     """1-3 learner replicas on devices 1-3 of four: for each replica count and env count, every actor count, EnvPool
-    batch and actor device (0, or 0 and 1 with actor thread i on the (i mod 2)-th) gives the single-actor run."""
+    batch and actor device (0, or 0 and 1 with actor thread i on the (i mod 2)-th) gives the single-actor run, with
+    or without an LSTM core (each replica re-runs its envs' sequences)."""
     replicas = data.draw(st.integers(1, 3), label="replicas")
     num_envs = replicas * data.draw(st.integers(1, 4), label="envs per replica")
     learners = ",".join(str(1 + i) for i in range(replicas))
     num_actors, env_batch = data.draw(st.integers(1, 5), label="actors"), data.draw(st.integers(0, num_envs))
     actors = data.draw(st.sampled_from(["0", "0,1"]), label="actor devices")
+    recurrent = data.draw(st.sampled_from(["none", "lstm"]), label="recurrent")
     root = _child_root()
-    reference = _reference_on_devices(num_envs, learners, root)
+    reference = _reference_on_devices(num_envs, learners, root, recurrent)
     config = _config("CartPole-v1", num_envs, 0, tempfile.mkdtemp(dir=root), num_actors=num_actors,
-                     env_batch_size=env_batch, actor_devices=actors, learner_devices=learners, debug=True)
-    assert _fingerprint(config) == reference, (num_envs, learners, num_actors, env_batch, actors)
+                     env_batch_size=env_batch, actor_devices=actors, learner_devices=learners, debug=True,
+                     **_memory(recurrent))
+    assert _fingerprint(config) == reference, (num_envs, learners, num_actors, env_batch, actors, recurrent)
 
 
 def check_twelve_envs_over_three_replicas() -> None:
@@ -180,9 +183,9 @@ def check_twelve_envs_over_three_replicas() -> None:
 
 
 @functools.cache
-def _reference_on_devices(num_envs: int, learners: str, root: str) -> str:
+def _reference_on_devices(num_envs: int, learners: str, root: str, recurrent: str = "none") -> str:
     return _fingerprint(_config("CartPole-v1", num_envs, 0, tempfile.mkdtemp(dir=root), actor_devices="0",
-                                learner_devices=learners))
+                                learner_devices=learners, **_memory(recurrent)))
 
 
 @pytest.mark.slow
