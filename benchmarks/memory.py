@@ -27,6 +27,7 @@ import datetime
 import json
 import os
 import resource
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -81,7 +82,7 @@ def run_row(row: str, work_dir: str) -> dict:
         mean_load=f"{(load_start + os.getloadavg()[0]) / 2:.2f}", final_metrics=" ".join(f"{v:.2f}" for v in finals),
         mean_final=f"{sum(finals) / len(finals):.2f}", solved=f"{sum(v >= SOLVED for v in finals)}/{len(finals)}",
         date=datetime.date.today().isoformat(), commit=git_commit(), machine=machine(),
-        command=" ".join(cmd[1:]).replace(logdir, "runs/memory/" + row))
+        command=shlex.join(cmd[1:]).replace(logdir, "runs/memory/" + row))
 
 
 def breakout_run(run: int, variant: str, seconds: float, work_dir: str) -> dict:
@@ -101,7 +102,7 @@ def breakout_run(run: int, variant: str, seconds: float, work_dir: str) -> dict:
                 cpu_s=f"{cpu_after.ru_utime + cpu_after.ru_stime - cpu_before.ru_utime - cpu_before.ru_stime:.1f}",
                 mean_load=f"{(load_start + os.getloadavg()[0]) / 2:.2f}", date=datetime.date.today().isoformat(),
                 commit=git_commit(), machine=machine(),
-                command=" ".join(cmd[1:]).replace(logdir, "<dir>") + f" (stopped after {seconds:.0f} s)")
+                command=shlex.join(cmd[1:]).replace(logdir, "<dir>") + f" (stopped after {seconds:.0f} s)")
 
 
 def read_rows(path: str = ROWS_CSV) -> list[dict]:
