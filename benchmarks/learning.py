@@ -194,7 +194,7 @@ DQN_SIDES = ("sb3_dqn", "pal_per", "pal_uniform")
 # rl-zoo3's own env definitions for our side (`benchmarks/zoo_envs.py`: imported from the peer's venv).
 ZOO_ENV = "gymnasium/benchmarks.zoo_envs:"
 # EnvPool's ids that gymnasium 1.x (the peer's) names otherwise.
-PEER_ENV_IDS = {ZOO_ENV + "CartPoleNoVel-v1": "CartPoleNoVel-v1",
+PEER_ENV_IDS = {ZOO_ENV + "CartPoleNoVel-v1": "CartPoleNoVel-v1", ZOO_ENV + "PendulumNoVel-v1": "PendulumNoVel-v1",
                 "LunarLander-v2": "LunarLander-v3",
                 "gymnasium/minigrid:MiniGrid-Empty-Random-5x5-v0": "MiniGrid-Empty-Random-5x5-v0",
                 "gymnasium/minigrid:MiniGrid-DoorKey-5x5-v0": "MiniGrid-DoorKey-5x5-v0"}
@@ -239,6 +239,14 @@ ZOO_FLAGS.update({f"gymnasium/minigrid:MiniGrid-{name}-v0": _MINIGRID_ZOO_FLAGS
 ZOO_FLAGS[ZOO_ENV + "CartPoleNoVel-v1"] = (
     "--num_envs=8", "--sync_interval=32", "--num_minibatches=1", "--num_epochs=20", "--gae_lambda=0.8", "--gamma=0.98",
     "--entropy_coef=0", "--learning_rate=0.001", "--anneal_lr", "--clip_eps=0.2", "--value_coef=1.0",
+    "--max_grad_norm=0.5", "--noclip_value_loss", "--normalize_obs", "--normalize_reward", "--hidden_sizes=64",
+    "--activation=relu", "--noorthogonal_init", "--rnn_size=64")
+# rl-zoo3's PendulumNoVel-v1: 4 envs x 1024 steps, RecurrentPPO's default batch 128 (32 minibatches: each env's
+# round in 8 chunks of 128 steps, `agents.batching.chunk_sequences`), 10 epochs, lr 1e-3 constant, the same policy.
+# Departure: the peer explores with gSDE (`use_sde`, `sde_sample_freq: 4`), ours with a state-independent Gaussian.
+ZOO_FLAGS[ZOO_ENV + "PendulumNoVel-v1"] = (
+    "--num_envs=4", "--sync_interval=1024", "--num_minibatches=32", "--num_epochs=10", "--gae_lambda=0.95",
+    "--gamma=0.9", "--entropy_coef=0", "--learning_rate=0.001", "--noanneal_lr", "--clip_eps=0.2", "--value_coef=1.0",
     "--max_grad_norm=0.5", "--noclip_value_loss", "--normalize_obs", "--normalize_reward", "--hidden_sizes=64",
     "--activation=relu", "--noorthogonal_init", "--rnn_size=64")
 
@@ -602,6 +610,7 @@ class Task:
 # LunarLander, Hopper-v4, HalfCheetah-v4), Spreeze's Table 1 target for Pendulum-v1.
 TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v2": 200.0, "Pendulum-v1": -200.0,
            "Hopper-v4": 3800.0, "HalfCheetah-v4": 4800.0}
+TARGETS.update({ZOO_ENV + "CartPoleNoVel-v1": 475.0, ZOO_ENV + "PendulumNoVel-v1": -200.0})  # the unmasked tasks'
 FIVE_SEEDS = (0, 1, 2, 3, 4)
 TASKS = {
     "CartPole-v1": Task("CartPole-v1", 500_000, extra_sides=("hts_half",)),
@@ -644,6 +653,7 @@ TASKS = {
                                     extra_sides=("hts_zoo",)),
     # Policies with memory: rl-zoo3's masked-velocity CartPole, its env definition on both sides, rl-zoo3's budget.
     "CartPoleNoVel-v1": Task(ZOO_ENV + "CartPoleNoVel-v1", 100_000, FIVE_SEEDS, MEMORY_SIDES, family="memory"),
+    "PendulumNoVel-v1": Task(ZOO_ENV + "PendulumNoVel-v1", 100_000, FIVE_SEEDS, MEMORY_SIDES, family="memory"),
 }
 
 
