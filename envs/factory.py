@@ -78,8 +78,9 @@ _ATARI_COMMON = dict(
     img_width=84,
     gray_scale=True,
     frame_skip=4,
-    stack_num=4,
+    stack_num=4,  # the task's own stack (`--frame_stack=0`); `--frame_stack=N` asks EnvPool for N
 )
+ATARI_FRAME_STACK = _ATARI_COMMON["stack_num"]
 _ATARI_TRAIN = dict(_ATARI_COMMON, episodic_life=True, reward_clip=True)
 _ATARI_EVAL = dict(_ATARI_COMMON, episodic_life=False, reward_clip=False)
 
@@ -109,7 +110,8 @@ class EnvSpec:
     # The image packed first in a vector observation with other parts (a Gymnasium Dict of an image and vectors:
     # `envs.observations.PackedObservation`); () otherwise. The network unpacks it to its CNN.
     obs_image_shape: tuple = ()
-    # `--frame_stack`: the image frames stacked on the channel axis (gymnasium/, gymnax/, jax/ image tasks); 1: none.
+    # `--frame_stack`: the image frames stacked on the channel axis (gymnasium/, gymnax/, jax/ image tasks, and
+    # EnvPool's Atari through its `stack_num`); 1: none.
     frame_stack: int = 1
 
     @property
@@ -190,9 +192,9 @@ def resolve_env_id(game: str | None, env: str | None) -> str:
     raise ValueError(f"unknown Atari game '{game}'; close matches: {hint}")
 
 
-def _pool_kwargs(family: str, evaluation: bool) -> dict[str, Any]:
+def _pool_kwargs(family: str, evaluation: bool, frame_stack: int = ATARI_FRAME_STACK) -> dict[str, Any]:
     if family == "atari":
-        return dict(_ATARI_EVAL if evaluation else _ATARI_TRAIN)
+        return dict(_ATARI_EVAL if evaluation else _ATARI_TRAIN, stack_num=frame_stack)
     return {}
 
 
@@ -206,27 +208,28 @@ def _envpool_spaces(spec) -> tuple:
 
 
 @functools.cache
-def make_spec(env_id: str, env_kwargs: str = "", frame_stack: int = 1) -> EnvSpec:
+def make_spec(env_id: str, env_kwargs: str = "", frame_stack: int = 0) -> EnvSpec:
     """Spaces of env_id under make_pool's settings.
 
     Reads EnvPool's spec (the spaces a pool built with the same settings reports) rather than
     building a pool, which for GFootball would start a game engine. A `gymnasium/<id>` task is made once here to
-    read its spaces. `frame_stack` > 1 stacks a `gymnasium/`, `gymnax/` or `jax/` task's image frames on the
-    channel axis (EnvPool's Atari tasks stack their own 4).
+    read its spaces. `frame_stack`: 0 the task's own (EnvPool's Atari stacks 4 frames, every other task none);
+    N >= 1 the last N image frames on the channel axis of a `gymnasium/`, `gymnax/` or `jax/` image task, or
+    EnvPool's Atari `stack_num=N` (1: a single frame, for a policy with memory).
     """
+    if frame_stack < 0:
+        raise ValueError(f"--frame_stack must be >= 0 (0: the task's own, 1: no stack), got {frame_stack}")
     if gymnasium_pool.is_gymnasium(env_id) or jax_pool.is_jax_env(env_id):
-        if frame_stack < 1:
-            raise ValueError(f"--frame_stack must be >= 1 (1: no stack), got {frame_stack}")
         if gymnasium_pool.is_gymnasium(env_id):
-            return _gymnasium_spec(env_id, env_kwargs, frame_stack)
-        return _jax_env_spec(env_id, env_kwargs, frame_stack)
+            return _gymnasium_spec(env_id, env_kwargs, frame_stack or 1)
+        return _jax_env_spec(env_id, env_kwargs, frame_stack or 1)
     if env_kwargs:
         raise ValueError(f"--env_kwargs applies to --env=gymnasium/, gymnax/ and brax/ tasks, not to {env_id}")
-    if frame_stack != 1:
-        raise ValueError(f"--frame_stack applies to gymnasium/, gymnax/ and jax/ image tasks, not to {env_id} "
-                         "(EnvPool's Atari tasks stack 4 frames themselves)")
     family = family_of(env_id)
-    spec = envpool.make_spec(env_id, num_envs=1, **_pool_kwargs(family, evaluation=False))
+    if family != "atari" and frame_stack > 1:
+        raise ValueError(f"--frame_stack applies to gymnasium/, gymnax/, jax/ and Atari image tasks, not to {env_id}")
+    frame_stack = (frame_stack or ATARI_FRAME_STACK) if family == "atari" else 1
+    spec = envpool.make_spec(env_id, num_envs=1, **_pool_kwargs(family, evaluation=False, frame_stack=frame_stack))
     obs_space, act_space = _envpool_spaces(spec)
     continuous = isinstance(act_space, gym_spaces.Box)
     if continuous:
@@ -253,6 +256,7 @@ def make_spec(env_id: str, env_kwargs: str = "", frame_stack: int = 1) -> EnvSpe
         action_low=action_low,
         action_high=action_high,
         max_episode_steps=max_steps,
+        frame_stack=frame_stack,
     )
 
 
@@ -313,7 +317,7 @@ def make_pool(
         batch_size=batch_size,
         num_threads=num_threads,
         seed=seed,
-        **_pool_kwargs(spec.family, evaluation),
+        **_pool_kwargs(spec.family, evaluation, spec.frame_stack),
         **({"render_mode": "rgb_array"} if render else {}),
     )
     _envpool_spaces(pool)  # the pool builds (and keeps) its spaces at the first read: here, not in its first recv

@@ -56,8 +56,9 @@ class RunConfig:
         "", 'Keyword arguments of the env for --env=gymnasium/<id> (gymnasium.make\'s) or gymnax/<id> (EnvParams '
         'fields or the constructor\'s), as JSON, e.g. \'{"size": 8}\'.', "run")
     frame_stack: int = setting(
-        1, "Image frames stacked on the channel axis for --env=gymnasium/, gymnax/ and jax/ image tasks (the last N, "
-        "oldest first; reset at an episode's start). 1: no stack (EnvPool's Atari stacks its own 4).", "run")
+        0, "Image frames stacked on the channel axis (the last N, oldest first; reset at an episode's start) for "
+        "--env=gymnasium/, gymnax/ and jax/ image tasks and EnvPool's Atari (its stack_num). 0: the task's own "
+        "(Atari: 4, others: none); 1: no stack (a single frame, e.g. for --recurrent).", "run")
     seed: int = setting(1, "Seed of envs, initial parameters, action keys and minibatch order.", "run")
     total_steps: int = hyperparameter(10_000_000, "Env steps to train (agent steps; default: preset).", group="run")
     logdir: str = setting("", "Run directory (default: runs/<system>-<env>-s<seed>-<time>).", "run")
@@ -146,6 +147,15 @@ def total_rounds(config: TrainConfig) -> int:
     return rounds(config.total_steps, steps_per_round(config))
 
 
+def recorded_config(raw: dict) -> dict:
+    """A run's config.json as this version reads it. One written before `--frame_stack` reached EnvPool's Atari
+    (it has no `recurrent`, which came in the same version) recorded the default as 1: no stack of its own, Atari
+    keeping its 4 frames. That is the default 0 now, so such a run resumes and restores as it was made."""
+    if "recurrent" not in raw and raw.get("frame_stack") == 1:
+        return dict(raw, frame_stack=0)
+    return raw
+
+
 PLAN_KEY = "plan"  # config.json: what a system derived from the config (devices, scaled learning rate), beside it
 SYSTEM_KEY = "system"  # config.json: the system that made the run; only its launcher (launch.<system>) resumes it
 MAX_ENVS = 65_536  # EnvPool allocates every env up front (--num_envs=100000000 died in std::bad_alloc)
@@ -167,13 +177,13 @@ MAX_SEED = 2**31 - 1 - 2**20
 MAX_EVAL_EPISODES = 10_000  # an evaluation steps one env per episode, all of them in one EnvPool
 
 
-def _check_env(env_id: str, env_kwargs: str, frame_stack: int = 1) -> None:
+def _check_env(env_id: str, env_kwargs: str, frame_stack: int = 0) -> None:
     """A `gymnasium/`, `gymnax/` or `brax/` task is made once here, with its `--env_kwargs` and `--frame_stack`, so
     a bad keyword or space is one line before the run starts; `make_spec` refuses either flag for an EnvPool task."""
     from envs import factory, gymnasium_pool, jax_pool
 
     own_env = gymnasium_pool.is_gymnasium(env_id) or jax_pool.is_jax_env(env_id)
-    if not own_env and not env_kwargs and frame_stack == 1:
+    if not own_env and not env_kwargs and frame_stack == 0:
         return  # an EnvPool task: its spec is read when the run starts
     try:
         spec = factory.make_spec(env_id, env_kwargs, frame_stack)

@@ -49,7 +49,7 @@ from flax import serialization
 
 from envs.factory import EnvSpec, make_spec
 from systems.common import checkpoint as checkpoint_lib
-from systems.common.config import PLAN_KEY, SYSTEM_KEY, ConfigError
+from systems.common.config import PLAN_KEY, SYSTEM_KEY, ConfigError, recorded_config
 from systems.common.evaluation import network_act_fn
 from systems.common.registry import SystemEntry
 
@@ -116,6 +116,8 @@ def restore_run(run_dir: str, entries: Mapping[str, SystemEntry]) -> RestoredRun
             raw_config = json.load(f)
     except (OSError, json.JSONDecodeError) as error:
         raise ConfigError(f"cannot read {config_path}: {error}") from None
+    if isinstance(raw_config, dict):
+        raw_config = recorded_config(raw_config)
     files = _checkpoint_files(run_dir, entries)
     if not files:
         raise ConfigError(

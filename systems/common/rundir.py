@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 from systems.common.checkpoint import checkpoint_dir
-from systems.common.config import PLAN_KEY, SYSTEM_KEY, ConfigError
+from systems.common.config import PLAN_KEY, SYSTEM_KEY, ConfigError, recorded_config
 from systems.common.outputs import json_default
 
 LOCK_FILE = ".lock"
@@ -165,7 +165,7 @@ def _read_config(path: str) -> dict | None:
         return None
     except (OSError, ValueError) as error:
         raise ConfigError(f"{path}/{CONFIG_FILE} cannot be read ({error}); the directory holds a damaged run") from None
-    return previous if isinstance(previous, dict) else None
+    return recorded_config(previous) if isinstance(previous, dict) else None
 
 
 def _show(value: Any) -> str:

@@ -94,11 +94,25 @@ def test_minatar_stacks_its_channels():
     assert make_spec("gymnax/Breakout-MinAtar", "", 2).obs_shape == (10, 10, 8)
 
 
+@pytest.mark.parametrize("frames, channels", [(0, 4), (1, 1), (2, 2)])
+def test_atari_stacks_what_envpool_is_asked_for(frames, channels):
+    """EnvPool's Atari: 0 keeps its own 4 frames, N asks its `stack_num` for N (1: one frame, for memory)."""
+    spec = make_spec("Breakout-v5", "", frames)
+    assert spec.obs_shape == (channels, 84, 84) and spec.frame_stack == channels
+    pool = make_pool(spec, num_envs=2, batch_size=2, seed=0)
+    obs, _ = pool.reset()
+    assert obs.shape == (2, channels, 84, 84)
+    pool.close()
+    evaluation = make_pool(spec, num_envs=1, batch_size=1, seed=0, evaluation=True)
+    assert evaluation.reset()[0].shape == (1, channels, 84, 84)
+    evaluation.close()
+
+
 @pytest.mark.parametrize("env_id, frames, says", [
     ("gymnasium/CartPole-v1", 2, "stacks image frames; CartPole-v1 observes a Box"),
     ("jax/tests.jax_envs:make_walk", 3, "stacks image frames; jax/tests.jax_envs:make_walk observes a vector"),
-    ("Breakout-v5", 2, "EnvPool's Atari tasks stack 4 frames themselves"),
-    ("gymnasium/tests.gym_envs:Frames-v0", 0, "--frame_stack must be >= 1"),
+    ("CartPole-v1", 2, "--frame_stack applies to gymnasium/, gymnax/, jax/ and Atari image tasks, not to CartPole"),
+    ("gymnasium/tests.gym_envs:Frames-v0", -1, "--frame_stack must be >= 0"),
 ])
 def test_frame_stack_of_what_it_cannot_stack_is_one_line(env_id, frames, says):
     with pytest.raises(ValueError, match=says.replace("(", r"\(")) as error:

@@ -88,3 +88,22 @@ def test_an_error_in_a_worker_thread_stops_the_run_with_the_original_exception(t
         frames.append(tb.tb_frame.f_code.co_name)
         tb = tb.tb_next
     assert frames[-1] in ("update", "policy")
+
+
+def test_a_run_recorded_before_the_task_own_frame_stack_resumes_as_it_was_made(tmp_path):
+    """config.json written before `--frame_stack=0` (the task's own stack) recorded 1 and had no `recurrent`: it is
+    read as 0, so the run resumes without a flag (an Atari run keeps its 4 frames); a newer 1 stays 1."""
+    import json
+
+    from systems.common.config import recorded_config
+
+    assert recorded_config({"frame_stack": 1, "env_id": "Breakout-v5"})["frame_stack"] == 0
+    assert recorded_config({"frame_stack": 1, "recurrent": "none"})["frame_stack"] == 1
+    assert recorded_config({"frame_stack": 3})["frame_stack"] == 3
+    run_dir = tmp_path / "run"
+    hts.run(tiny_hts(run_dir, total_steps=128))
+    path = run_dir / "config.json"
+    old = {k: v for k, v in json.loads(path.read_text()).items() if k not in ("recurrent", "rnn_size")}
+    path.write_text(json.dumps(dict(old, frame_stack=1)))
+    summary = hts.run(tiny_hts(run_dir, total_steps=256, resume=True))
+    assert summary["env_steps"] == 256 and summary["resumed_from_env_steps"] == 128
