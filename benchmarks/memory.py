@@ -139,7 +139,9 @@ def breakout_lines(rows: list[dict]) -> list[str]:
     if len(medians) == 2:
         ff, lstm = (medians[v] for v in BREAKOUT_VARIANTS)
         lines += ["", f"Median steady SPS: feed-forward {ff:.1f}, LSTM {lstm:.1f}: ratio {lstm / ff:.2f} "
-                      "(CleanRL's LSTM PPO: about 0.4x its feed-forward script)."]
+                      "(CleanRL's LSTM PPO: about 0.4x its feed-forward script). The variants differ in their input "
+                      "too: one frame is a quarter of what the first convolution reads from four, so the ratio is "
+                      "that of the commands a user runs, not the cost of the LSTM alone."]
     lines += ["", "Commands:", ""] + [f"- `python {c}`" for c in dict.fromkeys(r["command"] for r in rows)]
     return lines
 
