@@ -208,5 +208,6 @@ class SequenceApply:
 
 
 def sequence_apply(network: RecurrentActorCritic) -> SequenceApply:
+    """The ``apply_fn`` the updates take for ``network`` (``SequenceApply``)."""
     return SequenceApply(network)
 
