@@ -149,9 +149,7 @@ def minibatches(batch: FlatBatch, permutation: jax.Array, num_minibatches: int) 
     def by_env(x, time_major: bool):  # [T, B, ...] (or [B, ...]) -> [M, T * B / M, ...] (or [M, B / M, ...])
         if not time_major:
             return x[permutation].reshape((m, num_envs // m, *x.shape[1:]))
-        x = x[:, permutation].reshape((num_steps, m, num_envs // m, *x.shape[2:]))
-        x = jnp.moveaxis(x, 1, 0)
-        return x
+        return jnp.moveaxis(x[:, permutation].reshape((num_steps, m, num_envs // m, *x.shape[2:])), 1, 0)
 
     def rows(x):  # a flat [T * B, ...] leaf
         x = by_env(x.reshape((num_steps, num_envs, *x.shape[1:])), True)

@@ -175,16 +175,12 @@ def unroll(network: RecurrentActorCritic, params, sequences: SequenceObs):
     features = network.apply(params, flat_obs, method=RecurrentActorCritic.encode)
     features = features.reshape((num_steps, num_envs, *features.shape[1:]))
 
-    def cell_step(carry, inputs):
+    def cell_step(carry, inputs):  # -> (carry', (output, the state entering the step))
         x, first_t = inputs
-        return network.apply(params, x, carry, first_t, method=RecurrentActorCritic.step)
-
-    def cell_step_keeping_states(carry, inputs):
-        new_carry, output = cell_step(carry, inputs)
+        new_carry, output = network.apply(params, x, carry, first_t, method=RecurrentActorCritic.step)
         return new_carry, (output, carry)
 
-    _, (outputs, states) = jax.lax.scan(cell_step_keeping_states, sequences.carry.astype(jnp.float32),
-                                        (features, first))
+    _, (outputs, states) = jax.lax.scan(cell_step, sequences.carry.astype(jnp.float32), (features, first))
     policy_out, values = network.apply(params, outputs.reshape((num_steps * num_envs, -1)),
                                        method=RecurrentActorCritic.heads)
     return policy_out, values, states

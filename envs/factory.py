@@ -192,7 +192,7 @@ def resolve_env_id(game: str | None, env: str | None) -> str:
     raise ValueError(f"unknown Atari game '{game}'; close matches: {hint}")
 
 
-def _pool_kwargs(family: str, evaluation: bool, frame_stack: int = ATARI_FRAME_STACK) -> dict[str, Any]:
+def _pool_kwargs(family: str, evaluation: bool, frame_stack: int) -> dict[str, Any]:
     if family == "atari":
         return dict(_ATARI_EVAL if evaluation else _ATARI_TRAIN, stack_num=frame_stack)
     return {}

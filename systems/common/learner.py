@@ -38,7 +38,7 @@ from envs.factory import EnvSpec
 from systems.common import config as config_lib
 from systems.common import conv_tuning
 from systems.common.jit_cache import made_once
-from systems.common.rollout import make_policy_fn, make_recurrent_policy_fn
+from systems.common.rollout import make_policy_fn
 
 # Stream names for jax.random.fold_in on the run key: one independent key per purpose.
 _INIT, _LEARNER, _ACTIONS, _EVAL = 0, 1, 2, 3
@@ -119,8 +119,7 @@ def build(
         network=network,
         update=jax.jit(update) if update_key is None else made_once(update_key, lambda: jax.jit(update)),
         update_fn=update,
-        policy=made_once(("policy", network), lambda: (make_recurrent_policy_fn if recurrent else make_policy_fn)(
-            network.apply)),
+        policy=made_once(("policy", network), lambda: make_policy_fn(network.apply, recurrent)),
         action_key=action_key(config.seed),
         eval_seed=eval_seed(config.seed),
         action_shape=action_shape,
@@ -181,9 +180,9 @@ def initial_state_fn(
     obs_shape, obs_dtype = (1, *spec.obs_shape), jax.dtypes.canonicalize_dtype(spec.obs_dtype)
 
     def state_of_run_key(run_key: jax.Array) -> TrainState:
-        inputs = (jnp.zeros(obs_shape, obs_dtype),)
-        if memory_of(network) is not None:
-            inputs = init_inputs(memory_of(network), inputs[0])
+        obs = jnp.zeros(obs_shape, obs_dtype)
+        memory = memory_of(network)
+        inputs = (obs,) if memory is None else init_inputs(memory, obs)
         params = network.init(jax.random.fold_in(run_key, _INIT), *inputs)
         return TrainState(
             params=params,

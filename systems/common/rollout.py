@@ -88,23 +88,22 @@ class RoundStorage:
         )
 
 
-def make_policy_fn(apply_fn: Callable):
-    """Jitted (params, obs [C,...], env_ids [C], env_steps [C], run_key) -> (actions, log_probs, values)."""
-
-    @jax.jit
-    def policy(params, obs, env_ids, env_steps, run_key):
-        return policy_step(params, obs, action_keys(run_key, env_ids, env_steps), apply_fn=apply_fn)
-
-    return policy
+def _step(params, inputs, keys, apply_fn: Callable, recurrent: bool):
+    """`policy_step` of `inputs` (observations), or with `recurrent` `recurrent_policy_step` of `inputs`
+    (observations, states, first flags), which also returns the new states."""
+    if recurrent:
+        return recurrent_policy_step(params, *inputs, keys, apply_fn=apply_fn)
+    return policy_step(params, inputs, keys, apply_fn=apply_fn)
 
 
-def make_recurrent_policy_fn(apply_fn: Callable):
-    """`make_policy_fn` of a recurrent actor-critic (`agents.recurrent`): jitted (params, (obs [C,...], carry
-    [C, S], first [C]), env_ids, env_steps, run_key) -> (actions, log_probs, values, carry' [C, S])."""
+def make_policy_fn(apply_fn: Callable, recurrent: bool = False):
+    """Jitted (params, obs [C,...], env_ids [C], env_steps [C], run_key) -> (actions, log_probs, values); with
+    `recurrent` (`agents.recurrent`) the inputs are (obs, carry [C, S], first [C]) and the new carry [C, S] is a
+    fourth output."""
 
     @jax.jit
     def policy(params, inputs, env_ids, env_steps, run_key):
-        return recurrent_policy_step(params, *inputs, action_keys(run_key, env_ids, env_steps), apply_fn=apply_fn)
+        return _step(params, inputs, action_keys(run_key, env_ids, env_steps), apply_fn, recurrent)
 
     return policy
 
@@ -311,16 +310,13 @@ def make_sharded_policy_fn(
     `e` runs on device `e // E` with that device's parameters, on a fixed [E] batch, so its actions do not depend
     on how many processes or devices share the work. Action keys use the global env id `env_id_offset + e`.
     `devices=None` (multi-process jobs) maps over this process's `num_shards` local devices. `recurrent`: the
-    contract of `make_recurrent_policy_fn` (inputs `(obs, carry, first)`, the new states a fourth output).
+    contract of `make_policy_fn(recurrent=True)` (inputs `(obs, carry, first)`, the new states a fourth output).
     """
     num_shards = len(devices) if devices is not None else num_shards
     total = num_shards * envs_per_shard
 
     def shard_policy(params, inputs, env_ids, env_steps, run_key):
-        keys = action_keys(run_key, env_ids, env_steps)
-        if recurrent:
-            return recurrent_policy_step(params, *inputs, keys, apply_fn=apply_fn)
-        return policy_step(params, inputs, keys, apply_fn=apply_fn)
+        return _step(params, inputs, action_keys(run_key, env_ids, env_steps), apply_fn, recurrent)
 
     sharded = jax.pmap(shard_policy, in_axes=(0, 0, 0, 0, None), devices=devices)
 

@@ -136,7 +136,7 @@ class _AsyncLearners:
                                          setup.action_dtype, setup.carry_size)
         first_state = self.slots[0].state
         self._wait_for_compile = compile_in_background(self._update, first_state, first_state.params, example_rollout)
-        self._policy = setup.policy  # `make_policy_fn`'s, or a recurrent policy's `make_recurrent_policy_fn`'s
+        self._policy = setup.policy  # `make_policy_fn`'s, recurrent or not
         self.reports: queue.Queue = queue.Queue()
         self._publish_lock = threading.Lock()
         self._taken, self._total_iterations = start, total_iterations
