@@ -21,10 +21,12 @@ envs, as every system's does."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +50,7 @@ from systems.anakin.config import (
 from systems.common import atomic, distributed, learner
 from systems.common import checkpoint as checkpoint_lib
 from systems.common import config as config_lib
+from systems.common import run as skeleton
 from systems.common.concurrency import stops_held
 from systems.common.evaluation import AgentsEvaluator, Evaluator, network_act_fn, policy_act_fn
 from systems.common.learner import LearnerSetup
@@ -55,7 +58,6 @@ from systems.common.monitor import LearnerReport, Monitor, Progress, default_run
 from systems.common.outputs import on_policy_columns
 from systems.common.profile import stage
 from systems.common.rollout import place_on_axis
-from systems.common.run import until_stopped
 
 __all__ = ["SYSTEM", "AnakinConfig", "run", "validate"]
 
@@ -133,13 +135,11 @@ def _with_rate(state, config: AnakinConfig):
     return state._replace(opt_state=(*inner, scale))
 
 
-def _monitors(configs: list[AnakinConfig], spec, setup: LearnerSetup) -> tuple[list[Monitor], AgentsEvaluator | None]:
-    """One Monitor per agent (the first prints the progress line), each with its own initial state and evaluation
-    seed but one compiled initializer for all, and one evaluator that evaluates every agent in one call. Made last
-    to first: the stage clock of the calling thread is the last one bound, so the first agent's summary carries the
-    run's profile."""
-    progress = Progress(metric_columns=on_policy_columns(configs[0]),
-                        header=f"  anakin: {len(configs)} agent(s) in one program")
+def _agents(configs: list[AnakinConfig], spec, setup: LearnerSetup) -> tuple[list[skeleton.Agent],
+                                                                           AgentsEvaluator | None]:
+    """One agent per config (each with its own Monitor: the first prints the progress line), each with its own
+    initial state and evaluation seed but one compiled initializer for all, and one evaluator that evaluates every
+    agent in one call."""
     evaluation, evaluators = None, [None] * len(configs)
     if configs[0].eval_episodes > 0 and setup.carry_size:  # a recurrent policy's evaluation keeps states in Python
         evaluators = [Evaluator(spec, None, episodes=c.eval_episodes, seed=learner.eval_seed(c.seed),
@@ -151,10 +151,8 @@ def _monitors(configs: list[AnakinConfig], spec, setup: LearnerSetup) -> tuple[l
         evaluation = AgentsEvaluator(spec, act, episodes=configs[0].eval_episodes,
                                      seeds=[learner.eval_seed(c.seed) for c in configs])
         evaluators = [evaluation.agent(k) for k in range(len(configs))]
-    monitors = [Monitor(SYSTEM, c, _with_rate(setup.initial_state(c.seed), c), progress=progress,
-                        may_change_on_resume=MAY_CHANGE_ON_RESUME, evaluator=evaluators[k])
-                for k, c in reversed(list(enumerate(configs)))]
-    return monitors[::-1], evaluation
+    return [skeleton.Agent(c, _with_rate(setup.initial_state(c.seed), c), evaluators[k])
+            for k, c in enumerate(configs)], evaluation
 
 
 def _stack(trees: list, devices: list | None):
@@ -168,10 +166,11 @@ def _stack(trees: list, devices: list | None):
 
 def run(config: AnakinConfig) -> dict:
     """Trains `num_seeds` agents in one program; returns the (first agent's, or the gathered) summary."""
-    # Joins the job first: validating a gymnax task builds its env, which starts JAX's backend.
-    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,
-                           config.startup_timeout)
-    validate(config)
+    return skeleton.run(SYSTEM, config, _open, validate=validate)
+
+
+def _open(config: AnakinConfig) -> skeleton.Opening:
+    """The devices, the agents (one per seed and swept value) and their agent: one network, optimizer and update."""
     devices = _devices(config)
     if (config.normalize_obs or config.normalize_reward) and len(devices) * jax.process_count() > 1:
         raise config_lib.ConfigError(
@@ -184,7 +183,17 @@ def run(config: AnakinConfig) -> dict:
     if config.resume and len(configs) > 1:
         _resume_agents_together(configs)
     setup, _ = learner.build(config, spec, optimizer=_sweep_optimizer(config))
-    monitors, evaluation = _monitors(configs, spec, setup)
+    agents, evaluation = _agents(configs, spec, setup)
+    progress = Progress(metric_columns=on_policy_columns(config), header=f"  anakin: {len(configs)} agent(s) in one "
+                                                                         "program")
+    return skeleton.Opening(agents=agents, start=functools.partial(_start, config, configs, devices, setup, evaluation),
+                            progress=progress, may_change_on_resume=MAY_CHANGE_ON_RESUME)
+
+
+def _start(config: AnakinConfig, configs: list[AnakinConfig], devices: list, setup: LearnerSetup,
+           evaluation: AgentsEvaluator | None, *monitors: Monitor) -> skeleton.Loop:
+    """Every agent's envs and state as the program's carry (this process's share of the envs on each of its
+    devices) and the program of `chunk_rounds` rounds."""
     start = {int(m.state.update_step) for m in monitors}
     if len(start) > 1:
         raise config_lib.ConfigError(f"--resume: the agents' newest checkpoints are at different updates "
@@ -206,19 +215,24 @@ def run(config: AnakinConfig) -> dict:
                                        axis_name=program_lib.DEVICE_AXIS if len(devices) * jax.process_count() > 1
                                        else None, delayed=config.delayed_update)
     program = program_lib.make_program(one_round, pmap_devices, chunk_rounds(config))
-    stopped = until_stopped(
-        SYSTEM, monitors[0], lambda: _train(config, program, carry, monitors, start.pop(), evaluation,
-                                            first_env=first_device * shard),
-        saving="a checkpoint of every agent's newest parameters", collectives=True)
-    summaries = [m.finish(interrupted=stopped is not None) for m in monitors[::-1]][::-1]
-    if stopped is not None:
-        stop = monitors[0].saved(stopped)
-        if len(configs) > 1:  # --resume continues every agent from the root directory (a job's: its --logdir)
-            stop.run_dir = os.path.dirname(configs[0].logdir)
-            if config.process_id > 0:
-                stop.run_dir = os.path.dirname(stop.run_dir)
-        raise stop
-    return summaries[0] if len(summaries) == 1 else _gather(config, configs, summaries)
+    return _Training(config, configs, functools.partial(_train, config, program, carry, list(monitors), start.pop(),
+                                                        evaluation, first_env=first_device * shard))
+
+
+class _Training(skeleton.Loop):
+    """The program's calls (`_train`); the summaries of several agents gathered into one (`_gather`)."""
+
+    saving = "a checkpoint of every agent's newest parameters"
+    collectives = True
+
+    def __init__(self, config: AnakinConfig, configs: list[AnakinConfig], calls: Callable[[], None]):
+        self.config, self.configs, self._calls = config, configs, calls
+
+    def train(self) -> None:
+        self._calls()
+
+    def summary(self, summaries: list[dict]) -> dict:
+        return summaries[0] if len(summaries) == 1 else _gather(self.config, self.configs, summaries)
 
 
 # Without --chunk_rounds, one call of the program lasts about this long at most: a stop signal, the progress line and

@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 
@@ -35,6 +36,7 @@ from envs.step_time import parse_step_time
 from systems.ba3c.config import SYSTEM, BA3CConfig, Plan, plan, validate
 from systems.common import config as config_lib
 from systems.common import conv_tuning, distributed
+from systems.common import run as skeleton
 from systems.common.data_parallel import DataParallelLearner
 from systems.common.learner import build, optimizer_steps_per_update, with_memory
 from systems.common.monitor import LearnerReport, Monitor, Progress, on_policy_evaluator
@@ -47,7 +49,6 @@ from systems.common.rollout import (
     replica,
     rollout_shapes,
 )
-from systems.common.run import run_lockstep
 
 __all__ = ["SYSTEM", "BA3CConfig", "Plan", "make_agent", "plan", "run", "select_devices", "validate"]
 
@@ -89,28 +90,33 @@ def make_agent(config: BA3CConfig, run_plan: Plan):
 
 def run(config: BA3CConfig) -> dict:
     """Trains data-parallel A2C (BA3C); returns the summary (also written to `<run dir>/summary.json`)."""
-    validate(config)
-    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,
-                           config.startup_timeout)
-    devices = select_devices(config)
-    num_local = len(devices)
-    run_plan = plan(config, num_local * jax.process_count())
-    process = jax.process_index()
-    config = distributed.per_process_config(config)  # process 0 owns the run directory and the evaluations
+    return skeleton.run(SYSTEM, config, _open, validate=validate)
 
+
+def _open(config: BA3CConfig) -> skeleton.Opening:
+    """The devices, the plan (learning rate and epsilon for the effective batch), the agent and the monitor's
+    parts."""
+    devices = select_devices(config)
+    run_plan = plan(config, len(devices) * jax.process_count())
+    config = distributed.per_process_config(config)  # process 0 owns the run directory and the evaluations
     spec, setup, state = make_agent(config, run_plan)
-    e = run_plan.envs_per_device
     header = (f"  devices {run_plan.devices} ({jax.process_count()} process(es))  local batch {config.local_batch}  "
               f"effective batch {run_plan.effective_batch}  lr {run_plan.learning_rate:g}  eps {run_plan.opt_eps:g}")
     progress = Progress(metric_columns=on_policy_columns(config), steps_per_update=run_plan.effective_batch,
                         sizes=f"envs {run_plan.num_envs}  alpha {config.sync_interval}", header=header)
-    monitor = Monitor(SYSTEM, config, state, progress=progress, evaluator=on_policy_evaluator(config, spec, setup),
-                      plan=dataclasses.asdict(run_plan))
+    return skeleton.Opening(agents=[skeleton.Agent(config, state, on_policy_evaluator(config, spec, setup))],
+                            start=functools.partial(_start, config, run_plan, devices, spec, setup),
+                            progress=progress, plan=dataclasses.asdict(run_plan))
+
+
+def _start(config: BA3CConfig, run_plan: Plan, devices: list, spec, setup, monitor: Monitor) -> skeleton.Loop | None:
+    """The data-parallel learner, this process's envs and their sharded forward pass, and the lock-step loop:
+    every env of this process, then one synchronous all-reduced update."""
     start_round = int(monitor.state.update_step)
     total_rounds = run_plan.total_rounds
     if start_round >= total_rounds:
-        return monitor.finish()
-
+        return None
+    process, num_local, e = jax.process_index(), len(devices), run_plan.envs_per_device
     learner = DataParallelLearner(setup.update_fn, distributed.pmap_devices(devices), num_local, monitor.state,
                                   debug=config.debug)
     holder = {"state": learner.state, "version": start_round}  # version: updates applied so far (a host int)
@@ -148,5 +154,4 @@ def run(config: BA3CConfig) -> dict:
         on_round_complete=on_round_complete, action_shape=setup.action_shape, action_dtype=setup.action_dtype,
         carry_size=setup.carry_size,
     )
-    # Lock-step: every env of this process, then one synchronous all-reduced update.
-    return run_lockstep(SYSTEM, executor, collector, monitor)
+    return skeleton.LockstepLoop(executor, collector, monitor)

@@ -129,9 +129,9 @@ class Checkpointing:
     its checkpoints and `--resume`. The default is this module's msgpack files; Spreeze passes its weight files.
 
     `save(run_dir, env_steps, state, meta) -> path`; `load(run_dir, target, on_skip) -> (state, meta) | None`
-    (each unreadable newer file reported to `on_skip(path, reason)`); `extra_meta(env_steps) -> dict`, called before
-    each checkpoint is written, adds the system's own entries (PAL saves its replay buffer there)."""
+    (each unreadable newer file reported to `on_skip(path, reason)`); `extra_meta(run_dir, env_steps) -> dict`,
+    called before each checkpoint is written, adds the system's own entries (PAL saves its replay buffer there)."""
 
     save: Callable[[str, int, Any, dict], str] = save_checkpoint
     load: Callable[[str, Any, OnSkip], tuple[Any, dict] | None] = load_latest_checkpoint
-    extra_meta: Callable[[int], dict] | None = None
+    extra_meta: Callable[[str, int], dict] | None = None

@@ -377,7 +377,7 @@ class Monitor:
         }
         with profile_lib.stage("checkpoint"):
             if self.checkpointing.extra_meta is not None:
-                meta.update(self.checkpointing.extra_meta(self.env_steps))
+                meta.update(self.checkpointing.extra_meta(self.run_dir, self.env_steps))
             self.last_checkpoint = self.checkpointing.save(self.run_dir, self.env_steps, self.state, meta)
         return self.last_checkpoint
 

@@ -249,7 +249,7 @@ def on_policy_act(network) -> Callable[[str], Callable]:
 
 def restore_train_state(run_dir: str, raw: dict, system: str, config_cls: type, make_agent: Callable) -> RestoredRun:
     """hts, sync and anakin: the network and state of the system's agent, `make_agent(config, spec)` (for hts and
-    sync the agent `start_run` made)."""
+    sync the agent `run.open_on_policy` made)."""
     config = config_from_json(config_cls, raw)
     spec = spec_of(config)
     setup, target = make_agent(config, spec)

@@ -1,18 +1,23 @@
-"""What every system does around its own loop.
+"""The one skeleton every system runs through, in the spirit of Acme's builders: a system supplies its own parts
+(its plan, its agent, its loop) and `run` does what every run does around them.
 
-* `until_stopped`: runs the loop and turns an early stop (Ctrl-C, SIGTERM, a user's env that fails, another process
-  of the job that stopped) into the value it returns, after one line that says what the run saves.
-* `finish`: the final evaluation, checkpoint and summary, then re-raises the stop, so the exit status tells
-  SIGTERM from Ctrl-C and the launcher's last line names the checkpoint.
-* `start_run` (on-policy): validate the config, build the env spec, the system's agent and the monitor (run
-  directory, resume), and make the executor and round collector with the run's settings; `run_lockstep`: the
-  loop of a lock-step system.
+* `run(system, config, open_run, validate=...)`: joins a multi-host job (`distributed.initialize`), validates the
+  config, calls the system's `open_run(config) -> Opening` (its plan and its agent: network, optimizer, update),
+  opens the run directory through the `Monitor` (restoring the newest checkpoint on `--resume`), asks the opening
+  for its `Loop` over the restored state, runs the loop's `train` under the one stop handling (`until_stopped`),
+  closes the loop whatever happened and finishes: the final evaluation, checkpoint and summary, or after a stop the
+  saved checkpoint and the stop re-raised (`finish`).
+* `open_on_policy`: the opening of the round-collecting on-policy systems (HTS, the sync baseline): the env spec,
+  the agent and the evaluator, and a `RunContext` that makes the executor and round collector with the run's
+  settings; `LockstepLoop`: the loop of a lock-step system (sync baseline, BA3C, GALA pmap).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
+from typing import Any
 
 import jax
 
@@ -23,6 +28,7 @@ from envs.pool_api import EnvFailed
 from envs.step_time import StepTimeDistribution, parse_step_time
 from systems.common import config as config_lib
 from systems.common import distributed
+from systems.common.checkpoint import Checkpointing
 from systems.common.learner import LearnerSetup, compile_in_background
 from systems.common.monitor import Monitor, Progress, on_policy_evaluator
 from systems.common.outputs import on_policy_columns
@@ -37,8 +43,97 @@ StopCause = KeyboardInterrupt | EnvFailed
 `distributed.PeerStopped` are KeyboardInterrupts; `EnvFailed` is a user's env that failed."""
 
 
+class Loop:
+    """A system's training loop over the state its Monitor restored. The skeleton calls `train` under the stop
+    handling, then `close` (always), then `wind_up` (after a stop too) and finally `summary`."""
+
+    saving = "a checkpoint of the newest parameters"
+    """What the run saves when it stops early (the line it prints)."""
+    collectives = False
+    """True where the updates all-reduce over a multi-process job: a failed collective then means another process
+    stopped, and this one stops as after a Ctrl-C (`until_stopped`)."""
+
+    def train(self) -> None:
+        """Trains until the run's end (or a stop, raised)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stops the loop's threads, processes and envs and frees what they hold; called whatever happened."""
+
+    def wind_up(self, stopped: StopCause | None) -> dict | None:
+        """After `close`: the Monitor's final state where the loop kept it elsewhere, and the system's own entries
+        of summary.json (None: none). A worker's error is raised here."""
+        return None
+
+    def summary(self, summaries: list[dict]) -> dict:
+        """What `run` returns of the finished Monitors' summaries (one per agent of the run)."""
+        return summaries[0]
+
+
+@dataclasses.dataclass
+class Agent:
+    """One learner state of a run and what records it (a population has one per agent, each with its own Monitor
+    and run directory)."""
+
+    config: Any
+    state: Any
+    evaluator: Any = None
+
+
+@dataclasses.dataclass
+class Opening:
+    """What a system hands the skeleton before its loop: its agents (one, or Anakin's population), the Monitor's
+    parts, and `start(*monitors) -> Loop | None`, called once the Monitors have restored the run's state (None:
+    nothing is left to train)."""
+
+    agents: list[Agent]
+    start: Callable[..., Loop | None]
+    progress: Progress = dataclasses.field(default_factory=Progress)
+    policy_params: Callable[[Any], Any] | None = None
+    checkpointing: Checkpointing = dataclasses.field(default_factory=Checkpointing)
+    may_change_on_resume: frozenset = frozenset()
+    plan: dict | None = None
+    profile: Profile | None = None
+
+    def monitors(self, system: str) -> list[Monitor]:
+        """One Monitor per agent, made last to first: the stage clock of the calling thread is the last one bound,
+        so the first agent's summary carries the run's profile."""
+        made = [Monitor(system, agent.config, agent.state, progress=self.progress, evaluator=agent.evaluator,
+                        policy_params=self.policy_params, checkpointing=self.checkpointing,
+                        may_change_on_resume=self.may_change_on_resume, plan=self.plan, profile=self.profile)
+                for agent in reversed(self.agents)]
+        return made[::-1]
+
+
+def join_job(config: Any) -> None:
+    """Joins the multi-host job the config names (`distributed.initialize`; nothing for one process or a system
+    without one). First of all: JAX must not have started before it (a gymnax task's validation builds its env)."""
+    if hasattr(config, "coordinator_address"):
+        distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,
+                               config.startup_timeout)
+
+
+def run(system: str, config: Any, open_run: Callable[[Any], Opening], *,
+        validate: Callable[[Any], None] = config_lib.validate) -> dict:
+    """Runs one training run of `system` (see the module docstring); returns its summary (also written to
+    `<run dir>/summary.json`)."""
+    join_job(config)
+    validate(config)
+    opening = open_run(config)
+    monitors = opening.monitors(system)
+    loop = opening.start(*monitors)
+    if loop is None:
+        return monitors[0].finish()
+    try:
+        stopped = until_stopped(system, monitors[0], loop.train, saving=loop.saving, collectives=loop.collectives)
+    finally:
+        loop.close()
+    extra = loop.wind_up(stopped)
+    return loop.summary(finish(monitors, stopped, extra=extra))
+
+
 def until_stopped(system: str, monitor: Monitor, loop: Callable[[], None], *,
-                  saving: str = "a checkpoint of the newest parameters", collectives: bool = False) -> StopCause | None:
+                  saving: str = Loop.saving, collectives: bool = False) -> StopCause | None:
     """Runs `loop` (a system's training loop) and returns what stopped it early, or None when it ran to its end.
     A stop prints one line saying the run saves `saving`; any other error propagates. `collectives`: the loop's
     updates all-reduce over a multi-process job, where a failed collective means another process stopped: this
@@ -61,18 +156,25 @@ def until_stopped(system: str, monitor: Monitor, loop: Callable[[], None], *,
     return None
 
 
-def finish(monitor: Monitor, stopped: StopCause | None, *, extra: dict | None = None) -> dict:
-    """The run's final evaluation, checkpoint and summary (`Monitor.finish`, with the system's `extra` fields);
-    returns the summary, or re-raises `stopped` (the same exception: the exit status tells SIGTERM from Ctrl-C)
-    once its checkpoint is saved."""
-    summary = monitor.finish(interrupted=stopped is not None, extra=extra)
+def finish(monitors: list[Monitor], stopped: StopCause | None, *, extra: dict | None = None) -> list[dict]:
+    """The run's final evaluations, checkpoints and summaries (`Monitor.finish`, with the system's `extra` fields),
+    last agent first; returns the summaries, or re-raises `stopped` (the same exception: the exit status tells
+    SIGTERM from Ctrl-C) once the checkpoints are saved, marked with the first agent's checkpoint and the directory
+    a `--resume` takes (a population's: the directory above its agents')."""
+    summaries = [m.finish(interrupted=stopped is not None, extra=extra) for m in monitors[::-1]][::-1]
     if stopped is not None:
-        raise monitor.saved(stopped)
-    return summary
+        stop = monitors[0].saved(stopped)
+        if len(monitors) > 1:
+            stop.run_dir = os.path.dirname(stop.run_dir)
+        raise stop
+    return summaries
 
 
 @dataclasses.dataclass
 class RunContext:
+    """An on-policy run once its Monitor is open: its config, env spec, agent and step-time injection, and the
+    executor and round collector made with the run's settings."""
+
     config: config_lib.TrainConfig
     spec: EnvSpec
     setup: LearnerSetup
@@ -125,45 +227,49 @@ class RunContext:
         return compile_in_background(self.setup.update, state, state.params, collector.rollout_shapes())
 
 
-def start_run(system: str, config: config_lib.TrainConfig, make_agent: AgentMaker, *,
-              may_change_on_resume: frozenset = frozenset(), header: str = "", plan: dict | None = None,
-              profile: Profile | None = None) -> RunContext:
-    """Validates `config` (ConfigError on a bad value) and prepares the run: the env spec, the system's agent
-    (`make_agent(config, spec)`) and the monitor (restoring a checkpoint on resume; `may_change_on_resume`: the
-    system's fields a resumed run may change, `rundir.claim`; `header`: lines the progress output starts with,
-    after the run's own; `plan`: the values the system derived, for config.json; `profile`: the system's stages by
-    thread, `Monitor`'s default otherwise)."""
+def open_on_policy(config: config_lib.TrainConfig, make_agent: AgentMaker, start: Callable[[RunContext], Loop], *,
+                   may_change_on_resume: frozenset = frozenset(), header: str = "", plan: dict | None = None,
+                   profile: Profile | None = None) -> Opening:
+    """The opening of a round-collecting on-policy run: validates `config` (ConfigError on a bad value), builds the
+    env spec, the system's agent (`make_agent(config, spec)`) and its evaluator; `start(ctx)` makes the loop once the
+    Monitor is open, unless every round is already learned. `may_change_on_resume`: the system's fields a resumed
+    run may change (`rundir.claim`); `header`: lines the progress output starts with, after the run's own; `plan`:
+    the values the system derived, for config.json; `profile`: the system's stages by thread."""
     config_lib.validate(config)
     step_time = parse_step_time(config.step_time)
     spec = make_spec(config.env_id, config.env_kwargs, config.frame_stack)
     setup, state = make_agent(config, spec)
-    monitor = Monitor(system, config, state, progress=Progress(metric_columns=on_policy_columns(config), header=header),
-                      evaluator=on_policy_evaluator(config, spec, setup), may_change_on_resume=may_change_on_resume,
-                      plan=plan, profile=profile)
-    return RunContext(config=config, spec=spec, setup=setup, monitor=monitor, step_time=step_time)
+
+    def start_loop(monitor: Monitor) -> Loop | None:
+        ctx = RunContext(config=config, spec=spec, setup=setup, monitor=monitor, step_time=step_time)
+        return None if ctx.start_round >= ctx.total_rounds else start(ctx)
+
+    return Opening(agents=[Agent(config, state, on_policy_evaluator(config, spec, setup))], start=start_loop,
+                   progress=Progress(metric_columns=on_policy_columns(config), header=header),
+                   may_change_on_resume=may_change_on_resume, plan=plan, profile=profile)
 
 
-def run_lockstep(system: str, executor: Executor, collector: RoundCollector, monitor: Monitor,
-                 *, on_exit: Callable[[], None] | None = None, summary_extra: Callable[[], dict] | None = None) -> dict:
-    """The main loop of a lock-step system (sync baseline, data-parallel, pmap gossip): wait for every env of the
+class LockstepLoop(Loop):
+    """The loop of a lock-step system (sync baseline, data-parallel, pmap gossip): wait for every env of the
     executor, hand the batch to the collector (which calls the system's update at each round's end), repeat until
-    the collector is finished; then the final evaluation, checkpoint and summary. Ctrl-C (or a user's env that
-    fails, `EnvFailed`) saves a checkpoint of the newest parameters and re-raises it."""
-    num_envs = executor.num_envs
+    the collector is finished. `on_exit`: what the system closes besides the executor."""
 
-    def loop() -> None:
+    def __init__(self, executor: Executor, collector: RoundCollector, monitor: Monitor, *,
+                 on_exit: Callable[[], None] | None = None):
+        self.executor, self.collector, self.monitor, self.on_exit = executor, collector, monitor, on_exit
+
+    def train(self) -> None:
+        executor, collector = self.executor, self.collector
+        num_envs = executor.num_envs
         executor.start()
         while not collector.finished.is_set():
             with stage("env"):
                 results = executor.take(max_items=num_envs, min_items=num_envs, timeout=1.0)
             if results is not None:
                 collector.process(results)
-            monitor.heartbeat(executor.env_steps_received)
+            self.monitor.heartbeat(executor.env_steps_received)
 
-    try:
-        stopped = until_stopped(system, monitor, loop)
-    finally:
-        executor.close()
-        if on_exit is not None:
-            on_exit()
-    return finish(monitor, stopped, extra=summary_extra() if summary_extra else None)
+    def close(self) -> None:
+        self.executor.close()
+        if self.on_exit is not None:
+            self.on_exit()

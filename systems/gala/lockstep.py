@@ -18,6 +18,7 @@ from envs.executor import Executor
 from envs.step_time import parse_step_time
 from systems.common import config as config_lib
 from systems.common import distributed
+from systems.common import run as skeleton
 from systems.common.monitor import LearnerReport, Monitor, on_policy_evaluator
 from systems.common.profile import stage
 from systems.common.rollout import (
@@ -29,8 +30,7 @@ from systems.common.rollout import (
     shard_rollout,
     stack_host,
 )
-from systems.common.run import run_lockstep
-from systems.gala.config import SYSTEM, GALAConfig, Plan
+from systems.gala.config import GALAConfig, Plan
 from systems.gala.learners import CosineLog, GossipState, make_agent, progress
 
 
@@ -73,24 +73,30 @@ def _sum_over_learners(*scalars):
     return tuple(jax.lax.psum(jnp.stack(scalars), LEARNER_AXIS))
 
 
-def run_pmap(config: GALAConfig, run_plan: Plan) -> dict:
-    """GALA in lock-step (Algorithm 1 on the learner axis): one collector steps every local learner's envs, and
-    every completed round is one iteration of all learners (`_LockstepGossip.on_round_complete`)."""
+def open_pmap(config: GALAConfig, run_plan: Plan) -> skeleton.Opening:
+    """GALA in lock-step (Algorithm 1 on the learner axis): this process's learners, one per device, all starting
+    from the same parameters (evaluation plays learner 0's)."""
     devices = _pmap_local_devices(config.num_learners)
-    first = jax.process_index() * len(devices)  # this process's first learner
     config = distributed.per_process_config(config)
     spec, setup, state = make_agent(config, run_plan)
-    topology = make_topology(config.topology, config.num_learners, config.num_peers)
-    monitor = Monitor(
-        SYSTEM, config, _pmap_initial_state(state, len(devices), config.num_peers),
+    initial = _pmap_initial_state(state, len(devices), config.num_peers)
+    return skeleton.Opening(
+        agents=[skeleton.Agent(config, initial, on_policy_evaluator(config, spec, setup))],
+        start=functools.partial(_start, config, run_plan, devices, spec, setup),
         progress=progress(config, run_plan, steps_per_update=run_plan.num_envs * config.sync_interval),
-        evaluator=on_policy_evaluator(config, spec, setup), policy_params=lambda s: replica(s.params),
-        plan=dataclasses.asdict(run_plan),
+        policy_params=lambda s: replica(s.params), plan=dataclasses.asdict(run_plan),
     )
+
+
+def _start(config: GALAConfig, run_plan: Plan, devices: list, spec, setup, monitor: Monitor) -> skeleton.Loop | None:
+    """One collector steps every local learner's envs, and every completed round is one iteration of all learners
+    (`_LockstepGossip.on_round_complete`)."""
+    first = jax.process_index() * len(devices)  # this process's first learner
+    topology = make_topology(config.topology, config.num_learners, config.num_peers)
     start = int(monitor.state.update_step)
     total = run_plan.iterations
     if start >= total:
-        return monitor.finish()
+        return None
     gossip = _LockstepGossip(config, spec, setup, topology, monitor, devices, first)
     e = config.envs_per_learner
     collector = RoundCollector(
@@ -103,8 +109,8 @@ def run_pmap(config: GALAConfig, run_plan: Plan) -> dict:
         carry_size=setup.carry_size,
     )
     cosine_log = gossip.cosine_log
-    return run_lockstep(SYSTEM, gossip.executor, collector, monitor,
-                        on_exit=cosine_log.close if cosine_log is not None else None)
+    return skeleton.LockstepLoop(gossip.executor, collector, monitor,
+                                 on_exit=cosine_log.close if cosine_log is not None else None)
 
 
 def _pmap_local_devices(n: int) -> list:

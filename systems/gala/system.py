@@ -32,11 +32,11 @@ learner 0's policy; the fingerprint in summary.json covers every learner's param
 
 from __future__ import annotations
 
-from systems.common import distributed
+from systems.common import run as skeleton
 from systems.gala.config import MODES, SYSTEM, TOPOLOGIES, GALAConfig, Plan, plan, validate
 from systems.gala.learners import GossipState, make_agent
-from systems.gala.lockstep import run_pmap
-from systems.gala.threaded import run_async
+from systems.gala.lockstep import open_pmap
+from systems.gala.threaded import open_async
 
 __all__ = ["MODES", "SYSTEM", "TOPOLOGIES", "GALAConfig", "GossipState", "Plan", "make_agent", "plan", "run",
            "validate"]
@@ -44,10 +44,10 @@ __all__ = ["MODES", "SYSTEM", "TOPOLOGIES", "GALAConfig", "GossipState", "Plan",
 
 def run(config: GALAConfig) -> dict:
     """Trains GALA-A2C; returns the summary (also written to `<run dir>/summary.json`)."""
-    validate(config)
-    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,
-                           config.startup_timeout)
+    return skeleton.run(SYSTEM, config, _open, validate=validate)
+
+
+def _open(config: GALAConfig) -> skeleton.Opening:
+    """The plan, then the mode's learners (`--gossip`)."""
     run_plan = plan(config)
-    if config.gossip == "pmap":
-        return run_pmap(config, run_plan)
-    return run_async(config, run_plan)
+    return (open_pmap if config.gossip == "pmap" else open_async)(config, run_plan)

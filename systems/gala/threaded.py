@@ -19,6 +19,7 @@ from agents import TrainState
 from agents.gossip import ConsensusBound, consensus_distance, make_topology, mix, pairwise_cosine
 from envs.executor import Executor
 from envs.step_time import parse_step_time
+from systems.common import run as skeleton
 from systems.common.concurrency import StopRequested, ThreadGroup
 from systems.common.learner import compile_in_background
 from systems.common.monitor import LearnerReport, Monitor, on_policy_evaluator
@@ -28,7 +29,6 @@ from systems.common.rollout import (
     RoundStorage,
     rollout_shapes,
 )
-from systems.common.run import StopCause, finish, until_stopped
 from systems.gala.buffers import GossipNetwork
 from systems.gala.config import SYSTEM, GALAConfig, Plan
 from systems.gala.learners import CosineLog, GossipState, make_agent, progress
@@ -53,27 +53,30 @@ class _LearnerSlot:
     grads: Any = None
 
 
-def run_async(config: GALAConfig, run_plan: Plan) -> dict:
-    """GALA as Algorithm 1 is written: one thread per learner runs its own local iterations
-    (`_AsyncLearners.on_round_complete`), and the main thread logs their reports with the gossip metrics."""
+def open_async(config: GALAConfig, run_plan: Plan) -> skeleton.Opening:
+    """GALA as Algorithm 1 is written: `num_learners` learners that start equal (evaluation plays learner 0's
+    policy), each run by its own thread."""
     spec, setup, state = make_agent(config, run_plan)
-    topology = make_topology(config.topology, config.num_learners, config.num_peers)
-    monitor = Monitor(
-        SYSTEM, config, _async_initial_state(state, config.num_learners),
+    return skeleton.Opening(
+        agents=[skeleton.Agent(config, _async_initial_state(state, config.num_learners),
+                               on_policy_evaluator(config, spec, setup))],
+        start=functools.partial(_start, config, spec, setup),
         progress=progress(config, run_plan, steps_per_update=config.envs_per_learner * config.sync_interval),
-        evaluator=on_policy_evaluator(config, spec, setup), policy_params=lambda s: s.params[0],
-        plan=dataclasses.asdict(run_plan), profile=async_profile(),
+        policy_params=lambda s: s.params[0], plan=dataclasses.asdict(run_plan), profile=async_profile(),
     )
-    learners_profile = monitor.profile
+
+
+def _start(config: GALAConfig, spec, setup, monitor: Monitor) -> skeleton.Loop | None:
+    """One thread per learner runs its own local iterations (`_AsyncLearners.on_round_complete`), and the main
+    thread logs their reports with the gossip metrics."""
+    topology = make_topology(config.topology, config.num_learners, config.num_peers)
     total_iterations = monitor.total_updates
     start = int(monitor.state.update_step)
     if start >= total_iterations:
-        return monitor.finish()
-    learners = _AsyncLearners(config, spec, setup, topology, monitor.state, start, total_iterations,
-                              learners_profile)
+        return None
+    learners = _AsyncLearners(config, spec, setup, topology, monitor.state, start, total_iterations, monitor.profile)
     gossip_log = _AsyncGossipLog(config, topology, learners.slots, monitor)
-    stopped = _train_async(learners, gossip_log, monitor, start, total_iterations)
-    return _finish_async(learners, monitor, stopped)
+    return _AsyncTraining(learners, gossip_log, monitor, start, total_iterations)
 
 
 def async_profile() -> Profile:
@@ -275,21 +278,38 @@ class _AsyncGossipLog:
             self._cosine_log.close()
 
 
-def _train_async(learners: _AsyncLearners, gossip_log: _AsyncGossipLog, monitor: Monitor, start: int,
-                 total_iterations: int) -> StopCause | None:
+class _AsyncTraining(skeleton.Loop):
     """Runs the learner threads and logs their reports until the budget is reported, the monitor stops the run or
-    the threads end; then stops the threads and closes what they used. Returns what stopped the run early
-    (`until_stopped`: Ctrl-C, SIGTERM, a user's env that fails), if anything did."""
+    the threads end; then stops the threads, closes what they used and prints the gossip statistics."""
 
-    def loop() -> None:
-        learners.start()
-        _log_reports(learners, gossip_log, monitor, start, total_iterations)
+    def __init__(self, learners: _AsyncLearners, gossip_log: _AsyncGossipLog, monitor: Monitor, start: int,
+                 total_iterations: int):
+        self.learners, self.gossip_log, self.monitor = learners, gossip_log, monitor
+        self.start, self.total_iterations = start, total_iterations
 
-    try:
-        return until_stopped(SYSTEM, monitor, loop)
-    finally:
-        learners.close()
-        gossip_log.close()
+    def train(self) -> None:
+        self.learners.start()
+        _log_reports(self.learners, self.gossip_log, self.monitor, self.start, self.total_iterations)
+
+    def close(self) -> None:
+        self.learners.close()
+        self.gossip_log.close()
+
+    def wind_up(self, stopped: skeleton.StopCause | None) -> dict:
+        """The gossip statistics (printed and in the summary) and every learner's newest state as the run's."""
+        learners, monitor = self.learners, self.monitor
+        if stopped is None:
+            learners.group.check()
+        slots = learners.slots
+        gossip_stats = [learners.network.stats(i) for i in range(len(slots))]
+        monitor.outputs.print(
+            f"[{SYSTEM}] gossip: local iterations {[s.iterations for s in slots]}, mixes "
+            f"{[g['mixes'] for g in gossip_stats]}, skipped {[g['skips'] for g in gossip_stats]}, waited "
+            f"{[round(g['wait_seconds'], 2) for g in gossip_stats]} s, max staleness mixed "
+            f"{[g['max_staleness_mixed'] for g in gossip_stats]}"
+        )
+        monitor.state = _async_snapshot(slots, int(monitor.state.update_step))
+        return {"gossip": gossip_stats, "learner_iterations": [s.iterations for s in slots]}
 
 
 def _log_reports(learners: _AsyncLearners, gossip_log: _AsyncGossipLog, monitor: Monitor, start: int,
@@ -314,22 +334,6 @@ def _log_reports(learners: _AsyncLearners, gossip_log: _AsyncGossipLog, monitor:
                                created=learners_then.created)
         if monitor.on_report(report, episodes):
             break
-
-
-def _finish_async(learners: _AsyncLearners, monitor: Monitor, stopped: StopCause | None) -> dict:
-    """Prints the gossip statistics, then the final evaluation, checkpoint and summary; re-raises Ctrl-C."""
-    if stopped is None:
-        learners.group.check()
-    slots = learners.slots
-    gossip_stats = [learners.network.stats(i) for i in range(len(slots))]
-    monitor.outputs.print(
-        f"[{SYSTEM}] gossip: local iterations {[s.iterations for s in slots]}, mixes "
-        f"{[g['mixes'] for g in gossip_stats]}, skipped {[g['skips'] for g in gossip_stats]}, waited "
-        f"{[round(g['wait_seconds'], 2) for g in gossip_stats]} s, max staleness mixed "
-        f"{[g['max_staleness_mixed'] for g in gossip_stats]}"
-    )
-    monitor.state = _async_snapshot(slots, int(monitor.state.update_step))
-    return finish(monitor, stopped, extra={"gossip": gossip_stats, "learner_iterations": [s.iterations for s in slots]})
 
 
 def _snapshot_state(snapshot: _LearnersSnapshot, update_step: int) -> GossipState:

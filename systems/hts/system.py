@@ -42,6 +42,7 @@ from envs.executor import Executor
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
 from systems.common import conv_tuning, distributed, layout_rule, learner
+from systems.common import run as skeleton
 from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
 from systems.common.data_parallel import DataParallelLearner
 from systems.common.learner import LearnerSetup, compile_in_background
@@ -52,7 +53,6 @@ from systems.common.rollout import (
     RoundStorage,
     replica,
 )
-from systems.common.run import StopCause, finish, start_run, until_stopped
 from systems.hts import layout as layout_lib
 from systems.hts.config import (
     MAY_CHANGE_ON_RESUME,
@@ -87,11 +87,9 @@ def make_agent(config: config_lib.TrainConfig, spec: EnvSpec) -> tuple[LearnerSe
 
 
 def _resolve_layout(config: HTSConfig) -> tuple[HTSConfig, layout_lib.Layout, layout_rule.Fit]:
-    """Joins the job (multi-host), fits the sizes to the machine under `--layout` (`systems.common.layout_rule`)
-    and picks the devices (all recorded as the run's plan in config.json); process p > 0 gets its own run directory
+    """Fits the sizes to the machine under `--layout` (`systems.common.layout_rule`) and picks the devices (all
+    recorded as the run's plan in config.json); process p > 0 gets its own run directory
     (`distributed.per_process_config`)."""
-    distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,
-                           config.startup_timeout)
     config, fitted = layout_rule.applied(config, layout_rule.this_machine(), config.num_processes)
     if fitted.rule != "preset":
         validate(config)
@@ -130,15 +128,23 @@ def accelerator_hint(num_envs: int, sync_interval: int, layout: layout_lib.Layou
 
 def run(config: HTSConfig) -> dict:
     """Trains with HTS-RL; returns the summary (also written to `<run dir>/summary.json`)."""
-    validate(config)
+    return skeleton.run(SYSTEM, config, _open, validate=validate)
+
+
+def _open(config: HTSConfig) -> skeleton.Opening:
+    """The layout on this machine, the agent (`make_agent`) and the monitor's parts."""
     config, layout, fitted = _resolve_layout(config)
     header = (f"  {fitted.describe()}\n{layout.describe()}"
               + accelerator_hint(config.num_envs, config.sync_interval, layout))
-    ctx = start_run(SYSTEM, config, make_agent, may_change_on_resume=MAY_CHANGE_ON_RESUME, header=header,
-                    plan=_plan(config, layout, fitted), profile=hts_profile())
-    monitor, start_round = ctx.monitor, ctx.start_round
-    if start_round >= ctx.total_rounds:
-        return monitor.finish()
+    return skeleton.open_on_policy(config, make_agent, functools.partial(_start, layout),
+                                   may_change_on_resume=MAY_CHANGE_ON_RESUME, header=header,
+                                   plan=_plan(config, layout, fitted), profile=hts_profile())
+
+
+def _start(layout: layout_lib.Layout, ctx: skeleton.RunContext) -> skeleton.Loop:
+    """The learner on its devices, the two storages between it and the actors, the executor, the actors' policy and
+    the round collector; the update compiles while the first round is collected."""
+    config, monitor, start_round = ctx.config, ctx.monitor, ctx.start_round
     learner = _Learner(ctx.setup, layout, monitor.state, debug=config.debug, ordered=config.ordered_reduction)
     group = ThreadGroup()
     handover = _Handover(learner.published(learner.state.params), start_round, group.stopping)
@@ -155,7 +161,7 @@ def run(config: HTSConfig) -> dict:
     workers = [*((f"actor-{i}", functools.partial(_actor_loop, executor, collector, policy, group.stopping, i,
                                                   profile)) for i in range(config.num_actors)), ("learner", learn)]
     distributed.check_same_start(start_round)
-    return finish(monitor, _train(workers, group, executor, reports, monitor, ctx.total_rounds - start_round))
+    return _Training(workers, group, executor, reports, monitor, ctx.total_rounds - start_round)
 
 
 _SATURATED_LEARNER = Bound(
@@ -339,34 +345,38 @@ def _learner_loop(handover: _Handover, learner: _Learner, wait_for_compile: Call
             learner_version += 1
 
 
-def _train(workers: list[tuple[str, Callable[[], None]]], group: ThreadGroup, executor: Executor,
-           reports: queue.Queue, monitor: Monitor, num_rounds: int) -> StopCause | None:
-    """Starts the worker threads and the executor and hands the learner's reports to the monitor until the last
-    round or an early stop (`until_stopped`: Ctrl-C, SIGTERM, a user's env that fails, or in a multi-process job a
-    failed collective), which it returns. Another worker's error is re-raised here."""
+class _Training(skeleton.Loop):
+    """The actor and learner threads and the executor; the main thread hands the learner's reports to the monitor
+    until the last round or an early stop (in a multi-process job a failed collective too). Another worker's error
+    is re-raised after they stop."""
 
-    def loop() -> None:
-        for name, target in workers:
-            group.spawn(name, target)
-        executor.start()
-        for _ in range(num_rounds):
-            report = _next_report(reports, group, executor, monitor)
-            if monitor.on_report(report, executor.pop_episodes()):
+    collectives = True
+
+    def __init__(self, workers: list[tuple[str, Callable[[], None]]], group: ThreadGroup, executor: Executor,
+                 reports: queue.Queue, monitor: Monitor, num_rounds: int):
+        self.workers, self.group, self.executor = workers, group, executor
+        self.reports, self.monitor, self.num_rounds = reports, monitor, num_rounds
+
+    def train(self) -> None:
+        for name, target in self.workers:
+            self.group.spawn(name, target)
+        self.executor.start()
+        for _ in range(self.num_rounds):
+            report = _next_report(self.reports, self.group, self.executor, self.monitor)
+            if self.monitor.on_report(report, self.executor.pop_episodes()):
                 break
 
-    try:
-        stopped = until_stopped(SYSTEM, monitor, loop, collectives=True)
-    finally:
+    def close(self) -> None:
         # Joins the learner: an update (or its collective) under way completes (or fails) first.
-        group.stop(waiting=lambda names: monitor.outputs.print(
+        self.group.stop(waiting=lambda names: self.monitor.outputs.print(
             f"[hts] stopping: waiting for the update in progress ({', '.join(names)} thread)"))
-        executor.close()
-    if stopped is not None:
-        if jax.process_count() > 1:
-            _log_finished_updates(reports, monitor)
-        return stopped
-    group.check()
-    return None
+        self.executor.close()
+
+    def wind_up(self, stopped: skeleton.StopCause | None) -> None:
+        if stopped is None:
+            self.group.check()
+        elif jax.process_count() > 1:
+            _log_finished_updates(self.reports, self.monitor)
 
 
 def _log_finished_updates(reports: queue.Queue, monitor: Monitor) -> None:

@@ -31,6 +31,7 @@ This module wires the run; the parts are `config.py` (`PALConfig`, `validate`), 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import math
 import os
@@ -45,12 +46,12 @@ import numpy as np
 from envs.factory import EnvSpec, make_spec
 from systems.common import config as config_lib
 from systems.common import limits
+from systems.common import run as skeleton
 from systems.common.checkpoint import Checkpointing, checkpoint_dir
 from systems.common.concurrency import ParameterStore, ThreadGroup
 from systems.common.evaluation import Evaluator
 from systems.common.monitor import Monitor, Progress
 from systems.common.profile import Bound, Profile, stage
-from systems.common.run import StopCause, finish, until_stopped
 from systems.offpolicy.agent import OffPolicyAgent, PALState, build_agent
 from systems.offpolicy.config import metric_columns
 from systems.pal import allocate as allocate_lib
@@ -200,7 +201,12 @@ def run(config: PALConfig) -> dict:
     `allocate="auto"`), open the outputs and restore (or plan to refill) the buffer, run the asynchronous actors
     (V-A) and the parallel learners with their parameter server (V-B) until the run ends (`_Framework`), then write
     the summary."""
-    validate(config)
+    return skeleton.run(SYSTEM, config, _open, validate=validate)
+
+
+def _open(config: PALConfig) -> skeleton.Opening:
+    """The agent, the replay buffer's size checked against the memory, the thread counts (measured with
+    `allocate="auto"`, Eq. 5), the buffer, and the monitor's parts."""
     spec = make_spec(config.env_id, config.env_kwargs, config.frame_stack)
     check_env(config, spec)
     agent = build_agent(config, spec)
@@ -212,23 +218,22 @@ def run(config: PALConfig) -> dict:
     if config.allocate == "auto":
         threads, profile = profile_and_allocate(config, spec, agent, (lambda line: None) if config.quiet else print)
     buffer = make_buffer(config, agent, spec=spec, num_envs=threads.num_envs)
-    monitor = _make_monitor(config, threads, spec, agent, buffer, needed)
-    warmup, buffer_restored = _restore_replay(config, monitor, buffer)
-    framework = _Framework(config, threads, spec, agent, buffer, monitor.state, warmup)
-    stopped, elapsed = framework.train(monitor)
-    collected, updates = framework.gate.snapshot()
-    monitor.state = PALState(framework.server.state, np.asarray(updates, np.int64), np.asarray(collected, np.int64))
-    extra = _summary_extra(config, threads, framework, updates, elapsed, buffer, needed, profile, buffer_restored)
-    return finish(monitor, stopped, extra=extra)
+    return _opening(config, threads, spec, agent, buffer, needed, profile)
 
 
-def _make_monitor(config: PALConfig, threads: Plan, spec: EnvSpec, agent: OffPolicyAgent, buffer,
-                  needed: int) -> Monitor:
-    """The run's outputs (and, with `--resume`, its restored state); with `checkpoint_buffer` each checkpoint also
-    saves the replay buffer (`_save_buffer`)."""
+def _opening(config: PALConfig, threads: Plan, spec: EnvSpec, agent: OffPolicyAgent, buffer, needed: int,
+             profile) -> skeleton.Opening:
+    """The monitor's parts; with `checkpoint_buffer` each checkpoint also saves the replay buffer (`_save_buffer`).
+    The loop (`_Framework`) starts after the buffer is restored (or planned to be refilled) on `--resume`."""
 
-    def checkpoint_extra(env_steps: int) -> dict:
-        return _save_buffer(buffer, monitor.run_dir, env_steps) if config.checkpoint_buffer else {}
+    def checkpoint_extra(run_dir: str, env_steps: int) -> dict:
+        return _save_buffer(buffer, run_dir, env_steps) if config.checkpoint_buffer else {}
+
+    def start(monitor: Monitor) -> _Framework:
+        warmup, buffer_restored = _restore_replay(config, monitor, buffer)
+        return _Framework(config, threads, spec, agent, buffer, monitor, warmup,
+                          summary=functools.partial(_summary_extra, config, threads, buffer=buffer, needed=needed,
+                                                    profile=profile, buffer_restored=buffer_restored))
 
     evaluator = None
     if config.eval_episodes > 0:
@@ -241,12 +246,11 @@ def _make_monitor(config: PALConfig, threads: Plan, spec: EnvSpec, agent: OffPol
         metric_columns=metric_columns(config.algo) + ("replay_size", "collected_per_update"), steps_per_update=1,
         env_steps_of=lambda s: int(s.env_steps), max_policy_lag=None, sizes=sizes,
     )
-    monitor = Monitor(
-        SYSTEM, config, agent.initial_state, progress=progress, evaluator=evaluator,
+    return skeleton.Opening(
+        agents=[skeleton.Agent(config, agent.initial_state, evaluator)], start=start, progress=progress,
         policy_params=lambda s: agent.policy_params(s.agent), checkpointing=Checkpointing(extra_meta=checkpoint_extra),
         plan=dataclasses.asdict(threads), profile=pal_profile(),
     )
-    return monitor
 
 
 _SATURATED_SERVER = Bound("learner-bound", "the parameter server updates almost all the time: more actors will not "
@@ -308,15 +312,19 @@ def _restore_replay(config: PALConfig, monitor: Monitor, buffer) -> tuple[int, s
     return warmup, buffer_restored
 
 
-class _Framework:
+class _Framework(skeleton.Loop):
     """The running framework of Figure 7: `num_actors` actor threads (V-A) and `num_learners` learner threads with
     the parameter server thread (V-B) around the shared buffer, the `RatioGate` between them (Algorithm 1's
     `update_interval`) and the parameter store. Building it opens the actors' EnvPools and starts compiling the
-    update; `train` runs the threads until the run ends and closes everything."""
+    update; `train` runs the threads, handing the server's reports to the monitor, until the run ends; `close` stops
+    every thread and closes every EnvPool; `wind_up` raises another thread's error and makes the final state.
+    `summary(framework, updates, elapsed)`: PAL's entries of summary.json."""
 
     def __init__(self, config: PALConfig, threads: Plan, spec: EnvSpec, agent: OffPolicyAgent, buffer,
-                 state: PALState, warmup: int):
-        self.config, self.threads = config, threads
+                 monitor: Monitor, warmup: int, summary):
+        self.config, self.threads, self.monitor, self._summary = config, threads, monitor, summary
+        self._started, self._ended = 0.0, False
+        state: PALState = monitor.state
         self.collected0, self.updates0 = int(state.env_steps), int(state.update_step)
         self.gate = RatioGate(update_interval=config.update_interval, warmup=warmup, collected=self.collected0,
                               updates=self.updates0, total_steps=config.total_steps)
@@ -334,28 +342,27 @@ class _Framework:
         self._actors_left = threads.num_actors
         self._actors_lock = threading.Lock()
 
-    def train(self, monitor: Monitor) -> tuple[StopCause | None, float]:
-        """Runs the threads, handing the server's reports to `monitor`, until the run ends; returns what stopped
-        it early (`until_stopped`: Ctrl-C, SIGTERM, a user's env that fails), if anything did, and the seconds it
-        ran. Another thread's error is raised here; every thread is stopped and every EnvPool closed either way."""
-        stopped: StopCause | None = None
-        start = time.perf_counter()
+    def train(self) -> None:
+        self._started = time.perf_counter()
+        self._spawn(self.monitor.profile)
+        self._follow(self.monitor)
+        self._ended = True
 
-        def loop() -> None:
-            self._spawn(monitor.profile)
-            self._follow(monitor)
+    def close(self) -> None:
+        self._elapsed = time.perf_counter() - self._started
+        if not self._ended:
+            self._free_actors_blocked_in_an_env()
+        self.group.stop()
+        for actor in self.actors:
+            actor.close()
 
-        try:
-            stopped = until_stopped("pal", monitor, loop)
-        finally:
-            if stopped is not None:
-                self._free_actors_blocked_in_an_env()
-            self.group.stop()
-            for actor in self.actors:
-                actor.close()
+    def wind_up(self, stopped: skeleton.StopCause | None) -> dict:
         if stopped is None:
             self.group.check()
-        return stopped, time.perf_counter() - start
+        collected, updates = self.gate.snapshot()
+        self.monitor.state = PALState(self.server.state, np.asarray(updates, np.int64),
+                                      np.asarray(collected, np.int64))
+        return self._summary(self, updates, self._elapsed)
 
     def _free_actors_blocked_in_an_env(self) -> None:
         """A stop (or an env's failure) while an actor waits in a hung env's step: the threads get a moment to stop;
@@ -408,7 +415,7 @@ class _Framework:
                 return
 
 
-def _summary_extra(config: PALConfig, threads: Plan, framework: _Framework, updates: int, elapsed: float, buffer,
+def _summary_extra(config: PALConfig, threads: Plan, framework: _Framework, updates: int, elapsed: float, *, buffer,
                    needed: int, profile, buffer_restored: str | None) -> dict:
     """PAL's own entries of summary.json: the layout, the throughputs, the replay and (allocate=auto) the Eq. 5
     profile and choice."""

@@ -37,12 +37,12 @@ import numpy as np
 from envs.factory import make_spec
 from systems.common import config as config_lib
 from systems.common import limits
+from systems.common import run as skeleton
 from systems.common.checkpoint import Checkpointing, checkpoint_dir
 from systems.common.evaluation import EvaluationRecord, reached_target
 from systems.common.learner import compile_in_background
 from systems.common.monitor import LearnerReport, Monitor, Progress
 from systems.common.profile import Bound, Profile, stage
-from systems.common.run import StopCause, finish, until_stopped
 from systems.offpolicy.agent import PALState, build_agent
 from systems.offpolicy.config import metric_columns
 from systems.spreeze import ipc, workers
@@ -148,7 +148,12 @@ def run(config: SpreezeConfig) -> dict:
     replay), start the sampler processes (3.1.1) with the hyperparameter adaptation (3.4) and the test and
     visualization processes (3.1.2), learn with large batches (3.2) until the run ends, stop every process, evaluate
     the final policy and write the summary (`_SpreezeRun`)."""
-    validate(config)
+    return skeleton.run(SYSTEM, config, _open, validate=validate)
+
+
+def _open(config: SpreezeConfig) -> skeleton.Opening:
+    """The agent and the shared replay's size checked against the memory; the monitor's checkpoints are the weight
+    files (3.3.1), and `--resume` restarts from the newest."""
     spec = make_spec(config.env_id, config.env_kwargs, config.frame_stack)
     if not spec.continuous or len(spec.obs_shape) != 1:
         raise config_lib.ConfigError(f"launch.spreeze needs continuous actions and vector observations; "
@@ -156,20 +161,6 @@ def run(config: SpreezeConfig) -> dict:
     agent = build_agent(config, spec)
     row_bytes = sum(np.asarray(v, np.float32).nbytes for v in agent.example.values())  # the replay stores float32
     limits.require_memory(row_bytes * config.buffer_size, f"--buffer_size={config.buffer_size:,} (the shared replay)")
-    monitor = _make_monitor(config, agent)
-    spreeze = _SpreezeRun(config, agent, monitor)
-    stopped = spreeze.train()
-    collected = spreeze.collected()
-    monitor.state = PALState(spreeze.learner.state(), np.asarray(spreeze.updates, np.int64),
-                             np.asarray(collected, np.int64))
-    # The final policy, evaluated here (the test process is gone); a resumed run that collected nothing has its own.
-    if config.eval_episodes > 0 and stopped is None and collected > monitor.start_steps:
-        _evaluate_final_policy(config, spec, agent, monitor, collected, spreeze.updates)
-    return finish(monitor, stopped, extra=spreeze.summary_extra(collected))
-
-
-def _make_monitor(config: SpreezeConfig, agent) -> Monitor:
-    """The run's outputs; its checkpoints are the weight files (3.3.1), and `--resume` restarts from the newest."""
     progress = Progress(
         metric_columns=metric_columns(config.algo) + ("replay_size",), steps_per_update=1,
         env_steps_of=lambda s: int(s.env_steps), max_policy_lag=None,
@@ -181,9 +172,11 @@ def _make_monitor(config: SpreezeConfig, agent) -> Monitor:
             checkpoint_dir(run_dir), int(state.update_step), state, meta),
         load=lambda run_dir, state, on_skip: _load_latest(checkpoint_dir(run_dir), state, on_skip),
     )
-    # The test process evaluates (evaluator None here): its returns arrive as events and join monitor.evaluations.
-    return Monitor(SYSTEM, config, agent.initial_state, progress=progress, checkpointing=weight_files,
-                   policy_params=lambda s: agent.policy_params(s.agent), profile=spreeze_profile())
+    # The test process evaluates (no evaluator here): its returns arrive as events and join monitor.evaluations.
+    return skeleton.Opening(agents=[skeleton.Agent(config, agent.initial_state)],
+                            start=lambda monitor: _SpreezeRun(config, spec, agent, monitor), progress=progress,
+                            checkpointing=weight_files, policy_params=lambda s: agent.policy_params(s.agent),
+                            profile=spreeze_profile())
 
 
 def spreeze_profile() -> Profile:
@@ -206,13 +199,16 @@ def spreeze_profile() -> Profile:
                     "samplers": workers.SAMPLER_STAGES[:-1]}, "main", bounds)
 
 
-class _SpreezeRun:
+class _SpreezeRun(skeleton.Loop):
     """One Spreeze run's pieces: the child processes, the replay they write, their step counters, the learner and
     the run's counters. Building it opens the replay, publishes the first weights and starts compiling the update;
-    `train` starts the children, learns until the run ends and stops every process."""
+    `train` starts the children and learns until the run ends; `close` stops every process and frees the replay;
+    `wind_up` raises a child's error, makes the final state and evaluates the final policy."""
 
-    def __init__(self, config: SpreezeConfig, agent, monitor: Monitor):
-        self.config, self.monitor = config, monitor
+    saving = "the newest weights, stopping every process"
+
+    def __init__(self, config: SpreezeConfig, spec, agent, monitor: Monitor):
+        self.config, self.spec, self.agent, self.monitor = config, spec, agent, monitor
         state: PALState = monitor.state
         self.weights_dir = checkpoint_dir(monitor.run_dir)
         os.makedirs(self.weights_dir, exist_ok=True)
@@ -242,7 +238,7 @@ class _SpreezeRun:
         self.updates = self.updates0
         self.sample_seconds = self.update_seconds = 0.0
         self.elapsed = 0.0
-        self._last_report = 0.0  # when the last progress report was made (set when `train` starts)
+        self._started = self._last_report = 0.0  # when `train` started; the last progress report was made
 
     def _sampler_seconds(self) -> list[tuple[str, dict]]:
         """The samplers' clocks (`systems.common.profile`), from their rows of the shared stage seconds: one entry
@@ -256,31 +252,32 @@ class _SpreezeRun:
         """Env steps collected by the whole run (the resumed ones included)."""
         return self.collected0 + int(np.sum(self.steps[:]))
 
-    def train(self) -> StopCause | None:
-        """Starts the children and learns until the run ends; returns what stopped it early (`until_stopped`:
-        Ctrl-C, SIGTERM), if anything did. Every process is stopped and the replay freed either way; a child's
-        error is raised here."""
-        stopped: StopCause | None = None
-        start = time.perf_counter()
-        self._last_report = start
+    def train(self) -> None:
+        self._started = self._last_report = time.perf_counter()
+        with stage("start_and_tune"):
+            self._start_children()
+        self._learn()
 
-        def loop() -> None:
-            with stage("start_and_tune"):
-                self._start_children()
-            self._learn()
+    def close(self) -> None:
+        self.elapsed = time.perf_counter() - self._started
+        self.children.shutdown()
+        self.children.channel.close()
+        self.replay.close()
+        self.replay.unlink()
 
-        try:
-            stopped = until_stopped(SYSTEM, self.monitor, loop, saving="the newest weights, stopping every process")
-        finally:
-            self.elapsed = time.perf_counter() - start
-            self.children.shutdown()
-            self.children.channel.close()
-            self.replay.close()
-            self.replay.unlink()
+    def wind_up(self, stopped: skeleton.StopCause | None) -> dict:
+        config, monitor = self.config, self.monitor
         if stopped is None:
-            _drain_events(self.children, self.monitor, self.episodes)
+            _drain_events(self.children, monitor, self.episodes)
             self.children.check()
-        return stopped
+        collected = self.collected()
+        monitor.state = PALState(self.learner.state(), np.asarray(self.updates, np.int64),
+                                 np.asarray(collected, np.int64))
+        # The final policy, evaluated here (the test process is gone); a resumed run that collected nothing has its
+        # own.
+        if config.eval_episodes > 0 and stopped is None and collected > monitor.start_steps:
+            _evaluate_final_policy(config, self.spec, self.agent, monitor, collected, self.updates)
+        return self.summary_extra(collected)
 
     def _start_sampler(self, i: int) -> None:
         self.children.start(f"sampler-{i}", workers.sampler_main, i, self.config, self.replay.handle(),

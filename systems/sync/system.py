@@ -11,10 +11,10 @@ import jax
 from agents import TrainState
 from envs.factory import EnvSpec
 from systems.common import learner
+from systems.common import run as skeleton
 from systems.common.monitor import LearnerReport
 from systems.common.profile import stage
 from systems.common.rollout import RoundStorage
-from systems.common.run import run_lockstep, start_run
 from systems.sync.config import SYSTEM, SyncConfig, own_config, validate
 
 __all__ = ["SYSTEM", "SyncConfig", "make_agent", "run", "validate"]
@@ -31,11 +31,13 @@ def make_agent(config: SyncConfig, spec: EnvSpec) -> tuple[learner.LearnerSetup,
 
 def run(config: SyncConfig) -> dict:
     """Trains with the synchronous baseline; returns the summary (also written to `<run dir>/summary.json`)."""
-    config = own_config(config)
-    ctx = start_run(SYSTEM, config, make_agent)
-    monitor, setup = ctx.monitor, ctx.setup
-    if ctx.start_round >= ctx.total_rounds:
-        return monitor.finish()
+    return skeleton.run(SYSTEM, own_config(config), lambda c: skeleton.open_on_policy(c, make_agent, _start),
+                        validate=validate)
+
+
+def _start(ctx: skeleton.RunContext) -> skeleton.Loop:
+    """Rollout and learning in turn: every env's result before acting, the update at each round's end."""
+    config, monitor, setup = ctx.config, ctx.monitor, ctx.setup
     executor = ctx.make_executor(config.num_envs)
     stop = [False]
 
@@ -54,4 +56,4 @@ def run(config: SyncConfig) -> dict:
     collector = ctx.make_collector(executor, inference_batch=config.num_envs, on_round_complete=on_round_complete)
     wait_for_compile = ctx.compile_update_ahead(collector)
     # Lock-step: wait for every env's result before acting (A2C/PPO's per-step synchronization).
-    return run_lockstep(SYSTEM, executor, collector, monitor)
+    return skeleton.LockstepLoop(executor, collector, monitor)

@@ -168,7 +168,7 @@ _SMALL = ("--env=CartPole-v1", "--total_steps=100000000", "--checkpoint_every=64
 
 @pytest.mark.parametrize("module, flags", [
     ("launch.hts", ("--num_envs=4", "--sync_interval=16")),
-    ("launch.sync", ("--num_envs=4", "--sync_interval=16")),  # run_lockstep: also launch.ba3c's loop
+    ("launch.sync", ("--num_envs=4", "--sync_interval=16")),  # LockstepLoop: also launch.ba3c's loop
     ("launch.gala", ("--num_learners=2", "--envs_per_learner=2", "--sync_interval=16")),  # asynchronous learners
     ("launch.pal", ("--learning_starts=200",)),
 ])
