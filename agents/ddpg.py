@@ -29,8 +29,16 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from agents.hyperparams import setting
 from agents.offpolicy_networks import box_scale_and_offset
 from agents.parallel import mean_over_axis
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DDPGHyperparameters:
+    """A DDPG / TD3 run's exploration: Gaussian noise on the actor's action (Fujimoto et al. 2018, Sec. 6.1)."""
+
+    action_noise: float = setting(0.1, "DDPG/TD3: Gaussian exploration noise (fraction of half-range).", "off_policy")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,9 +26,25 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from agents.hyperparams import hyperparameter, setting
 from agents.parallel import mean_over_axis
 
 DQN_LOSSES = ("huber", "mse")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DQNHyperparameters:
+    """A DQN run's own flags: the hard target copies' period (Mnih et al. 2015) and the epsilon-greedy exploration,
+    decayed linearly from ``epsilon_start`` to ``epsilon_end`` over ``exploration_fraction`` of the run."""
+
+    target_update_period: int = hyperparameter(
+        500, "DQN: updates between target copies (default: preset).", group="dqn", search=("int", 100, 10_000, True))
+    epsilon_start: float = setting(1.0, "DQN: initial exploration rate.", "dqn")
+    epsilon_end: float = hyperparameter(0.05, "DQN: final exploration rate (default: preset).", group="dqn",
+                                        search=("float", 0.01, 0.1))
+    exploration_fraction: float = hyperparameter(
+        0.5, "DQN: fraction of the run to decay epsilon over (default: preset).", group="dqn",
+        search=("float", 0.05, 0.5))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,8 +2,11 @@
 help text, allowed values and search distribution its launchers' flags and `launch.tune` use.
 
 The on-policy run config (`systems.common.config.TrainConfig`) inherits these dataclasses (`PPOHyperparameters`,
-`OptimizerHyperparameters`, `NetworkHyperparameters`, `NormalizationHyperparameters`), so each hyperparameter is
-declared once, here in `agents/`, and reaches the run, its flag (same name) and its preset without being copied.
+`OptimizerHyperparameters`, `NetworkHyperparameters`, `NormalizationHyperparameters`), and the off-policy one
+(`systems.offpolicy.config.OffPolicyConfig`) theirs (`ReplayLearningHyperparameters`,
+`OffPolicyOptimizerHyperparameters`, `OffPolicyNetworkHyperparameters`, `DQNHyperparameters`,
+`DDPGHyperparameters`), so each hyperparameter is declared once, here in `agents/`, and reaches the run, its flag
+(same name) and its preset without being copied.
 """
 
 from __future__ import annotations
@@ -21,6 +24,17 @@ def hyperparameter(default, help_text: str, choices: tuple = (), group: str = "o
     return dataclasses.field(default=default, metadata={"help": help_text, "choices": tuple(choices), "group": group,
                                                         "flag_default": flag_default, "preset": True,
                                                         "flag_kind": flag_kind, "search": search})
+
+
+_SAME = object()
+
+
+def setting(default, help_text: str, group: str, choices: tuple = (), flag_default=_SAME, flag_kind: str = ""):
+    """A config field its launcher offers as a flag with the field's own default (no preset; `flag_default` where
+    the flag's text differs, e.g. "2" for an int flag read as a string), declared as `hyperparameter` is."""
+    return dataclasses.field(default=default, metadata={
+        "help": help_text, "choices": tuple(choices), "group": group, "preset": False, "flag_kind": flag_kind,
+        "flag_default": default if flag_default is _SAME else flag_default})
 
 
 def field_names(config_cls: type) -> tuple[str, ...]:

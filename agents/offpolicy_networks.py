@@ -18,6 +18,7 @@ variance), as in Stable-Baselines3 and CleanRL's PyTorch scripts. Action bounds 
 floats so that a module (and its bound ``apply``) stays hashable and can be a static argument of ``jax.jit``.
 """
 
+import dataclasses
 from collections.abc import Sequence
 
 import chex
@@ -26,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agents.hyperparams import hyperparameter
 from agents.networks import NATURE_CNN_OBS_SHAPE, TORCH_LINEAR_INIT, NatureCNN
 
 # SAC reference implementations (Haarnoja's softlearning, CleanRL) keep log std in [-5, 2]: below, the
@@ -36,6 +38,18 @@ Q_TORSOS = ("mlp", "nature_cnn")
 
 
 INITS = ("flax", "torch")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OffPolicyNetworkHyperparameters:
+    """The off-policy networks' shape: the MLPs' hidden sizes and their Dense initialisation (``dense``)."""
+
+    hidden_sizes: tuple = hyperparameter((256, 256), "MLP hidden sizes, e.g. 256,256 (default: preset).",
+                                         group="off_policy", search=("categorical", ("64,64", "256,256", "400,300")))
+    network_init: str = hyperparameter(
+        "flax", "Dense initialisation of the MLPs: flax (LeCun normal, zero bias; CleanRL's JAX scripts) or torch "
+        "(PyTorch's uniform +-1/sqrt(fan_in); SB3's and CleanRL's PyTorch scripts) (default: preset; flax but for "
+        "PAL's TD3 on MuJoCo / Brax).", choices=INITS, group="off_policy")
 
 
 def dense(features: int, x: jax.Array, init: str = "flax", name: str | None = None) -> jax.Array:

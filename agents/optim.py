@@ -47,6 +47,20 @@ class OptimizerHyperparameters:
         """``make_optimizer``'s arguments for a run of ``total_updates`` optimizer steps (the decay horizon)."""
         return dict(name=self.optimizer, learning_rate=self.learning_rate, total_updates=total_updates,
                     anneal_lr=self.anneal_lr, max_grad_norm=self.max_grad_norm, eps=self.opt_eps)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OffPolicyOptimizerHyperparameters:
+    """The off-policy learners' Adam (``make_optimizer``, no annealing): one learning rate for the Q network or the
+    actor, one for the critics and SAC's temperature."""
+
+    learning_rate: float = hyperparameter(2.5e-4, "Learning rate (default: preset).", group="off_policy",
+                                          search=("float", 1e-5, 3e-3, True))
+    critic_learning_rate: float = hyperparameter(
+        0.0, "Critic learning rate (0: --learning_rate; default: preset).", group="off_policy")
+    max_grad_norm: float = hyperparameter(
+        0.5, "Global gradient norm clip (0: none; default: 10 for DQN, else 0).", group="off_policy")
+    opt_eps: float = hyperparameter(1e-5, "Optimizer epsilon (default: 1e-5 for DQN, else 1e-8).", group="off_policy")
 LR_SCALING_RULES = ("none", "linear", "sqrt")
 
 # Seed paper 001, Table 1 and Sec. 2.4.

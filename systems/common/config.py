@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from agents.hyperparams import hyperparameter
+from agents.hyperparams import hyperparameter, setting
 from agents.networks import NetworkHyperparameters
 from agents.normalization import NormalizationHyperparameters
 from agents.optim import OPTIMIZERS, OptimizerHyperparameters
@@ -25,17 +25,6 @@ def first_line(error: BaseException) -> str:
     """The first line of an error's text (its type's name if it has none): what a one-line message quotes of a
     library's multi-line error (JAX's, W&B's, imageio's)."""
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
-_SAME = object()
-
-
-def setting(default, help_text: str, group: str, choices: tuple = (), flag_default=_SAME, flag_kind: str = ""):
-    """A config field its launcher offers as a flag with the field's own default (no preset; `flag_default` where
-    the flag's text differs, e.g. "2" for an int flag read as a string), declared as `hyperparameter` is."""
-    return dataclasses.field(default=default, metadata={
-        "help": help_text, "choices": tuple(choices), "group": group, "preset": False, "flag_kind": flag_kind,
-        "flag_default": default if flag_default is _SAME else flag_default})
 
 
 def hyperparameters(config_cls: type, group: str) -> tuple[str, ...]:
@@ -147,15 +136,18 @@ def total_rounds(config: TrainConfig) -> int:
     return rounds(config.total_steps, steps_per_round(config))
 
 
-def recorded_config(raw: dict) -> dict:
-    """A run's config.json as this version reads it. One written before `--frame_stack` reached EnvPool's Atari
-    (it has no `recurrent`, which came in the same version) recorded the default as 1: no stack of its own, Atari
-    keeping its 4 frames. That is the default 0 now, so such a run resumes and restores as it was made."""
-    if "recurrent" not in raw and raw.get("frame_stack") == 1:
-        return dict(raw, frame_stack=0)
+def recorded_config(raw: dict, path: str) -> dict:
+    """A run's config.json (`raw`, read from `path`) if this version reads it: one that records the version that
+    wrote it (`VERSION_KEY`). ConfigError for one written by 0.2.0 or earlier, which that version reads
+    (CHANGELOG.md)."""
+    if VERSION_KEY not in raw:
+        raise ConfigError(f"{path} was written by version 0.2.0 or earlier (it records no version), which version "
+                          f"{VERSION} does not read: resume or evaluate that run with version 0.2.0")
     return raw
 
 
+VERSION = "0.3.0"  # this project's version (pyproject.toml's), recorded in every run's config.json
+VERSION_KEY = "version"  # config.json: the version that wrote it
 PLAN_KEY = "plan"  # config.json: what a system derived from the config (devices, scaled learning rate), beside it
 SYSTEM_KEY = "system"  # config.json: the system that made the run; only its launcher (launch.<system>) resumes it
 MAX_ENVS = 65_536  # EnvPool allocates every env up front (--num_envs=100000000 died in std::bad_alloc)

@@ -19,7 +19,7 @@ import numpy as np
 
 from systems.common import video as video_lib
 from systems.common.atomic import naming_the_file, write_atomic
-from systems.common.config import PLAN_KEY, SYSTEM_KEY
+from systems.common.config import PLAN_KEY, SYSTEM_KEY, VERSION, VERSION_KEY
 from systems.common.tracking import Tracker
 
 # The progress.csv columns every system writes; each system adds its own metrics' columns (`Monitor`'s `Progress`).
@@ -100,8 +100,8 @@ class RunOutputs:
         """`progress_fields`: progress.csv's columns (the system's schema). A resumed run keeps the columns its
         progress.csv already has, so a run from before a schema change stays one consistent table, and drops the
         rows logged after `resumed_from` env steps (its checkpoint's): the resumed run logs those steps again.
-        config.json holds the config's fields, under `PLAN_KEY` the `plan` the system derived from them and under
-        `SYSTEM_KEY` the `system` that made the run."""
+        config.json holds the config's fields, under `PLAN_KEY` the `plan` the system derived from them, under
+        `SYSTEM_KEY` the `system` that made the run and under `VERSION_KEY` the version that wrote it."""
         self.run_dir = run_dir
         self._resumed_from = resumed_from
         self._closed = False
@@ -114,6 +114,7 @@ class RunOutputs:
             recorded[PLAN_KEY] = plan
         if system is not None:
             recorded[SYSTEM_KEY] = system
+        recorded[VERSION_KEY] = VERSION
         write_json_atomic(os.path.join(run_dir, "config.json"), recorded)
         self._progress = self._open_csv("progress.csv", progress_fields, append)
         self._evals = self._open_csv("evaluations.csv", EVAL_FIELDS, append)

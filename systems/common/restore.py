@@ -49,7 +49,7 @@ from flax import serialization
 
 from envs.factory import EnvSpec, make_spec
 from systems.common import checkpoint as checkpoint_lib
-from systems.common.config import PLAN_KEY, SYSTEM_KEY, ConfigError, recorded_config
+from systems.common.config import PLAN_KEY, SYSTEM_KEY, VERSION_KEY, ConfigError, recorded_config
 from systems.common.evaluation import network_act_fn
 from systems.common.registry import SystemEntry
 
@@ -117,7 +117,7 @@ def restore_run(run_dir: str, entries: Mapping[str, SystemEntry]) -> RestoredRun
     except (OSError, json.JSONDecodeError) as error:
         raise ConfigError(f"cannot read {config_path}: {error}") from None
     if isinstance(raw_config, dict):
-        raw_config = recorded_config(raw_config)
+        raw_config = recorded_config(raw_config, config_path)
     files = _checkpoint_files(run_dir, entries)
     if not files:
         raise ConfigError(
@@ -164,13 +164,14 @@ def _system_of(run_dir: str, files: list[str]) -> str:
 def config_from_json(config_cls: type, values: dict) -> Any:
     """The config dataclass from its `dataclasses.asdict` JSON: lists back to tuples where the field's default is a
     tuple (PAL's `hidden_sizes`); keys the class does not know are an error (a config of another system). The run's
-    plan (`PLAN_KEY`, derived values) and the system's name (`SYSTEM_KEY`) are not part of the config."""
+    plan (`PLAN_KEY`, derived values), the system's name (`SYSTEM_KEY`) and the version that wrote it
+    (`VERSION_KEY`) are not part of the config."""
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    values = {name: value for name, value in values.items() if name not in (PLAN_KEY, SYSTEM_KEY)}
+    values = {name: value for name, value in values.items() if name not in (PLAN_KEY, SYSTEM_KEY, VERSION_KEY)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ConfigError(f"config.json has fields {config_cls.__name__} does not know: {', '.join(unknown)} (a run "
-                          "of another system, or one written by version 0.1, which reads it)")
+                          "of another system)")
     kwargs = {}
     for name, value in values.items():
         if isinstance(value, list) and isinstance(fields[name].default, tuple):

@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 from systems.common.checkpoint import checkpoint_dir
-from systems.common.config import PLAN_KEY, SYSTEM_KEY, ConfigError, recorded_config
+from systems.common.config import SYSTEM_KEY, ConfigError, recorded_config
 from systems.common.outputs import json_default
 
 LOCK_FILE = ".lock"
@@ -113,14 +113,12 @@ def _check_existing(path: str, config: Any, may_change: frozenset, plan: dict | 
         return
     if previous is None:
         raise ConfigError(f"--resume: {path} holds no run (no readable {CONFIG_FILE})")
-    owner = _recorded_system(path, previous)
+    owner = previous.get(SYSTEM_KEY)
     if system is not None and owner is not None and owner != system:
         raise ConfigError(
             f"--resume: {path} holds a run of {owner}, not {system}; resume it with python -m launch.{owner}"
         )
     current = json.loads(json.dumps(dataclasses.asdict(config), default=json_default))
-    if plan is not None and PLAN_KEY not in previous:  # saved with the derived values in the config's fields
-        current.update((name, value) for name, value in plan.items() if name in current)
     allowed = (RESUMABLE_FIELDS | may_change) & current.keys()
     if current.get("num_envs") == 0:
         current.pop("num_envs")  # not read by this run's system
@@ -132,19 +130,6 @@ def _check_existing(path: str, config: Any, may_change: frozenset, plan: dict | 
             f"--resume: --{flag}={_show(value)} differs from the run's {_show(previous[name])} ({path}/{CONFIG_FILE});"
             f" a resumed run may change only --{', --'.join(sorted(allowed - {'resume', 'logdir'}))}"
         )
-
-
-def _recorded_system(path: str, previous: dict) -> str | None:
-    """The system that made the run: config.json's `SYSTEM_KEY`, else (a run saved before config.json recorded it)
-    summary.json's `system`, else None."""
-    if isinstance(previous.get(SYSTEM_KEY), str):
-        return previous[SYSTEM_KEY]
-    try:
-        with open(os.path.join(path, "summary.json")) as f:
-            owner = json.load(f).get("system")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return owner if isinstance(owner, str) else None
 
 
 def _saved_nothing(path: str) -> bool:
@@ -165,7 +150,7 @@ def _read_config(path: str) -> dict | None:
         return None
     except (OSError, ValueError) as error:
         raise ConfigError(f"{path}/{CONFIG_FILE} cannot be read ({error}); the directory holds a damaged run") from None
-    return recorded_config(previous) if isinstance(previous, dict) else None
+    return recorded_config(previous, os.path.join(path, CONFIG_FILE)) if isinstance(previous, dict) else None
 
 
 def _show(value: Any) -> str:

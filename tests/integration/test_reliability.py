@@ -582,7 +582,7 @@ def test_a_changed_layout_flag_is_named_not_the_env_count_it_sets(tmp_path):
 
     rundir.claim(str(tmp_path), Layout()).release()
     with open(tmp_path / "config.json", "w") as f:
-        json.dump(dataclasses.asdict(Layout()), f)
+        json.dump({**dataclasses.asdict(Layout()), config_lib.VERSION_KEY: config_lib.VERSION}, f)
     with pytest.raises(config_lib.ConfigError, match="--num_samplers=2 differs from the run's 1"):
         rundir.claim(str(tmp_path), Layout(num_envs=2, num_samplers=2, resume=True))
 

@@ -6,13 +6,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agents
+from agents.ddpg import DDPGHyperparameters
+from agents.dqn import DQNHyperparameters
 from agents.losses import ActorCriticLossHyperparameters
 from agents.networks import NetworkHyperparameters
 from agents.normalization import NormalizationHyperparameters
-from agents.optim import OptimizerHyperparameters
+from agents.offpolicy import ReplayLearningHyperparameters
+from agents.offpolicy_networks import OffPolicyNetworkHyperparameters
+from agents.optim import OffPolicyOptimizerHyperparameters, OptimizerHyperparameters
 from agents.ppo import PPOHyperparameters
 from systems.common import learner
 from systems.common.config import TrainConfig
+from systems.offpolicy.config import OffPolicyConfig
+from systems.pal.config import PALConfig
+from systems.spreeze.config import SpreezeConfig
 
 _BUILD = {"unroll_epochs": True, "unroll_minibatches": False}
 
@@ -24,9 +31,10 @@ def test_every_hyperparameter_of_the_algorithms_is_a_train_config_field():
         assert names <= train_fields, names - train_fields
 
 
-def test_each_on_policy_hyperparameter_is_declared_once_beside_its_algorithm():
-    """`TrainConfig` holds the agents' hyperparameter dataclasses by inheritance: each of their fields is the very
-    field `agents/` declares (its help, choices and search distribution), never a second declaration."""
+def test_each_hyperparameter_is_declared_once_beside_its_algorithm():
+    """`TrainConfig` and `OffPolicyConfig` hold the agents' hyperparameter dataclasses by inheritance: each of their
+    fields is the very field `agents/` declares (its help, choices and search distribution), never a second
+    declaration (but Spreeze's `batch_size`, which also takes 'auto')."""
     declared = (ActorCriticLossHyperparameters, PPOHyperparameters, OptimizerHyperparameters,
                 NetworkHyperparameters, NormalizationHyperparameters)
     own = set(vars(TrainConfig).get("__annotations__", {}))
@@ -36,6 +44,16 @@ def test_each_on_policy_hyperparameter_is_declared_once_beside_its_algorithm():
             assert field.name not in own, f"TrainConfig declares {field.name} again"
             if field.name != "normalize_advantages":  # PPO's fixed choice, not a flag
                 assert field.metadata["help"], field.name
+    for declaring in (ReplayLearningHyperparameters, OffPolicyOptimizerHyperparameters,
+                      OffPolicyNetworkHyperparameters, DQNHyperparameters, DDPGHyperparameters):
+        assert declaring.__module__.startswith("agents."), declaring
+        for field in dataclasses.fields(declaring):
+            for config_cls in (OffPolicyConfig, PALConfig, SpreezeConfig):
+                if (config_cls, field.name) != (SpreezeConfig, "batch_size"):  # Spreeze's also takes 'auto' (3.4)
+                    assert config_cls.__dataclass_fields__[field.name] is field, (config_cls, field.name)
+            assert field.metadata["help"], field.name
+    off_policy_own = set(vars(OffPolicyConfig).get("__annotations__", {}))
+    assert off_policy_own == {"algo", "num_envs", "eval_deterministic"}  # run fields, not hyperparameters
     # A2C's own default (the n-step return of Eq. 4) keeps the loss's declared help and search distribution.
     a2c_lambda = agents.A2CConfig.__dataclass_fields__["gae_lambda"]
     assert a2c_lambda.default == 1.0

@@ -90,20 +90,36 @@ def test_an_error_in_a_worker_thread_stops_the_run_with_the_original_exception(t
     assert frames[-1] in ("update", "policy")
 
 
-def test_a_run_recorded_before_the_task_own_frame_stack_resumes_as_it_was_made(tmp_path):
-    """config.json written before `--frame_stack=0` (the task's own stack) recorded 1 and had no `recurrent`: it is
-    read as 0, so the run resumes without a flag (an Atari run keeps its 4 frames); a newer 1 stays 1."""
+def test_a_run_directory_of_an_earlier_version_is_refused_with_one_line_and_left_as_it_is(tmp_path):
+    """config.json records the version that wrote it; one that records none (0.2.0 or earlier, whose format this
+    version no longer reads) is refused by --resume and by restore (launch.evaluate), and the directory is untouched."""
     import json
 
-    from systems.common.config import recorded_config
+    from systems.common.config import VERSION, ConfigError
+    from systems.common.restore import restore_run
+    from systems.registry import ENTRIES
 
-    assert recorded_config({"frame_stack": 1, "env_id": "Breakout-v5"})["frame_stack"] == 0
-    assert recorded_config({"frame_stack": 1, "recurrent": "none"})["frame_stack"] == 1
-    assert recorded_config({"frame_stack": 3})["frame_stack"] == 3
     run_dir = tmp_path / "run"
     hts.run(tiny_hts(run_dir, total_steps=128))
     path = run_dir / "config.json"
-    old = {k: v for k, v in json.loads(path.read_text()).items() if k not in ("recurrent", "rnn_size")}
-    path.write_text(json.dumps(dict(old, frame_stack=1)))
-    summary = hts.run(tiny_hts(run_dir, total_steps=256, resume=True))
-    assert summary["env_steps"] == 256 and summary["resumed_from_env_steps"] == 128
+    recorded = json.loads(path.read_text())
+    assert recorded["version"] == VERSION
+    assert restore_run(str(run_dir), ENTRIES).config.total_steps == 128
+    path.write_text(json.dumps({k: v for k, v in recorded.items() if k != "version"}))
+    before = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match=r"written by version 0\.2\.0 or earlier .* with version 0\.2\.0$"):
+        hts.run(tiny_hts(run_dir, total_steps=256, resume=True))
+    with pytest.raises(ConfigError, match=r"written by version 0\.2\.0 or earlier"):
+        restore_run(str(run_dir), ENTRIES)
+    assert {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_the_version_recorded_in_config_json_is_the_package_version():
+    import pathlib
+
+    import tomllib
+
+    from systems.common.config import VERSION
+
+    pyproject = pathlib.Path(__file__).resolve().parents[3] / "pyproject.toml"
+    assert tomllib.loads(pyproject.read_text())["project"]["version"] == VERSION
