@@ -90,6 +90,8 @@ class Side:
     flags: tuple = ()
     zoo_algo: str = ""  # the peer: rl-zoo3's algorithm
     devices: int = 0  # forced CPU devices for JAX (0: the machine's own)
+    flagfile: str = ""  # ours: an absl --flagfile (a study's best point), relative to the checkout
+    zoo_study: str = ""  # the peer: a study's folder under results/ (`benchmarks/tune.py`): its best trial's point
 
     @property
     def peer(self) -> bool:
@@ -165,6 +167,11 @@ SIDE_SPECS = {
     "hts_lstm_zoo": Side("HTS-PPO, LSTM core, with rl-zoo3's RecurrentPPO hyperparameters as flags (ours)", "hts",
                          ("--recurrent=lstm",)),
     "hts_ff_zoo": Side("HTS-PPO feed-forward control, the same flags (ours)", "hts", ("--recurrent=none",)),
+    # Each side's best point of a hyperparameter search at a short budget (`benchmarks/tune.py`), at the full one.
+    "hts_tuned": Side("HTS-PPO, launch.tune's best point (ours)", "hts",
+                      flagfile="benchmarks/results/tune/LunarLander-v2/ours_best.flags"),
+    "sb3_tuned": Side("SB3 PPO, rl-zoo3 -optimize's best trial (peer)", zoo_algo="ppo",
+                      zoo_study="benchmarks/results/tune/LunarLander-v2"),
 }
 PPO_SIDES = ("hts", "sb3", "sync", "hts_zoo", "hts_family", "sync_family")  # run in this order per seed
 MEMORY_SIDES = ("hts_lstm_zoo", "sb3_rppo", "hts_ff_zoo")
@@ -651,6 +658,10 @@ TASKS = {
                                          sides=("hts", "sb3"), extra_sides=("hts_zoo",)),
     "MiniGrid-DoorKey-5x5-v0": Task("gymnasium/minigrid:MiniGrid-DoorKey-5x5-v0", 100_000, sides=("hts", "sb3"),
                                     extra_sides=("hts_zoo",)),
+    # Hyperparameter search (`benchmarks/tune.py`): each side's best point on 5 seeds disjoint from the tuning ones,
+    # at rl-zoo3's LunarLander PPO budget; the default preset and rl-zoo3's hand-tuned one on the same seeds.
+    "LunarLander-v2 tuned": Task("LunarLander-v2", 1_000_000, tuple(range(10_000, 10_005)), ("hts_tuned", "sb3_tuned"),
+                                 extra_sides=("hts", "sb3")),
     # Policies with memory: rl-zoo3's masked-velocity CartPole, its env definition on both sides, rl-zoo3's budget.
     "CartPoleNoVel-v1": Task(ZOO_ENV + "CartPoleNoVel-v1", 100_000, FIVE_SEEDS, MEMORY_SIDES, family="memory"),
     "PendulumNoVel-v1": Task(ZOO_ENV + "PendulumNoVel-v1", 100_000, FIVE_SEEDS, MEMORY_SIDES, family="memory"),
@@ -676,6 +687,8 @@ def our_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) ->
         replay = ["--checkpoint_buffer"] if spec.launcher in taken_by("checkpoint_buffer") else []
         args = [f"--env={task.env_id}", *greedy, *replay, "--eval_episodes=10", f"--eval_every={eval_every(task)}"]
     args += list(spec.flags)
+    if spec.flagfile:
+        args.append(f"--flagfile={os.path.join(ROOT, spec.flagfile)}")
     if side in ZOO_FLAG_SIDES:
         args += list(ZOO_FLAGS[task.env_id])
     args += [f"--seed={seed}", f"--total_steps={task.steps}", f"--logdir={run_dir}", "--quiet"]
@@ -693,7 +706,18 @@ def peer_command(task: Task, side: str, seed: int, run_dir: str, resume: bool) -
         str(eval_every(task)), "--eval-episodes", "10", "--n-eval-envs", "1", "-f", run_dir, "--device", "cpu",
         "--vec-env", "dummy", "--verbose", "0", "--log-interval", "-1",
         *(["--gym-packages", PEER_GYM_PACKAGES[task.env_id]] if task.env_id in PEER_GYM_PACKAGES else []),
+        *(_zoo_study_args(SIDE_SPECS[side].zoo_study) if SIDE_SPECS[side].zoo_study else []),
     ]
+
+
+ZOO_STUDY_NAME = "ppo-lunarlander"  # the peer's study in `benchmarks/tune.py`'s journal
+
+
+def _zoo_study_args(folder: str) -> list[str]:
+    """rl-zoo3's arguments that train with a study's best trial: its point as `--hyperparams` (`benchmarks/tune.py`
+    wrote them with rl-zoo3's own converter)."""
+    with open(os.path.join(ROOT, folder, "peer_trials.json")) as f:
+        return ["--hyperparams", *json.load(f)["best_hyperparams"]]
 
 
 def applies(side: str, task: Task) -> bool:
