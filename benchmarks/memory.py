@@ -15,6 +15,12 @@ with `--frame_stack=1 --recurrent=lstm` (EnvPool's `stack_num=1`, an LSTM of 128
 `benchmarks/cpu_e2e.py` measures it (from the 4th update to the last), CPU time and load beside it. CleanRL's LSTM
 PPO runs at about 0.4x its feed-forward script.
 
+Its first 1M steps' curve (`--breakout_curve=<run dir>`): the evaluations of a finished run of
+`python -m launch.hts --game=Breakout --frame_stack=1 --recurrent=lstm --total_steps=1000000 --eval_every=100000`
+(one seed), kept in `results/memory_breakout_curve_cpu.csv`, beside the feed-forward main job's evaluations at the
+same env steps from its one GPU run (`results/gpu/run5_progress/`: the same command and preset on an H200, evaluated
+every 500k steps; learning per env step, not speed, is compared).
+
 Resumable: a finished row is kept in `results/memory_cpu.csv` (`results/memory_breakout_cpu.csv`) and skipped; the
 tables are in `results/memory_cpu.md`.
 """
@@ -51,6 +57,10 @@ SOLVED = 0.9  # an agent whose final metric reaches this remembers the bit (chan
 BREAKOUT_CSV = os.path.join(RESULTS, "memory_breakout_cpu.csv")
 BREAKOUT_FIELDS = ("run", "variant", "seconds", "steady_sps", "updates", "env_steps", "cpu_s", "mean_load", "date",
                    "commit", "machine", "command")
+BREAKOUT_CURVE_CSV = os.path.join(RESULTS, "memory_breakout_curve_cpu.csv")
+BREAKOUT_CURVE_FIELDS = ("env_steps", "wall_time", "mean_return", "std_return", "episodes", "date", "commit",
+                         "machine", "command")
+FEED_FORWARD_EVALUATIONS = os.path.join(RESULTS, "gpu", "run5_progress", "evaluations.csv")
 BREAKOUT_VARIANTS = {"feed-forward, 4 frames (the main job)": (),
                      "LSTM 128, 1 frame": ("--frame_stack=1", "--recurrent=lstm")}
 
@@ -146,6 +156,42 @@ def breakout_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def breakout_curve(run_dir: str, commit: str) -> list[dict]:
+    """The finished Breakout LSTM run's evaluations as `BREAKOUT_CURVE_FIELDS` rows (its command from its
+    config.json; `commit`: the checkout it ran from, a worktree's, default this one's)."""
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(run_dir, "config.json")) as f:
+        config = json.load(f)
+    if summary.get("interrupted") or config.get("recurrent") != "lstm":
+        raise SystemExit(f"error: {run_dir} is not a finished --recurrent=lstm run")
+    command = (f"-m launch.hts --game=Breakout --frame_stack={config['frame_stack']} --recurrent=lstm "
+               f"--total_steps={config['total_steps']} --eval_every={config['eval_every']} --seed={config['seed']}")
+    evaluations = read_rows(os.path.join(run_dir, "evaluations.csv"))
+    stamp = dict(date=datetime.date.fromtimestamp(os.path.getmtime(os.path.join(run_dir, "summary.json"))).isoformat(),
+                 commit=commit or git_commit(), machine=machine(), command=command)
+    return [dict(env_steps=e["env_steps"], wall_time=e["wall_time"], mean_return=e["mean_return"],
+                 std_return=e["std_return"], episodes=e["episodes"], **stamp) for e in evaluations]
+
+
+def breakout_curve_lines(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    feed_forward = {int(r["env_steps"]): r["mean_return"] for r in read_rows(FEED_FORWARD_EVALUATIONS)}
+    lines = ["", "### Its first 1M steps", "",
+             f"One seed, `python {rows[0]['command']}` ({rows[0]['machine']}, {rows[0]['date']}, commit "
+             f"{rows[0]['commit']}); the feed-forward main job's evaluations at the same env steps from its one GPU "
+             "run (`gpu/run5_progress/`, the same preset on an H200, evaluated every 500k steps). Mean return of 10 "
+             "sampled-action episodes per evaluation.", "",
+             "| env steps | LSTM, 1 frame: return | wall (min, 2 cores) | feed-forward, 4 frames: return |",
+             "| --- | --- | --- | --- |"]
+    for r in rows:
+        steps = int(r["env_steps"])
+        near = next((v for s, v in feed_forward.items() if abs(s - steps) <= 2_048), "")
+        lines.append(f"| {steps:,} | {float(r['mean_return']):.1f} | {float(r['wall_time']) / 60:.1f} | {near} |")
+    return lines
+
+
 def write_report(rows: list[dict]) -> None:
     lines = [
         "# Policies with memory: MemoryChain under Anakin", "",
@@ -164,6 +210,7 @@ def write_report(rows: list[dict]) -> None:
     lines += ["", "Commands (`runs/memory/<row>` is the row's run directory):", ""]
     lines += [f"- `{r['row']}`: `python {r['command']}`" for r in rows]
     lines += breakout_lines(read_rows(BREAKOUT_CSV))
+    lines += breakout_curve_lines(read_rows(BREAKOUT_CURVE_CSV))
     with open(REPORT, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -175,7 +222,14 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--breakout", action="store_true", help="the Breakout SPS pairs instead of the rows")
     parser.add_argument("--breakout_seconds", type=float, default=190.0)
     parser.add_argument("--breakout_pairs", type=int, default=2)
+    parser.add_argument("--breakout_curve", default="", help="a finished Breakout LSTM run directory: keep its curve")
+    parser.add_argument("--breakout_commit", default="", help="the commit that run ran from (default: this one's)")
     args = parser.parse_args(argv)
+    if args.breakout_curve:
+        write_rows(breakout_curve(args.breakout_curve, args.breakout_commit), BREAKOUT_CURVE_CSV,
+                   BREAKOUT_CURVE_FIELDS)
+        write_report(read_rows())
+        return
     if args.breakout:
         os.makedirs(RESULTS, exist_ok=True)
         for run in range(2 * args.breakout_pairs):

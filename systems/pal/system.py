@@ -323,7 +323,7 @@ class _Framework(skeleton.Loop):
     def __init__(self, config: PALConfig, threads: Plan, spec: EnvSpec, agent: OffPolicyAgent, buffer,
                  monitor: Monitor, warmup: int, summary):
         self.config, self.threads, self.monitor, self._summary = config, threads, monitor, summary
-        self._started, self._ended = 0.0, False
+        self._started, self._elapsed, self._ended = 0.0, 0.0, False  # when `train` started, its seconds, its end
         state: PALState = monitor.state
         self.collected0, self.updates0 = int(state.env_steps), int(state.update_step)
         self.gate = RatioGate(update_interval=config.update_interval, warmup=warmup, collected=self.collected0,
