@@ -182,7 +182,8 @@ def breakout_curve_lines(rows: list[dict]) -> list[str]:
              f"One seed, `python {rows[0]['command']}` ({rows[0]['machine']}, {rows[0]['date']}, commit "
              f"{rows[0]['commit']}); the feed-forward main job's evaluations at the same env steps from its one GPU "
              "run (`gpu/run5_progress/`, the same preset on an H200, evaluated every 500k steps). Mean return of 10 "
-             "sampled-action episodes per evaluation.", "",
+             "sampled-action episodes per evaluation, both seed 1. Wall time as the run had it (it may have shared "
+             "the cores with other work: the SPS pairs above are the speed figures).", "",
              "| env steps | LSTM, 1 frame: return | wall (min, 2 cores) | feed-forward, 4 frames: return |",
              "| --- | --- | --- | --- |"]
     for r in rows:
