@@ -173,7 +173,7 @@ def write_report() -> None:
     for side in ("ours", "peer"):
         path = os.path.join(task_dir(), f"{side}_trials.json")
         if not os.path.exists(path):
-            lines.append(f"| {side} | not run yet | | | | | |")
+            lines.append(f"| {side} | not finished yet | | | | | |")
             continue
         with open(path) as f:
             study = json.load(f)

@@ -42,7 +42,7 @@ def test_the_finals_train_each_best_point_on_seeds_apart_from_the_tuning_seeds(t
     assert _flag(ours, "seed") == "10000"
 
 
-def test_the_report_says_which_study_has_not_run(tmp_path, monkeypatch):
+def test_the_report_says_which_study_has_not_finished(tmp_path, monkeypatch):
     monkeypatch.setattr(tune, "task_dir", lambda task=tune.TASK: str(tmp_path))
     monkeypatch.setattr(tune, "REPORT_MD", str(tmp_path / "report.md"))
     trials = [dict(number=0, state="COMPLETE", value=-120.0, params=dict(learning_rate=3e-4), seconds=60.0),
@@ -53,4 +53,4 @@ def test_the_report_says_which_study_has_not_run(tmp_path, monkeypatch):
     tune.write_report()
     report = (tmp_path / "report.md").read_text()
     assert "| ours | 1 / 1 / 0 | -120.0 (trial 0) | learning_rate=0.0003 | 10.0 min | 15.0 min |" in report
-    assert "| peer | not run yet |" in report
+    assert "| peer | not finished yet |" in report

@@ -1,7 +1,6 @@
 """Smoke tests of `launch.ba3c` and `launch.gala` (tiny sizes, through the launcher's own parser, one CPU device),
 resume, and bad flags: one `error:` line and exit 2."""
 
-
 import pytest
 
 from launch import ba3c as launch_ba3c
