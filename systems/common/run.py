@@ -230,12 +230,12 @@ class RunContext:
 def open_on_policy(config: config_lib.TrainConfig, make_agent: AgentMaker, start: Callable[[RunContext], Loop], *,
                    may_change_on_resume: frozenset = frozenset(), header: str = "", plan: dict | None = None,
                    profile: Profile | None = None) -> Opening:
-    """The opening of a round-collecting on-policy run: validates `config` (ConfigError on a bad value), builds the
-    env spec, the system's agent (`make_agent(config, spec)`) and its evaluator; `start(ctx)` makes the loop once the
-    Monitor is open, unless every round is already learned. `may_change_on_resume`: the system's fields a resumed
-    run may change (`rundir.claim`); `header`: lines the progress output starts with, after the run's own; `plan`:
-    the values the system derived, for config.json; `profile`: the system's stages by thread."""
-    config_lib.validate(config)
+    """The opening of a round-collecting on-policy run (its `config` validated by `run` first, and again by the
+    system where it changed it): the env spec, the system's agent (`make_agent(config, spec)`) and its evaluator;
+    `start(ctx)` makes the loop once the Monitor is open, unless every round is already learned.
+    `may_change_on_resume`: the system's fields a resumed run may change (`rundir.claim`); `header`: lines the
+    progress output starts with, after the run's own; `plan`: the values the system derived, for config.json;
+    `profile`: the system's stages by thread."""
     step_time = parse_step_time(config.step_time)
     spec = make_spec(config.env_id, config.env_kwargs, config.frame_stack)
     setup, state = make_agent(config, spec)
