@@ -5,6 +5,7 @@ shared-memory segment outlives a run; bad flags through the launcher (one `error
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,14 +60,15 @@ def test_spreeze_resume_sets_a_corrupt_newest_weight_file_aside(tmp_path, capsys
     """A corrupt newest weight file made the run impossible to resume until deleted by hand (publishing an older
     version next to it was refused)."""
     run_dir = str(tmp_path / "run")
-    # The samplers never wait for the learner: on a loaded machine they may finish 800 steps before its first update
-    # is compiled, leaving version 0 alone. Resume until an older version stands behind the newest one.
     steps = 800
     system.run(tiny_spreeze(run_dir, total_steps=steps))
-    while len(weights_lib.list_versions(os.path.join(run_dir, "checkpoints"))) < 2 and steps < 8_000:
-        steps += 800
-        system.run(tiny_spreeze(run_dir, total_steps=steps, resume=True))
-    newest = weights_lib.list_versions(os.path.join(run_dir, "checkpoints"))[-1][1]
+    # The samplers never wait for the learner, so how many versions a short run publishes depends on the machine's
+    # load (on a busy one, version 0 alone). A readable copy one version newer makes the older file certain; the copy
+    # is then broken, as a disk or a foreign tool would.
+    directory = os.path.join(run_dir, "checkpoints")
+    version, path = weights_lib.list_versions(directory)[-1]
+    newest = weights_lib.weights_path(directory, version + 1)
+    shutil.copyfile(path, newest)
     with open(newest, "r+b") as f:
         f.truncate(100)
     capsys.readouterr()
