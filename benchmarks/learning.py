@@ -914,20 +914,20 @@ def run_one(task_name: str, side: str, seed: int, work_dir: str, peer_threads: i
     parts_file = run_dir + ".parts.json"
     if not resume:  # stopped before its first checkpoint, or never started: start afresh (a launcher of ours refuses
         subprocess.run(["rm", "-rf", run_dir, parts_file], check=True)  # a second run in the same directory)
-    earlier = _read_parts(parts_file)
+    earlier = read_parts(parts_file)
     # A run of ours resumed from a part started before the parts file (2026-11-29): its newest progress row.
     legacy_wall = _our_wall_so_far(run_dir) if resume and not earlier and not spec.peer else 0.0
     cmd = peer_command(task, side, seed, run_dir, resume) if spec.peer else our_command(task, side, seed, run_dir,
                                                                                            resume)
     os.makedirs(run_dir, exist_ok=True)
-    with open(run_dir + ".log", "a") as out, _PartMeter(parts_file, earlier) as meter:
+    with open(run_dir + ".log", "a") as out, PartMeter(parts_file, earlier) as meter:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=side_env(side, peer_threads),
                                 preexec_fn=die_with_parent)
         meter.watch(proc)
         returncode = proc.wait()
     if returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {returncode}; log: {run_dir}.log")
-    parts = _read_parts(parts_file)
+    parts = read_parts(parts_file)
     wall = legacy_wall + sum(part["wall_s"] for part in parts)
     cpu = "" if resume and not earlier else f"{sum(part['cpu_s'] for part in parts):.1f}"
     sampled = [part for part in parts if np.isfinite(part["mean_load"])]  # a part under 5 s has no load sample
@@ -943,14 +943,15 @@ def run_one(task_name: str, side: str, seed: int, work_dir: str, peer_threads: i
                                   os.path.basename(cmd[0]), *cmd[1:]]))
 
 
-def _read_parts(path: str) -> list[dict]:
+def read_parts(path: str) -> list[dict]:
+    """The metered parts of one run (`PartMeter`), oldest first; [] before its first part."""
     if not os.path.exists(path):
         return []
     with open(path) as f:
         return json.load(f)
 
 
-class _PartMeter:
+class PartMeter:
     """Meters one part of a run (a launcher process, start to exit) every 5 s: its wall time, the CPU time of the
     process (user + system, its finished children included; the exact figure, every descendant's, once it exits) and
     the 1-minute load average. It rewrites `<run dir>.parts.json` (earlier parts, then this one) at every sample, so a
@@ -978,7 +979,7 @@ class _PartMeter:
                     mean_load=float(np.mean(self._loads)) if self._loads else float("nan"))
         write_atomic(self._path, json.dumps([*self._earlier, part]))
 
-    def __enter__(self) -> _PartMeter:
+    def __enter__(self) -> PartMeter:
         self._t0, self._cpu0 = time.perf_counter(), _children_cpu_s()
         self._thread.start()
         return self

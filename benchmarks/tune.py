@@ -7,19 +7,20 @@ benchmark.
     PYTHONPATH=. python -m benchmarks.learning --tasks="LunarLander-v2 tuned"   # each best on seeds 10000-10004
 
 * ours: `launch.tune --system=hts --env=LunarLander-v2 --trials=T --seeds_per_trial=3 --final_seeds=0
-  --prune_warmup=3 --total_steps=B --eval_every=B/10 --eval_episodes=10`: launch.tune's default PPO space (the
-  `search` distributions declared beside the hyperparameters), a seeded TPE sampler, the median pruner after 3
-  evaluations, each trial's value the mean final metric over tuning seeds 0, 1, 2.
+  --prune_warmup=3 --prune_startup=2 --total_steps=B --eval_every=B/10 --eval_episodes=10`: launch.tune's
+  default PPO space (the `search` distributions declared beside the hyperparameters), a seeded TPE sampler, the
+  median pruner after 3 evaluations, each trial's value the mean final metric over tuning seeds 0, 1, 2.
 * peer: rl-zoo3's own `train -optimize` for SB3's PPO (`--max-total-trials T --sampler tpe --pruner median
   --n-startup-trials 5 --n-evaluations 10 --eval-episodes 10 -n B --seed 0`) on gymnasium's LunarLander-v3 (EnvPool's
   LunarLander-v2 is that env): its own space (`sample_ppo_params`) and one run per trial (rl-zoo3's own TODO: "eval
   each hyperparams several times"); its median pruner warms up for n_evaluations // 3 = 3 evaluations, as ours.
   Departures kept as each tool has them: rl-zoo3's TPE starts after 5 random trials (multivariate), launch.tune's
-  after Optuna's 10; rl-zoo3's pruner waits for 5 finished trials, launch.tune's for 2.
+  after Optuna's 10; rl-zoo3's pruner waits for 5 finished trials, this study's for 2 (`--prune_startup=2`, the
+  setting the committed study ran with; launch.tune's default is 5, as rl-zoo3's).
 * Each study lives in an Optuna journal under `--work_dir` (not committed) and resumes when the command runs again:
   launch.tune redraws a trial a stopped process left running; for rl-zoo3, which counts running trials towards its
   total, such a trial is marked failed first. Each part (one process, start to exit) is metered for wall time, CPU
-  time and load (`learning._PartMeter`), so a study that spans sessions sums its parts.
+  time and load (`learning.PartMeter`), so a study that spans sessions sums its parts.
 * Results, committed as they land: `results/tune/<task>/` (each study's trials, ours `best.flags`, the peer's
   journal and best point as rl-zoo3's `--hyperparams`), and `results/tune_cpu.md`.
 """
@@ -52,8 +53,9 @@ def task_dir(task: str = TASK) -> str:
 
 def our_command(study_dir: str, trials: int, budget: int) -> list[str]:
     return [sys.executable, "-m", "launch.tune", "--system=hts", f"--env={TASK}", f"--trials={trials}",
-            f"--seeds_per_trial={TUNING_SEEDS}", "--final_seeds=0", "--prune_warmup=3", f"--study_dir={study_dir}",
-            f"--total_steps={budget}", f"--eval_every={budget // 10}", "--eval_episodes=10", "--quiet"]
+            f"--seeds_per_trial={TUNING_SEEDS}", "--final_seeds=0", "--prune_warmup=3", "--prune_startup=2",
+            f"--study_dir={study_dir}", f"--total_steps={budget}", f"--eval_every={budget // 10}",
+            "--eval_episodes=10", "--quiet"]
 
 
 def peer_command(study_dir: str, trials: int, budget: int) -> list[str]:
@@ -121,14 +123,14 @@ def run_study(side: str, work_dir: str, trials: int, budget: int) -> dict:
     parts_file = os.path.join(study_dir, "parts.json")
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     with open(os.path.join(study_dir, "study.log"), "a") as out, \
-            learning._PartMeter(parts_file, learning._read_parts(parts_file)) as meter:
+            learning.PartMeter(parts_file, learning.read_parts(parts_file)) as meter:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent,
                                 cwd=learning.ROOT)
         meter.watch(proc)
         returncode = proc.wait()
     if returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {returncode}; log: {study_dir}/study.log")
-    parts = learning._read_parts(parts_file)
+    parts = learning.read_parts(parts_file)
     return dict(side=side, command=" ".join([os.path.basename(cmd[0]), *cmd[1:]]),
                 wall_s=sum(p["wall_s"] for p in parts), cpu_s=sum(p["cpu_s"] for p in parts), parts=len(parts))
 

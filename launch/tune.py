@@ -10,7 +10,8 @@ launcher's hyperparameters with Optuna, robust to seed noise.
   task's mean normalized by a uniformly random policy's return (the learning benchmark's `random_return`)
   and `--references` (one score per task: 0 random, 1 the reference).
 * Pruning: the first run of a trial reports each evaluation to Optuna's median pruner (after `--prune_warmup`
-  evaluations and two finished trials); a pruned run is stopped as Ctrl-C stops it. A non-finite metric prunes.
+  evaluations, and once `--prune_startup` trials have finished); a pruned run is stopped as Ctrl-C stops it. A
+  non-finite metric prunes.
 * The study lives in Optuna's storage: a journal file in `--study_dir` by default, or `--storage=URL` (a database
   other hosts reach: each runs the same command and they work one study). Rerunning the command resumes: finished
   trials are kept, a trial this host was running when it was stopped (Ctrl-C, SIGTERM, SIGKILL) is drawn again
@@ -67,6 +68,9 @@ _FINAL_SEEDS = flags.DEFINE_integer("final_seeds", 3, "Fresh seeds the best poin
                                     lower_bound=0, flag_values=TUNE_FLAGS)
 _PRUNE_WARMUP = flags.DEFINE_integer("prune_warmup", 5, "Evaluations before a trial may be pruned.", lower_bound=0,
                                      flag_values=TUNE_FLAGS)
+_PRUNE_STARTUP = flags.DEFINE_integer(
+    "prune_startup", 5, "Finished trials before any is pruned (Optuna's and rl-zoo3's default).", lower_bound=0,
+    flag_values=TUNE_FLAGS)
 _SAMPLER_SEED = flags.DEFINE_integer("sampler_seed", 0, "Seed of the TPE sampler.", flag_values=TUNE_FLAGS)
 _POPULATION = flags.DEFINE_integer(
     "population", 8, "launch.anakin with a space of one learning rate or entropy coefficient: trials run together in "
@@ -142,7 +146,7 @@ def _work(config: dict) -> None:
         tuning.die_with_parent()  # a worker process: SIGTERM when the study's main process ends
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = load_study(config["study_dir"], config["storage"], config["sampler_seed"], config["prune_warmup"],
-                       worker=config["worker"])
+                       worker=config["worker"], prune_startup=config["prune_startup"])
     objective = Objective(config["study_dir"], config["system"], config["envs"], config["passthrough"],
                           search_space.from_dicts(config["space"]), range(config["seeds"]), config["lows"],
                           config["highs"])
@@ -192,11 +196,13 @@ def main(argv) -> None:
     study_dir = _STUDY_DIR.value
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # its matplotlib plots
-    study = load_study(study_dir, _STORAGE.value, _SAMPLER_SEED.value, _PRUNE_WARMUP.value)
+    study = load_study(study_dir, _STORAGE.value, _SAMPLER_SEED.value, _PRUNE_WARMUP.value,
+                       prune_startup=_PRUNE_STARTUP.value)
     for number in recover_stale_trials(study):
         print(f"[tune] trial {number} was left running by a stopped process: its point is drawn again", flush=True)
     config = dict(study_dir=study_dir, storage=_STORAGE.value, sampler_seed=_SAMPLER_SEED.value,
-                  prune_warmup=_PRUNE_WARMUP.value, system=system, envs=envs, passthrough=passthrough,
+                  prune_warmup=_PRUNE_WARMUP.value, prune_startup=_PRUNE_STARTUP.value, system=system, envs=envs,
+                  passthrough=passthrough,
                   space=search_space.as_dicts(space), seeds=_SEEDS.value, lows=lows, highs=highs,
                   trials=_TRIALS.value, population=_population(system, envs, space))
     print(f"[tune] launch.{system} on {', '.join(envs)}: {finished_count(study)}/{_TRIALS.value} trials finished; "

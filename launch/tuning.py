@@ -46,15 +46,17 @@ def storage(study_dir: str, url: str = ""):
     return optuna.storages.JournalStorage(JournalFileBackend(os.path.join(study_dir, "journal.log")))
 
 
-def load_study(study_dir: str, url: str, sampler_seed: int, prune_warmup: int, worker: int = 0):
-    """The study in its storage (created the first time), with a TPE sampler seeded from `sampler_seed`, the
+def load_study(study_dir: str, url: str, sampler_seed: int, prune_warmup: int, worker: int = 0,
+               prune_startup: int = 5):
+    """The study in its storage (created the first time), with a median pruner that waits for `prune_startup`
+    finished trials and `prune_warmup` evaluations of a run, and a TPE sampler seeded from `sampler_seed`, the
     `worker`'s number and the trials already there: each worker's sampler, and a resumed study's, starts from its
     own seed (reseeded as the first invocation's, it would draw that invocation's points again)."""
     import optuna
 
     study = optuna.create_study(
         study_name=STUDY_NAME, storage=storage(study_dir, url), direction="maximize", load_if_exists=True,
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=prune_warmup))
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=prune_startup, n_warmup_steps=prune_warmup))
     study.sampler = optuna.samplers.TPESampler(
         seed=sampler_seed + 7919 * worker + len(study.get_trials(deepcopy=False)))
     return study

@@ -71,7 +71,7 @@ def test_bad_driver_arguments_exit_with_one_line(argv, message):
 def test_each_part_of_a_run_is_metered_and_earlier_parts_kept(tmp_path):
     path = str(tmp_path / "run.parts.json")
     earlier = [dict(wall_s=100.0, cpu_s=150.0, mean_load=2.0)]
-    with learning._PartMeter(path, earlier, period_s=0.05) as meter:
+    with learning.PartMeter(path, earlier, period_s=0.05) as meter:
         proc = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
                                  "while time.process_time() - t < 0.5: pass"])
         meter.watch(proc)

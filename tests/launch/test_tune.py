@@ -99,21 +99,35 @@ def test_a_trial_is_the_mean_over_its_seeds_and_a_non_finite_run_prunes(tmp_path
     assert study.trials[0].value == 20.0 and states[1] == optuna.trial.TrialState.PRUNED
 
 
-def test_a_run_below_the_median_is_pruned_at_its_evaluation(tmp_path, monkeypatch):
-    def run_one(system, args, run_dir, on_evaluation=None):
-        rate = float(args[-2].partition("=")[2])
-        for index in range(6):
-            if on_evaluation is not None:
-                on_evaluation(index, -1.0 if rate < 1e-3 else 1.0)
-        return {"final_metric": 1.0}
+def _worse_below_1e3(system, args, run_dir, on_evaluation=None):
+    """A run whose six evaluations read -1 at a learning rate below 1e-3 and 1 above."""
+    rate = float(args[-2].partition("=")[2])
+    for index in range(6):
+        if on_evaluation is not None:
+            on_evaluation(index, -1.0 if rate < 1e-3 else 1.0)
+    return {"final_metric": 1.0}
 
+
+def test_a_run_below_the_median_is_pruned_at_its_evaluation(tmp_path, monkeypatch):
     study = optuna.create_study(direction="maximize",
                                 pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=2))
     for rate in (5e-3, 6e-3, 2e-4):
         study.enqueue_trial({"learning_rate": rate})
-    study.optimize(_objective(tmp_path, run_one, monkeypatch, seeds=1), n_trials=3)
+    study.optimize(_objective(tmp_path, _worse_below_1e3, monkeypatch, seeds=1), n_trials=3)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
     assert max(study.trials[2].intermediate_values) == 2  # stopped at the first evaluation after the warm-up
+
+
+@pytest.mark.parametrize("startup", [2, 3])
+def test_the_study_prunes_only_once_prune_startup_trials_have_finished(tmp_path, monkeypatch, startup):
+    study = tuning.load_study(str(tmp_path / "study"), "", 0, 1, prune_startup=startup)
+    for rate in (5e-3, 6e-3, 2e-4, 3e-4):
+        study.enqueue_trial({"learning_rate": rate})
+    study.optimize(_objective(tmp_path, _worse_below_1e3, monkeypatch, seeds=1), n_trials=4)
+    # Two good trials, then two bad ones: the first bad one is pruned only when `startup` trials stand before it.
+    expected = ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"] if startup == 2 else [
+        "COMPLETE", "COMPLETE", "COMPLETE", "PRUNED"]
+    assert [t.state.name for t in study.trials] == expected
 
 
 def test_a_trial_left_running_by_a_dead_process_is_drawn_again_others_are_not(tmp_path):
