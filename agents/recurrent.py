@@ -1,4 +1,9 @@
-"""Actor-critics with memory: the feed-forward torso, then an LSTM or GRU core, then the policy and value heads.
+"""Actor-critics with memory: an LSTM or GRU core and the feed-forward torso, then the policy and value heads.
+
+Where the core sits (``rnn_input``): for vector observations it reads the observation and the MLP follows it
+(sb3-contrib's ``RecurrentPPO``: LSTM, then ``net_arch``); for images it reads the CNN's features (CleanRL's
+``ppo_atari_lstm.py``), or, asked for, the MLP's features on vectors too (purejaxrl's ``ppo_rnn.py``). On rl-zoo3's
+masked-velocity tasks the first layout learns more from the same steps (``docs/results/learning_cpu.md``).
 
 The recurrent state belongs to the env, not to whoever steps it (HTS-RL's actors step envs asynchronously, seed
 000 Sec. 4.1): the actors keep one state per env id, zero it where an observation opens an episode (done-masking,
@@ -29,6 +34,7 @@ from agents.types import SequenceObs
 
 CELLS = ("lstm", "gru")
 RECURRENT_CHOICES = ("none", *CELLS)
+RNN_INPUTS = ("auto", "obs", "torso")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -39,10 +45,15 @@ class RecurrentHyperparameters:
         "none", "A recurrent core after the torso: lstm or gru (flax's cells), its state kept per env and reset at "
         "each episode's start; none: feed-forward (default).", choices=RECURRENT_CHOICES, group="recurrent")
     rnn_size: int = hyperparameter(128, "Units of the recurrent core (default 128).", group="recurrent")
+    rnn_input: str = hyperparameter(
+        "auto", "What the recurrent core reads: obs = the observation, the MLP after the core (sb3-contrib's "
+        "RecurrentPPO; vector observations only); torso = the torso's features (CNN or MLP) and the heads after it; "
+        "auto (default) = obs for vectors, torso for images.", choices=RNN_INPUTS, group="recurrent")
 
 
 class RecurrentActorCritic(nn.Module):
-    """``ActorCritic``'s torsos, a recurrent ``cell`` of ``rnn_size`` units after each, and its heads.
+    """``ActorCritic``'s torsos, a recurrent ``cell`` of ``rnn_size`` units after each (or, ``reads_obs``, before
+    each MLP torso), and its heads.
 
     As in ``ActorCritic``, an MLP task has two paths, the actor's (torso, cell, policy head) and the critic's (torso,
     cell, value head), so the value loss does not shape the policy's memory (Stable-Baselines3's ``RecurrentPPO``
@@ -52,7 +63,9 @@ class RecurrentActorCritic(nn.Module):
 
     ``__call__(obs [B, ...], carry [B, S], first [B]) -> (policy_out, value [B], carry')`` is one step: the state is
     zeroed where ``first`` is 1 before the cells read it. ``encode``, ``step`` and ``heads`` are its three parts,
-    which ``unroll`` runs over a sequence with the torsos and heads on all ``T * B`` rows at once.
+    which ``unroll`` runs over a sequence with the torsos and heads on all ``T * B`` rows at once. With ``reads_obs``
+    (an MLP task) ``encode`` passes the observation to each path's cell and ``heads`` runs each path's MLP torso on
+    its cell's output.
     """
 
     torso: str
@@ -67,6 +80,7 @@ class RecurrentActorCritic(nn.Module):
     log_std_init: float = 0.0
     conv_plan: networks.ConvPlan | None = None
     action_nvec: tuple = ()
+    reads_obs: bool = False
 
     def setup(self):
         if self.torso == "mlp":
@@ -90,7 +104,11 @@ class RecurrentActorCritic(nn.Module):
         return carry_size(self.cell, self.rnn_size, self.torso)
 
     def encode(self, obs: jax.Array) -> jax.Array:
-        """The torsos' features of an observation batch, the paths' side by side: ``[B, paths * F]``."""
+        """The torsos' features of an observation batch, the paths' side by side: ``[B, paths * F]``; with
+        ``reads_obs``, the observation once per path."""
+        if self.reads_obs:
+            flat = obs.reshape((obs.shape[0], -1)).astype(jnp.float32)
+            return jnp.concatenate([flat] * len(self.encoders), axis=-1)
         return jnp.concatenate([encoder(obs) for encoder in self.encoders], axis=-1)
 
     def step(self, features: jax.Array, carry: jax.Array, first: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -113,8 +131,10 @@ class RecurrentActorCritic(nn.Module):
 
     def heads(self, x: jax.Array):
         """``(policy_out, value [B])`` of the cells' outputs (the first path's to the policy, the last's to the
-        value), in ``ActorCritic``'s forms."""
+        value; with ``reads_obs``, through the path's MLP torso first), in ``ActorCritic``'s forms."""
         paths = jnp.split(x, len(self.cores), axis=-1)
+        if self.reads_obs:
+            paths = [encoder(path) for encoder, path in zip(self.encoders, paths, strict=True)]
         value = self.value_head(paths[-1])[:, 0].astype(jnp.float32)
         head = self.policy_head(paths[0]).astype(jnp.float32)
         if self.action_nvec:
@@ -135,19 +155,27 @@ def carry_size(cell: str, rnn_size: int, torso: str) -> int:
     return (2 if torso == "mlp" else 1) * (2 * rnn_size if cell == "lstm" else rnn_size)
 
 
-def recurrent_network(network: networks.ActorCritic, cell: str, rnn_size: int) -> RecurrentActorCritic:
-    """``network``'s torso and heads (``make_network``'s choice for the task) with a ``cell`` core between them."""
+def recurrent_network(network: networks.ActorCritic, cell: str, rnn_size: int,
+                      rnn_input: str = "auto") -> RecurrentActorCritic:
+    """``network``'s torso and heads (``make_network``'s choice for the task) with a ``cell`` core: before an MLP
+    torso (``rnn_input`` obs, or auto), between the torso and the heads (torso, or auto for a CNN)."""
     if cell not in CELLS:
         raise ValueError(f"cell must be one of {', '.join(CELLS)}, got {cell!r}.")
     if rnn_size < 1:
         raise ValueError(f"rnn_size must be >= 1, got {rnn_size}.")
+    if rnn_input not in RNN_INPUTS:
+        raise ValueError(f"rnn_input must be one of {', '.join(RNN_INPUTS)}, got {rnn_input!r}.")
     if network.image_shape:
         raise ValueError("a recurrent core reads one torso's features; a Dict of an image and vectors has two")
+    if rnn_input == "obs" and network.torso != "mlp":
+        raise ValueError("--rnn_input=obs needs vector observations: a recurrent core reads an image through its CNN "
+                         "(--rnn_input=torso, or auto)")
     return RecurrentActorCritic(
         torso=network.torso, action_dim=network.action_dim, continuous=network.continuous, cell=cell,
         rnn_size=int(rnn_size), hidden_sizes=network.hidden_sizes, hidden=network.hidden,
         activation=network.activation, orthogonal_init=network.orthogonal_init, log_std_init=network.log_std_init,
         conv_plan=network.conv_plan, action_nvec=network.action_nvec,
+        reads_obs=network.torso == "mlp" and rnn_input != "torso",
     )
 
 

@@ -167,6 +167,9 @@ SIDE_SPECS = {
     "sb3_rppo": Side("sb3-contrib RecurrentPPO, LSTM, rl-zoo3 tuned (peer)", zoo_algo="ppo_lstm"),
     "hts_lstm_zoo": Side("HTS-PPO, LSTM core, with rl-zoo3's RecurrentPPO hyperparameters as flags (ours)", "hts",
                          ("--recurrent=lstm",)),
+    # The core after the MLP (purejaxrl's layout) instead of before it (the peer's, `--rnn_input`'s default).
+    "hts_lstm_zoo_torso": Side("HTS-PPO, LSTM core after the MLP torso, the same flags (ours)", "hts",
+                               ("--recurrent=lstm", "--rnn_input=torso")),
     "hts_ff_zoo": Side("HTS-PPO feed-forward control, the same flags (ours)", "hts", ("--recurrent=none",)),
     # The peer without its gSDE exploration (PendulumNoVel's `use_sde`), which ours does not have: what it is worth.
     "sb3_rppo_nosde": Side("sb3-contrib RecurrentPPO, rl-zoo3 tuned but use_sde False (peer)", zoo_algo="ppo_lstm",
@@ -179,7 +182,8 @@ SIDE_SPECS = {
 }
 PPO_SIDES = ("hts", "sb3", "sync", "hts_zoo", "hts_family", "sync_family")  # run in this order per seed
 MEMORY_SIDES = ("hts_lstm_zoo", "sb3_rppo", "hts_ff_zoo")
-ZOO_FLAG_SIDES = ("hts_zoo", *MEMORY_SIDES[::2])  # ours with the peer's hyperparameters (ZOO_FLAGS) as flags
+# Ours with the peer's hyperparameters (ZOO_FLAGS) as flags.
+ZOO_FLAG_SIDES = ("hts_zoo", *MEMORY_SIDES[::2], "hts_lstm_zoo_torso")
 A2C_SIDES = ("sb3_a2c", "gala_async", "gala_pmap", "allreduce_a2c", *(f"ba3c_lb{b}" for b in BA3C_BATCHES),
              *(f"ba3c_adam{b}" for b in BA3C_BATCHES))
 # Each A2C side of ours with the family preset (Kostrikov's A2C), where a task has its own A2C preset: the rows
@@ -678,9 +682,10 @@ TASKS = {
     "LunarLander-v2 tuned": Task("LunarLander-v2", 1_000_000, tuple(range(10_000, 10_005)), ("hts_tuned", "sb3_tuned"),
                                  extra_sides=("hts", "sb3")),
     # Policies with memory: rl-zoo3's masked-velocity CartPole, its env definition on both sides, rl-zoo3's budget.
-    "CartPoleNoVel-v1": Task(ZOO_ENV + "CartPoleNoVel-v1", 100_000, FIVE_SEEDS, MEMORY_SIDES, family="memory"),
+    "CartPoleNoVel-v1": Task(ZOO_ENV + "CartPoleNoVel-v1", 100_000, FIVE_SEEDS, MEMORY_SIDES,
+                             extra_sides=("hts_lstm_zoo_torso",), family="memory"),
     "PendulumNoVel-v1": Task(ZOO_ENV + "PendulumNoVel-v1", 100_000, FIVE_SEEDS, MEMORY_SIDES,
-                             extra_sides=("sb3_rppo_nosde",), family="memory"),
+                             extra_sides=("hts_lstm_zoo_torso", "sb3_rppo_nosde"), family="memory"),
 }
 
 

@@ -5,7 +5,9 @@ MemoryChain shows a context bit at the first step only and pays +1 at the episod
 steps) if the action names that bit, -1 otherwise: a feed-forward policy cannot do better than chance (0), a policy
 that remembers the bit earns 1. bsuite's `memory_length` is 5; the rows at 20 are a longer memory at a larger budget.
 Every row runs `launch.anakin` with its preset (gymnax's classic-control PPO: 4 envs x 128 steps) and
-`--rnn_size=64`; the final metric is the mean greedy return of each agent's last ten evaluations.
+`--rnn_size=64`, the core reading the observation (`--rnn_input`'s default on vectors) or, in the `_torso` rows,
+the MLP torso's features (`--rnn_input=torso`); the final metric is the mean greedy return of each agent's last ten
+evaluations.
 
     PYTHONPATH=. python -m benchmarks.memory [--rows=lstm5,none5,...]
 
@@ -45,13 +47,15 @@ from benchmarks.common import git_commit, machine
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 ROWS_CSV = os.path.join(RESULTS, "memory_cpu.csv")
 REPORT = os.path.join(RESULTS, "memory_cpu.md")
-FIELDS = ("row", "env", "recurrent", "memory_length", "seeds", "env_steps", "wall_s", "cpu_s", "mean_load",
+FIELDS = ("row", "env", "recurrent", "rnn_input", "memory_length", "seeds", "env_steps", "wall_s", "cpu_s", "mean_load",
           "final_metrics", "mean_final", "solved", "date", "commit", "machine", "command")
 SEEDS = 5
-# row -> (recurrent core, memory_length, env steps per agent)
+# row -> (recurrent core, what it reads (--rnn_input), memory_length, env steps per agent)
 ROWS = {
-    "lstm5": ("lstm", 5, 200_000), "gru5": ("gru", 5, 200_000), "none5": ("none", 5, 200_000),
-    "lstm20": ("lstm", 20, 1_000_000), "none20": ("none", 20, 1_000_000),
+    "lstm5": ("lstm", "obs", 5, 200_000), "gru5": ("gru", "obs", 5, 200_000), "none5": ("none", "", 5, 200_000),
+    "lstm20": ("lstm", "obs", 20, 1_000_000), "none20": ("none", "", 20, 1_000_000),
+    "lstm5_torso": ("lstm", "torso", 5, 200_000), "gru5_torso": ("gru", "torso", 5, 200_000),
+    "lstm20_torso": ("lstm", "torso", 20, 1_000_000),
 }
 SOLVED = 0.9  # an agent whose final metric reaches this remembers the bit (chance is 0)
 BREAKOUT_CSV = os.path.join(RESULTS, "memory_breakout_cpu.csv")
@@ -66,10 +70,11 @@ BREAKOUT_VARIANTS = {"feed-forward, 4 frames (the main job)": (),
 
 
 def command(row: str, logdir: str) -> list[str]:
-    recurrent, memory_length, steps = ROWS[row]
+    recurrent, rnn_input, memory_length, steps = ROWS[row]
     return [sys.executable, "-m", "launch.anakin", "--env=gymnax/MemoryChain-bsuite",
             f"--env_kwargs={json.dumps({'memory_length': memory_length})}", f"--recurrent={recurrent}",
-            "--rnn_size=64", f"--num_seeds={SEEDS}", "--seed=0", f"--total_steps={steps}", f"--logdir={logdir}",
+            *(["--rnn_input=torso"] if rnn_input == "torso" else []), "--rnn_size=64", f"--num_seeds={SEEDS}",
+            "--seed=0", f"--total_steps={steps}", f"--logdir={logdir}",
             "--quiet"]
 
 
@@ -84,9 +89,10 @@ def run_row(row: str, work_dir: str) -> dict:
     cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(os.path.join(logdir, "summary.json")) as f:
         finals = json.load(f)["final_metrics"]
-    recurrent, memory_length, steps = ROWS[row]
+    recurrent, rnn_input, memory_length, steps = ROWS[row]
     return dict(
-        row=row, env="gymnax/MemoryChain-bsuite", recurrent=recurrent, memory_length=memory_length, seeds=SEEDS,
+        row=row, env="gymnax/MemoryChain-bsuite", recurrent=recurrent, rnn_input=rnn_input,
+        memory_length=memory_length, seeds=SEEDS,
         env_steps=steps, wall_s=f"{wall:.1f}",
         cpu_s=f"{cpu_after.ru_utime + cpu_after.ru_stime - cpu_before.ru_utime - cpu_before.ru_stime:.1f}",
         mean_load=f"{(load_start + os.getloadavg()[0]) / 2:.2f}", final_metrics=" ".join(f"{v:.2f}" for v in finals),
@@ -197,18 +203,21 @@ def write_report(rows: list[dict]) -> None:
     lines = [
         "# Policies with memory: MemoryChain under Anakin", "",
         "Written by `benchmarks/memory.py` (its docstring says how). Each row: five seeds as five agents of one "
-        "program, the preset, `--rnn_size=64`; final metric = mean greedy return of an agent's last ten evaluations "
-        f"(chance 0, remembering 1; solved: >= {SOLVED}).", "",
-        "| memory length | core | env steps / agent | final metric per seed | mean | solved | wall (min) | CPU (min) "
-        "| load | machine | date | commit |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "program, the preset, `--rnn_size=64`; reads: what the core reads (`--rnn_input`: obs, the observation, "
+        "the MLP after the core; torso, the MLP's features); final metric = mean greedy return of an agent's last "
+        f"ten evaluations (chance 0, remembering 1; solved: >= {SOLVED}).", "",
+        "| memory length | core | reads | env steps / agent | final metric per seed | mean | solved | wall (min) "
+        "| CPU (min) | load | machine | date | commit |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for r in sorted(rows, key=lambda r: (int(r["memory_length"]), r["recurrent"])):
-        lines.append(f"| {r['memory_length']} | {r['recurrent']} | {int(r['env_steps']):,} | {r['final_metrics']} | "
+    for r in sorted(rows, key=lambda r: (int(r["memory_length"]), r["recurrent"], r["rnn_input"])):
+        lines.append(f"| {r['memory_length']} | {r['recurrent']} | {r['rnn_input'] or '-'} | "
+                     f"{int(r['env_steps']):,} | {r['final_metrics']} | "
                      f"{r['mean_final']} | {r['solved']} | {float(r['wall_s']) / 60:.1f} | "
                      f"{float(r['cpu_s']) / 60:.1f} | {r['mean_load']} | {r['machine']} | {r['date']} | "
                      f"{r['commit']} |")
-    lines += ["", "Commands (`runs/memory/<row>` is the row's run directory):", ""]
+    lines += ["", "Commands as run at the row's commit (`runs/memory/<row>` is the row's run directory; a `_torso` "
+              "row without `--rnn_input=torso` ran before the flag, when the core always read the torso):", ""]
     lines += [f"- `{r['row']}`: `python {r['command']}`" for r in rows]
     lines += breakout_lines(read_rows(BREAKOUT_CSV))
     lines += breakout_curve_lines(read_rows(BREAKOUT_CURVE_CSV))

@@ -143,6 +143,8 @@ def recorded_config(raw: dict, path: str) -> dict:
     if VERSION_KEY not in raw:
         raise ConfigError(f"{path} was written by version 0.2.0 or earlier (it records no version), which version "
                           f"{VERSION} does not read: resume or evaluate that run with version 0.2.0")
+    if raw.get("recurrent", "none") != "none" and "rnn_input" not in raw:
+        raw = dict(raw, rnn_input="torso")  # recorded before --rnn_input: its core read the torso's features
     return raw
 
 

@@ -152,7 +152,7 @@ def with_memory(network: ActorCritic, config: config_lib.TrainConfig) -> ActorCr
     if config.recurrent == "none":
         return network
     try:
-        return recurrent_network(network, config.recurrent, config.rnn_size)
+        return recurrent_network(network, config.recurrent, config.rnn_size, config.rnn_input)
     except ValueError as error:
         raise config_lib.ConfigError(f"--recurrent={config.recurrent}: {error}") from None
 

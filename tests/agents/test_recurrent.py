@@ -23,8 +23,8 @@ from agents.types import SequenceObs
 _SETTINGS = dict(deadline=None, derandomize=True)
 
 
-def _network(cell: str, continuous: bool = False, rnn_size: int = 8) -> RecurrentActorCritic:
-    return recurrent_network(make_network((3,), 2, continuous, hidden_sizes=(16,)), cell, rnn_size)
+def _network(cell: str, continuous: bool = False, rnn_size: int = 8, rnn_input: str = "auto") -> RecurrentActorCritic:
+    return recurrent_network(make_network((3,), 2, continuous, hidden_sizes=(16,)), cell, rnn_size, rnn_input)
 
 
 def _params(network: RecurrentActorCritic, seed: int = 0):
@@ -50,10 +50,10 @@ def _sequences(network, rng, num_steps: int, num_envs: int, first_rate: float = 
 
 
 @settings(max_examples=12, **_SETTINGS)
-@given(cell=st.sampled_from(["lstm", "gru"]), num_steps=st.integers(1, 6), num_envs=st.integers(1, 5),
-       seed=st.integers(0, 2**16))
-def test_unroll_is_the_stepwise_recurrence(cell, num_steps, num_envs, seed):
-    network = _network(cell)
+@given(cell=st.sampled_from(["lstm", "gru"]), rnn_input=st.sampled_from(["obs", "torso"]),
+       num_steps=st.integers(1, 6), num_envs=st.integers(1, 5), seed=st.integers(0, 2**16))
+def test_unroll_is_the_stepwise_recurrence(cell, rnn_input, num_steps, num_envs, seed):
+    network = _network(cell, rnn_input=rnn_input)
     params = _params(network, seed % 3)
     sequences = _sequences(network, np.random.default_rng(seed), num_steps, num_envs)
     logits, values, states = unroll(network, params, sequences)
@@ -78,9 +78,10 @@ def test_an_opening_observation_forgets_the_state_it_is_given(cell):
     assert not np.allclose(carried[0], fresh[0])  # and a carried state does change the policy
 
 
-def test_an_mlp_task_keeps_the_critics_memory_apart_from_the_actors():
+@pytest.mark.parametrize("rnn_input", ["obs", "torso"])
+def test_an_mlp_task_keeps_the_critics_memory_apart_from_the_actors(rnn_input):
     """Two paths on an MLP task: the value's gradient never reaches the actor's torso or cell."""
-    network = _network("lstm")
+    network = _network("lstm", rnn_input=rnn_input)
     params = _params(network)
     sequences = _sequences(network, np.random.default_rng(3), 4, 2)
     grads = jax.grad(lambda p: unroll(network, p, sequences)[1].sum())(params)["params"]
@@ -97,6 +98,25 @@ def test_the_carry_holds_each_paths_cell_state():
     assert cnn.carry_size == 16  # one shared path on an image
     with pytest.raises(ValueError, match="cell must be"):
         recurrent_network(make_network((3,), 2, False), "transformer", 8)
+
+
+@pytest.mark.parametrize("rnn_input, cell_reads", [("auto", 3), ("obs", 3), ("torso", 16)])
+def test_on_vectors_the_core_reads_the_observation_unless_asked_for_the_torso(rnn_input, cell_reads):
+    """sb3-contrib's layout (LSTM, then the MLP) by default on vectors: the cell's input kernels take the 3
+    observation features, and the torso's first layer takes the cell's 8 outputs; `torso`: the 16 MLP features."""
+    params = _params(_network("lstm", rnn_input=rnn_input))["params"]
+    for path in (0, 1):
+        core = params[f"cores_{path}"]  # flax's LSTM: input kernels ii, if, ig, io; hidden kernels hi, ...
+        assert {core[gate]["kernel"].shape[0] for gate in ("ii", "if", "ig", "io")} == {cell_reads}
+        first_layer = jax.tree.leaves(params[f"encoders_{path}"])
+        assert {leaf.shape[0] for leaf in first_layer if leaf.ndim == 2} == ({8} if cell_reads == 3 else {3})
+
+
+def test_a_cnn_core_reads_the_cnns_features():
+    image = make_network((84, 84, 4), 4, False)
+    assert not recurrent_network(image, "lstm", 16).reads_obs
+    with pytest.raises(ValueError, match="--rnn_input=obs needs vector observations"):
+        recurrent_network(image, "lstm", 16, "obs")
 
 
 def test_sequence_first_marks_the_step_after_each_reset_step():

@@ -90,6 +90,8 @@ def check_launcher_smoke(run_dir: str, launcher: str, kwargs: dict, steps: int) 
         (dict(env="CartPole-v1", num_envs=4, env_batch_size=8), "exceeds"),
         (dict(env="CartPole-v1", recurrent="rnn"), "--recurrent"),
         (dict(env="CartPole-v1", recurrent="lstm", rnn_size=0), "--rnn_size must be positive"),
+        (dict(game="Breakout", recurrent="lstm", rnn_input="obs"), "--rnn_input=obs needs vector observations"),
+        (dict(env="CartPole-v1", recurrent="lstm", rnn_input="cnn"), "--rnn_input"),
     ],
 )
 def test_bad_flags_one_line_and_exit_2(capsys, kwargs, message):

@@ -76,3 +76,23 @@ def test_a_recurrent_run_evaluates_and_is_restored_exactly(recurrent_run, tmp_pa
     evaluator = Evaluator(restored.spec, None, episodes=3, seed=9, deterministic=True,
                           act_fn=RecurrentAct(setup.network, deterministic=True))
     np.testing.assert_array_equal(evaluator.run(restored.policy_params()), result["returns"])
+
+
+def test_a_run_recorded_without_rnn_input_keeps_its_cores_layout(tmp_path):
+    """A recurrent run's config.json without `rnn_input` (written before the flag) had its core read the torso's
+    features: launch.evaluate restores that layout, and --resume without --rnn_input=torso is one line naming it."""
+    from systems.common.config import ConfigError
+    from systems.hts import system as hts
+    from tests.fixtures import tiny_hts
+
+    run_dir = tmp_path / "run"
+    hts.run(tiny_hts(run_dir, recurrent="lstm", rnn_size=8, rnn_input="torso", total_steps=128, eval_episodes=0))
+    path = run_dir / "config.json"
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "rnn_input"}))
+    restored = restore_run(str(run_dir), ENTRIES)  # the parameters fit the network rebuilt from the config
+    assert restored.config.rnn_input == "torso"
+    with pytest.raises(ConfigError, match=r"--rnn_input=auto differs from the run's torso"):
+        hts.run(tiny_hts(run_dir, recurrent="lstm", rnn_size=8, total_steps=256, eval_episodes=0, resume=True))
+    resumed = hts.run(tiny_hts(run_dir, recurrent="lstm", rnn_size=8, rnn_input="torso", total_steps=256,
+                               eval_episodes=0, resume=True))
+    assert resumed["env_steps"] == 256
