@@ -2,8 +2,9 @@
 
 Where the core sits (``rnn_input``): for vector observations it reads the observation and the MLP follows it
 (sb3-contrib's ``RecurrentPPO``: LSTM, then ``net_arch``); for images it reads the CNN's features (CleanRL's
-``ppo_atari_lstm.py``), or, asked for, the MLP's features on vectors too (purejaxrl's ``ppo_rnn.py``). On rl-zoo3's
-masked-velocity tasks the first layout learns more from the same steps (``docs/results/learning_cpu.md``).
+``ppo_atari_lstm.py``), or, asked for, the MLP's features on vectors too (purejaxrl's ``ppo_rnn.py``). Reading the
+observation lets the core see the raw positions from which a velocity is inferred, rather than features the torso
+learned for the policy before the core could supply that velocity.
 
 The recurrent state belongs to the env, not to whoever steps it (HTS-RL's actors step envs asynchronously, seed
 000 Sec. 4.1): the actors keep one state per env id, zero it where an observation opens an episode (done-masking,
