@@ -21,6 +21,10 @@ benchmark.
   launch.tune redraws a trial a stopped process left running; for rl-zoo3, which counts running trials towards its
   total, such a trial is marked failed first. Each part (one process, start to exit) is metered for wall time, CPU
   time and load (`learning.PartMeter`), so a study that spans sessions sums its parts.
+* A study that outlives a machine which does not keep `--work_dir` carries over through the repository:
+  `--save_unfinished` copies each side's journal (its complete records) and parts into
+  `results/tune/<task>/<side>_unfinished/` to be committed, and a side with no journal under `--work_dir` resumes from
+  that copy; landing the finished study removes it.
 * Results, committed as they land: `results/tune/<task>/` (each study's trials, ours `best.flags`, the peer's
   journal and best point as rl-zoo3's `--hyperparams`), and `results/tune_cpu.md`.
 """
@@ -110,10 +114,53 @@ print(json.dumps([dict(number=t.number, state=t.state.name, value=t.value, param
 """
 
 
+CARRIED = ("journal.log", "parts.json")  # what an unfinished study needs to resume: its trials and its metered parts
+
+
+def unfinished_dir(side: str) -> str:
+    """The committed copy of a side's study that has not finished yet."""
+    return os.path.join(task_dir(), f"{side}_unfinished")
+
+
+def save_unfinished(side: str, work_dir: str) -> bool:
+    """Copies a side's journal and parts from `work_dir` to `unfinished_dir(side)`; False where it has none. A copy
+    taken while the study writes keeps the journal's complete records only (one JSON record per line)."""
+    study_dir = os.path.abspath(os.path.join(work_dir, side))
+    if not os.path.exists(os.path.join(study_dir, "journal.log")):
+        return False
+    out = unfinished_dir(side)
+    os.makedirs(out, exist_ok=True)
+    for name in CARRIED:
+        src = os.path.join(study_dir, name)
+        if os.path.exists(src):
+            with open(src, "rb") as f:
+                data = f.read()
+            if name == "journal.log":
+                data = data[:data.rfind(b"\n") + 1]
+            tmp = os.path.join(out, name + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, os.path.join(out, name))
+    return True
+
+
+def restore_unfinished(side: str, study_dir: str) -> bool:
+    """Starts a side with no journal under `study_dir` from its committed unfinished study, if any."""
+    saved = unfinished_dir(side)
+    if os.path.exists(os.path.join(study_dir, "journal.log")) or not os.path.exists(os.path.join(saved, "journal.log")):
+        return False
+    for name in CARRIED:
+        if os.path.exists(os.path.join(saved, name)):
+            shutil.copyfile(os.path.join(saved, name), os.path.join(study_dir, name))
+    return True
+
+
 def run_study(side: str, work_dir: str, trials: int, budget: int) -> dict:
     """Runs (or resumes) one side's study, metered; returns the side's parts (wall, CPU, load) summed."""
     study_dir = os.path.abspath(os.path.join(work_dir, side))
     os.makedirs(study_dir, exist_ok=True)
+    if restore_unfinished(side, study_dir):
+        print(f"[tune-bench] {side}: resuming the unfinished study committed in {unfinished_dir(side)}", flush=True)
     if side == "peer":
         if not os.path.exists(learning.PEER_PYTHON):
             raise RuntimeError(f"peer venv missing: {learning.PEER_PYTHON} (benchmarks/learning.py says how)")
@@ -159,6 +206,7 @@ def land(side: str, work_dir: str, metered: dict) -> None:
             shutil.copyfile(os.path.join(study_dir, name), os.path.join(out, f"ours_{name}"))
     else:
         shutil.copyfile(journal, os.path.join(out, "peer_journal.log"))
+    shutil.rmtree(unfinished_dir(side), ignore_errors=True)
 
 
 def write_report() -> None:
@@ -175,7 +223,9 @@ def write_report() -> None:
     for side in ("ours", "peer"):
         path = os.path.join(task_dir(), f"{side}_trials.json")
         if not os.path.exists(path):
-            lines.append(f"| {side} | not finished yet | | | | | |")
+            carried = " (its trials so far: `" + os.path.relpath(unfinished_dir(side), RESULTS) + "/`)" \
+                if os.path.isdir(unfinished_dir(side)) else ""
+            lines.append(f"| {side} | not finished yet{carried} | | | | | |")
             continue
         with open(path) as f:
             study = json.load(f)
@@ -209,6 +259,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--budget", type=int, default=200_000, help="env steps of one tuning run")
     parser.add_argument("--work_dir", default="runs/tune", help="the studies' journals and runs (not committed)")
     parser.add_argument("--report_only", action="store_true")
+    parser.add_argument("--save_unfinished", action="store_true",
+                        help="copy each side's study so far from --work_dir into results/ (to commit), then stop")
     args = parser.parse_args(argv)
     sides = args.sides.split(",")
     if any(side not in ("ours", "peer") for side in sides):
@@ -216,6 +268,13 @@ def main(argv: list[str]) -> None:
     if args.trials < 1 or args.budget < 1000:
         sys.exit("error: --trials must be >= 1 and --budget >= 1000")
     smoke = (args.trials, args.budget) != (30, 200_000)  # a smoke run's studies are not landed in results/
+    if args.save_unfinished:
+        for side in sides:
+            saved = save_unfinished(side, args.work_dir)
+            print(f"[tune-bench] {side}: " + (f"saved to {unfinished_dir(side)}" if saved else
+                                                f"no study under {args.work_dir}"), flush=True)
+        write_report()
+        return
     if not args.report_only:
         for side in sides:
             print(f"[tune-bench] {side} study: {args.trials} trials of {args.budget:,} steps ...", flush=True)

@@ -54,3 +54,28 @@ def test_the_report_says_which_study_has_not_finished(tmp_path, monkeypatch):
     report = (tmp_path / "report.md").read_text()
     assert "| ours | 1 / 1 / 0 | -120.0 (trial 0) | learning_rate=0.0003 | 10.0 min | 15.0 min |" in report
     assert "| peer | not finished yet |" in report
+
+
+def test_an_unfinished_study_carries_over_to_a_machine_without_the_work_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune, "task_dir", lambda task=tune.TASK: str(tmp_path / "results"))
+    monkeypatch.setattr(tune, "REPORT_MD", str(tmp_path / "report.md"))
+    first, second = tmp_path / "session1", tmp_path / "session2"
+    (first / "peer").mkdir(parents=True)
+    # A copy taken while the study writes: the last record is cut mid-line.
+    (first / "peer" / "journal.log").write_bytes(b'{"op_code": 0}\n{"op_code": 4}\n{"op_co')
+    (first / "peer" / "parts.json").write_text('[{"wall_s": 60.0, "cpu_s": 55.0, "mean_load": 1.9}]')
+    assert not tune.save_unfinished("ours", str(first))
+    assert tune.save_unfinished("peer", str(first))
+    tune.write_report()
+    report = (tmp_path / "report.md").read_text()
+    assert "| peer | not finished yet (its trials so far: `" in report and "peer_unfinished/`)" in report
+
+    (second / "peer").mkdir(parents=True)
+    assert tune.restore_unfinished("peer", str(second / "peer"))
+    assert (second / "peer" / "journal.log").read_bytes() == b'{"op_code": 0}\n{"op_code": 4}\n'
+    assert json.loads((second / "peer" / "parts.json").read_text())[0]["cpu_s"] == 55.0
+    assert learning.read_parts(str(second / "peer" / "parts.json"))[0]["wall_s"] == 60.0
+    # A study already under way on this machine is never overwritten by the committed copy.
+    (second / "peer" / "journal.log").write_bytes(b'{"op_code": 0}\n{"op_code": 4}\n{"op_code": 5}\n')
+    assert not tune.restore_unfinished("peer", str(second / "peer"))
+    assert (second / "peer" / "journal.log").read_bytes().count(b"\n") == 3
