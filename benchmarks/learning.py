@@ -599,14 +599,14 @@ NOTES = {
     ),
     "PendulumNoVel-v1": (
         "the LSTM learns where the feed-forward control cannot (-1201, a random policy's level), but ends below the "
-        "peer: ours passes -600 at 57k-77k steps, the peer reaches -200 at 65k (median). The peer explores with "
-        "gSDE (rl-zoo3's `use_sde: True, sde_sample_freq: 4`: noise from the policy's features, resampled every 4 "
-        "steps), ours with a state-independent Gaussian. The peer's own command with `--hyperparams use_sde:False` "
-        "(seeds 0 and 1, outside the table; side `sb3_rppo_nosde`) ends at -349.9 and -379.0 against ours -552.5 "
-        "and -521.0 on the same seeds and the peer's -228.9 and -187.6: gSDE accounts for about half the gap; the "
-        "rest (the peer without gSDE reaches -250 near 75k steps, ours near 98k) is not explained yet. Suspects: "
-        "the peer's LSTM reads the observation and its MLP (64, ReLU) follows it, ours the reverse; the peer's "
-        "minibatch sequences start at a random offset each epoch, ours at fixed chunk boundaries."
+        "peer (-231; it reaches -200 at 65k steps, median). Where the core sits was a large part of the gap: reading "
+        "the observation with the MLP after it (the peer's layout, `--rnn_input`'s default) ours ends at -413.1, "
+        "the core after the MLP (side `hts_lstm_zoo_torso`) at -527.6 (that side ran on an EPYC of family 26, this "
+        "one on family 25: XLA's CPU code differs between the two, so a seed's bits do too). What is left is "
+        "exploration: the peer explores with gSDE (rl-zoo3's `use_sde: True, sde_sample_freq: 4`: noise from the "
+        "policy's features, resampled every 4 steps), ours with a state-independent Gaussian; the peer's own command "
+        "with `--hyperparams use_sde:False` (side `sb3_rppo_nosde`; seeds 0 and 1 on the family-26 EPYC) ended at "
+        "-349.9 and -379.0."
     ),
     "Breakout-v5": (
         "the README's main command (`launch.hts --game=Breakout`, HTS-PPO with CleanRL's Atari settings), one seed: "
