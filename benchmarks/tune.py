@@ -14,6 +14,9 @@ benchmark.
   --n-startup-trials 5 --n-evaluations 10 --eval-episodes 10 -n B --seed 0`) on gymnasium's LunarLander-v3 (EnvPool's
   LunarLander-v2 is that env): its own space (`sample_ppo_params`) and one run per trial (rl-zoo3's own TODO: "eval
   each hyperparams several times"); its median pruner warms up for n_evaluations // 3 = 3 evaluations, as ours.
+  The peer runs on one PyTorch thread (rl-zoo3's `--num-threads 1`): PyTorch's default of one thread a core spins
+  wherever another process shares the 2 cores (a RecurrentPPO run beside the study: 11 SPS on two threads, 190 on
+  one), which would bill the peer's study for waiting.
   Departures kept as each tool has them: rl-zoo3's TPE starts after 5 random trials (multivariate), launch.tune's
   after Optuna's 10; rl-zoo3's pruner waits for 5 finished trials, this study's for 2 (`--prune_startup=2`, the
   setting the committed study ran with; launch.tune's default is 5, as rl-zoo3's).
@@ -67,7 +70,7 @@ def peer_command(study_dir: str, trials: int, budget: int) -> list[str]:
             "-optimize", "--max-total-trials", str(trials), "--n-jobs", "1", "--sampler", "tpe", "--pruner", "median",
             "--n-startup-trials", "5", "--n-evaluations", "10", "--eval-episodes", "10", "--seed", "0",
             "--storage", os.path.join(study_dir, "journal.log"), "--study-name", PEER_STUDY, "-f", study_dir,
-            "--device", "cpu", "--vec-env", "dummy", "--verbose", "0", "--no-optim-plots"]
+            "--device", "cpu", "--vec-env", "dummy", "--num-threads", "1", "--verbose", "0", "--no-optim-plots"]
 
 
 # A peer study stopped mid-trial leaves that trial RUNNING, which rl-zoo3's --max-total-trials counts: mark it failed

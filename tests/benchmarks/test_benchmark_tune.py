@@ -23,6 +23,7 @@ def test_both_studies_share_the_budget_trials_and_pruner_warmup(tmp_path):
     assert int(_flag(ours, "total_steps")) // int(_flag(ours, "eval_every")) == int(_arg(peer, "--n-evaluations"))
     assert int(_flag(ours, "prune_warmup")) == int(_arg(peer, "--n-evaluations")) // 3
     assert _arg(peer, "--sampler") == "tpe" and _arg(peer, "--pruner") == "median"
+    assert _arg(peer, "--num-threads") == "1"  # PyTorch's threads would spin beside any other process
     assert _flag(ours, "final_seeds") == "0"  # the finals run in the learning benchmark, on seeds of their own
 
 
