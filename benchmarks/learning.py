@@ -604,9 +604,11 @@ NOTES = {
         "the core after the MLP (side `hts_lstm_zoo_torso`) at -527.6 (that side ran on an EPYC of family 26, this "
         "one on family 25: XLA's CPU code differs between the two, so a seed's bits do too). What is left is "
         "exploration: the peer explores with gSDE (rl-zoo3's `use_sde: True, sde_sample_freq: 4`: noise from the "
-        "policy's features, resampled every 4 steps), ours with a state-independent Gaussian; the peer's own command "
-        "with `--hyperparams use_sde:False` (side `sb3_rppo_nosde`; seeds 0 and 1 on the family-26 EPYC) ended at "
-        "-349.9 and -379.0."
+        "policy's features, resampled every 4 steps), ours with a state-independent Gaussian. The peer's own command "
+        "with `--hyperparams use_sde:False` (side `sb3_rppo_nosde`, the same 5 seeds and machine as ours) ends at "
+        "-406.8 [-484.7, -329.5], ours at -413.1 [-462.4, -378.8]: without gSDE the two are level. Its seed 0 ran "
+        "its first 35k steps beside a study on two PyTorch threads, which spun (49 SPS over the run), and resumed "
+        "from its checkpoint on one: its wall and CPU time count the spinning."
     ),
     "Breakout-v5": (
         "the README's main command (`launch.hts --game=Breakout`, HTS-PPO with CleanRL's Atari settings), one seed: "
