@@ -44,6 +44,7 @@ import time
 
 from benchmarks import learning
 from benchmarks.common import die_with_parent, git_commit, machine
+from systems.common.atomic import write_atomic
 
 RESULTS = learning.RESULTS
 TASK = "LunarLander-v2"
@@ -140,10 +141,7 @@ def save_unfinished(side: str, work_dir: str) -> bool:
                 data = f.read()
             if name == "journal.log":
                 data = data[:data.rfind(b"\n") + 1]
-            tmp = os.path.join(out, name + ".tmp")
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, os.path.join(out, name))
+            write_atomic(os.path.join(out, name), data)
     return True
 
 
@@ -154,7 +152,8 @@ def restore_unfinished(side: str, study_dir: str) -> bool:
         return False
     for name in CARRIED:
         if os.path.exists(os.path.join(saved, name)):
-            shutil.copyfile(os.path.join(saved, name), os.path.join(study_dir, name))
+            with open(os.path.join(saved, name), "rb") as f:
+                write_atomic(os.path.join(study_dir, name), f.read())  # a cut copy would block the next restore
     return True
 
 
