@@ -1,15 +1,18 @@
 """Helpers shared by the benchmark scripts (`throughput.py`, `scaleout.py`): one measurement per subprocess with a
 hard timeout, the CPU time other processes took meanwhile (from /proc), the machine line of a table header, and
-small formatting helpers, and the median time of a jitted JAX program (`timed`).
+small formatting helpers, the median time of a jitted JAX program (`timed`), and the steady env steps per second of
+a run from its per-update points (the main job's `progress.csv`, CleanRL's printed `SPS:` lines).
 
 A benchmark module runs itself as the worker: `python -m <module> --worker=<JSON job>` prints one line
 `RESULT <JSON>`, which `run_job` reads back."""
 
 from __future__ import annotations
 
+import csv
 import ctypes
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -113,6 +116,28 @@ def background_cores(before: dict, after: dict, wall: float, exclude: set) -> fl
     hz = os.sysconf("SC_CLK_TCK")
     used = sum(t - before.get(pid, 0) for pid, t in after.items() if pid not in exclude)
     return max(used, 0) / hz / wall
+
+
+SKIP_UPDATES = 3  # the first updates include compilation and warm-up
+
+
+def steady_sps(points: list[tuple[float, int]]) -> float | None:
+    """(wall time, env steps) of each update -> env steps per second from the (SKIP_UPDATES + 1)-th to the last."""
+    points = points[SKIP_UPDATES:]
+    if len(points) < 2 or points[-1][0] <= points[0][0]:
+        return None
+    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
+
+
+def htsrl_points(run_dir: str) -> list[tuple[float, int]]:
+    with open(os.path.join(run_dir, "progress.csv")) as f:
+        return [(float(r["wall_time"]), int(r["env_steps"])) for r in csv.DictReader(f)]
+
+
+def cleanrl_points(stdout: str, steps_per_update: int = 1024) -> list[tuple[float, int]]:
+    """CleanRL prints `SPS: int(global_step / elapsed)` after every update: elapsed = global_step / SPS."""
+    rates = [int(m) for m in re.findall(r"^SPS: (\d+)$", stdout, flags=re.MULTILINE)]
+    return [((i + 1) * steps_per_update / rate, (i + 1) * steps_per_update) for i, rate in enumerate(rates) if rate]
 
 
 def median(values):

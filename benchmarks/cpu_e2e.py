@@ -31,12 +31,10 @@ Writes `results/cpu_e2e_cpu.md` (medians) with the machine, date and command.
 
 from __future__ import annotations
 
-import csv
 import datetime
 import glob
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -45,7 +43,7 @@ import time
 import numpy as np
 from absl import app, flags
 
-from benchmarks.common import die_with_parent, git_commit, machine
+from benchmarks.common import cleanrl_points, die_with_parent, git_commit, htsrl_points, machine, steady_sps
 
 _PARTS = flags.DEFINE_list("parts", ["breakout"], "breakout, gfootball.")
 _SECONDS = flags.DEFINE_integer("seconds", 300, "Wall time of each Breakout run.")
@@ -75,29 +73,9 @@ def program_env(label: str) -> dict:
     return environ
 
 
-SKIP_UPDATES = 3  # the first updates include compilation (htsrl) and warm-up
 GFOOTBALL_FLAGS = ["--env=gfootball/academy_empty_goal_close-v1", "--total_steps=163840", "--eval_every=4096",
                    "--eval_episodes=10", "--target_return=0.8", "--time_limit=900", "--checkpoint_every=0",
                    "--quiet"]
-
-
-def steady_sps(points: list[tuple[float, int]]) -> float | None:
-    """(wall time, env steps) of each update -> env steps per second from the (SKIP_UPDATES + 1)-th to the last."""
-    points = points[SKIP_UPDATES:]
-    if len(points) < 2 or points[-1][0] <= points[0][0]:
-        return None
-    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
-
-
-def htsrl_points(run_dir: str) -> list[tuple[float, int]]:
-    with open(os.path.join(run_dir, "progress.csv")) as f:
-        return [(float(r["wall_time"]), int(r["env_steps"])) for r in csv.DictReader(f)]
-
-
-def cleanrl_points(stdout: str, steps_per_update: int = 1024) -> list[tuple[float, int]]:
-    """CleanRL prints `SPS: int(global_step / elapsed)` after every update: elapsed = global_step / SPS."""
-    rates = [int(m) for m in re.findall(r"^SPS: (\d+)$", stdout, flags=re.MULTILINE)]
-    return [((i + 1) * steps_per_update / rate, (i + 1) * steps_per_update) for i, rate in enumerate(rates) if rate]
 
 
 def _timed_run(command: list[str], cwd: str, seconds: float, stop: int = signal.SIGINT,

@@ -6,43 +6,52 @@
 # Each is bounded: HTS by its own --time_limit, Anakin by SIGTERM (it keeps the finished chunks), then SIGABRT, whose
 # Python traceback (-X faulthandler) shows where a stage that ignored SIGTERM was (XLA cannot stop mid-program).
 # XLA_PYTHON_CLIENT_PREALLOCATE=false so that smi.csv shows what a run uses, not JAX's default 75% reservation.
-# Where the machine cannot reach a package index, the dependencies travel unpacked in .site/ (PYTHONPATH); elsewhere
-# `pip install -e ".[cuda12,gymnax]"` does the same. Results: benchmarks/results/gpu_first_run.md.
-# Stages: envpool_raw (EnvPool's own Breakout SPS on the box's cores: the ceiling), probe, hts_breakout (the
-# default command: on an accelerator the layout rule gives it 128 envs x 8 steps in 4 actor threads),
-# hts_breakout_preset (--layout=preset: the CPU preset's 8 x 128, one thread), the hand-sized layouts, Anakin.
-# DRY=1 runs every default stage for a few seconds on whatever machine this is (a CPU), to check the script end to
-# end before spending device time; its figures mean nothing.
+# Where the machine cannot reach a package index, the dependencies travel in .site.tar.gz (benchmarks/gpu_site.sh
+# builds it; the device call carries it), unpacked here into a temporary folder on PYTHONPATH; elsewhere
+# `pip install -e ".[cuda12,gymnax]"` does the same, and CLEANRL_SITE names a folder built like the archive's
+# site-cleanrl/. Results: benchmarks/results/gpu_first_run.md.
+# Default stages, about 9 minutes: envpool_raw (EnvPool's own Breakout SPS on the box's cores: the ceiling),
+# hts_breakout (the default command: on an accelerator the layout rule gives it 128 envs x 8 steps in 4 actor
+# threads), cleanrl_jax (CleanRL's ppo_atari_envpool_xla_jax_scan.py with its own defaults: benchmarks/cleanrl_jax.py),
+# Anakin's two rows. On request: probe, hts_breakout_preset (--layout=preset: the CPU preset's 8 x 128, one thread),
+# the hand-sized layouts.
+# DRY=1 runs every default stage for a few seconds on whatever machine this is (a CPU), CleanRL's at a small rollout,
+# to check the script end to end before spending device time (`PY=3.11 bash benchmarks/gpu_site.sh` first, for a
+# CPU with Python 3.11); its figures mean nothing.
 set -u
 DRY=${DRY:-0}
 if [[ $DRY == 1 ]]; then
   HTS_SECONDS=${HTS_SECONDS:-20} WIDE_SECONDS=${WIDE_SECONDS:-20} PROBE_SECONDS=${PROBE_SECONDS:-120}
   MINATAR_SECONDS=${MINATAR_SECONDS:-120} RAW_SECONDS=${RAW_SECONDS:-3} MINATAR_STEPS=${MINATAR_STEPS:-16384}
+  CLEANRL_SECONDS=${CLEANRL_SECONDS:-120}
+  CLEANRL_ARGS=${CLEANRL_ARGS:-"--num-steps 16 --num-minibatches 1 --update-epochs 1 --total-timesteps 1280"}
   CARTPOLE_STEPS=${CARTPOLE_STEPS:-16384} PROBE_ARGS=${PROBE_ARGS:-"--rounds=2x32 --batches=8"}
   OUT=${OUT:-/tmp/gpu_check_dry}
   rm -rf "$OUT"
 fi
 OUT=${OUT:-/tmp/gpu_first_run}
-HTS_SECONDS=${HTS_SECONDS:-150}
-STAGES=${STAGES:-"envpool_raw probe hts_breakout hts_breakout_preset anakin_cartpole_64 anakin_minatar_8"}
+HTS_SECONDS=${HTS_SECONDS:-120}
+STAGES=${STAGES:-"envpool_raw hts_breakout cleanrl_jax anakin_cartpole_64 anakin_minatar_8"}
 PROBE_SECONDS=${PROBE_SECONDS:-90}
 WIDE_SECONDS=${WIDE_SECONDS:-180}
 MINATAR_SECONDS=${MINATAR_SECONDS:-90}
-RAW_SECONDS=${RAW_SECONDS:-15}
+RAW_SECONDS=${RAW_SECONDS:-10}
+CLEANRL_SECONDS=${CLEANRL_SECONDS:-120}
+CLEANRL_ARGS=${CLEANRL_ARGS:-}
 CARTPOLE_STEPS=${CARTPOLE_STEPS:-500000}
 PROBE_ARGS=${PROBE_ARGS:-}
 RUNS=${RUNS:-runs/gpu}
 [[ $DRY == 1 ]] && RUNS=$OUT/runs
 mkdir -p "$OUT"
-# .site/ carries only the Atari and classic-control extensions (the 64 MiB limit); envs/factory registers five
-# families at import, so a family whose extension stayed behind gets an empty package (its registration still runs).
-for family in gfootball box2d mujoco/gym; do
-  init=.site/envpool/$family/__init__.py
-  if [[ -f $init ]] && ! ls .site/envpool/${family%%/*}/*.so > /dev/null 2>&1; then
-    echo '"""Extension not carried to this machine (benchmarks/gpu_check.sh)."""' > "$init"
-  fi
-done
-export PYTHONPATH="$PWD/.site:$PWD" PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+SITE=""
+PEER_SITE=${CLEANRL_SITE:-}
+if [[ -f .site.tar.gz ]]; then
+  unpacked=$(mktemp -d)
+  trap 'rm -rf "$unpacked"' EXIT
+  tar xzf .site.tar.gz -C "$unpacked"
+  SITE=$unpacked/site PEER_SITE=$unpacked/site-cleanrl
+fi
+export PYTHONPATH="${SITE:+$SITE:}$PWD" PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 log="$OUT/log.txt"
 {
   date -u; nproc; free -g | head -2; nvidia-smi
@@ -80,9 +89,18 @@ stage hts_breakout_64x2 $((WIDE_SECONDS + 60)) -m launch.hts --game=Breakout --n
 # twice as often so that both curves have points at 0.5, 1.0 and 1.25M steps.
 stage hts_breakout_128x4 $((WIDE_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=128 --num_actors=4 \
   --eval_every=250000 --time_limit="$WIDE_SECONDS" --logdir=$RUNS/hts_breakout_128x4
+# CleanRL's JAX PPO beside it, on the same box: its own script, its own defaults, its EnvPool and gym first on its path.
+if [[ -n $PEER_SITE ]]; then
+  # shellcheck disable=SC2086  # CLEANRL_ARGS holds several flags
+  stage cleanrl_jax $((CLEANRL_SECONDS + 30)) -m benchmarks.cleanrl_jax \
+    --script="$PEER_SITE/ppo_atari_envpool_xla_jax_scan_compat.py" --peer_path="$PEER_SITE${SITE:+:$SITE}" \
+    --seconds="$CLEANRL_SECONDS" --out="$OUT/cleanrl_jax.json" $CLEANRL_ARGS
+elif [[ " $STAGES " == *" cleanrl_jax "* ]]; then
+  echo "== cleanrl_jax skipped: no .site.tar.gz and no CLEANRL_SITE (benchmarks/gpu_site.sh builds them)" >> "$log"
+fi
 stage anakin_cartpole_64 100 -m launch.anakin --env=gymnax/CartPole-v1 --num_seeds=64 --total_steps="$CARTPOLE_STEPS" \
   --logdir=$RUNS/anakin_cartpole_64
 stage anakin_minatar_8 "$MINATAR_SECONDS" -m launch.anakin --env=gymnax/Breakout-MinAtar --num_seeds=8 \
   --total_steps="${MINATAR_STEPS:-3000000}" --logdir=$RUNS/anakin_minatar_8
-kill "$smi"
+kill "$smi" 2> /dev/null
 tar czf "$OUT/runs.tar.gz" --exclude=checkpoints --exclude=tb "$RUNS" 2>> "$log"

@@ -102,7 +102,8 @@ def run_row(row: str, work_dir: str) -> dict:
 
 
 def breakout_run(run: int, variant: str, seconds: float, work_dir: str) -> dict:
-    from benchmarks.cpu_e2e import _timed_run, htsrl_points, steady_sps
+    from benchmarks.common import htsrl_points, steady_sps
+    from benchmarks.cpu_e2e import _timed_run
 
     logdir = os.path.join(work_dir, f"breakout-{run}")
     shutil.rmtree(logdir, ignore_errors=True)

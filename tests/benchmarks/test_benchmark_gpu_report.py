@@ -1,0 +1,45 @@
+"""The device check's report: each program's steady SPS stands beside EnvPool's raw rate on the same box, and a
+stage that failed says so instead of leaving a blank."""
+
+import io
+import json
+import tarfile
+
+from benchmarks import gpu_report
+
+
+def _add(tar: tarfile.TarFile, name: str, text: str) -> None:
+    data = text.encode()
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def test_the_report_sets_each_program_against_the_raw_rate_and_names_failures(tmp_path):
+    (tmp_path / "log.txt").write_text(
+        "Sun Dec  6 12:00:00 UTC 2026\n| 0  NVIDIA H100 80GB HBM3    On  |\njax 0.11.2 jaxlib 0.11.2 envpool 1.2.5\n"
+        "== envpool_raw start 1\n== envpool_raw rc=0 wall=60s\n"
+        "== hts_breakout start 2\n[hts] Breakout-v5  algo ppo  layout: 128 envs x 8 steps, 4 actor threads\n"
+        "== hts_breakout rc=0 wall=180s\n== cleanrl_jax start 3\n== cleanrl_jax rc=1 wall=9s\n"
+        "== anakin_minatar_8 start 4\n== anakin_minatar_8 rc=0 wall=90s\n")
+    (tmp_path / "envpool_raw.json").write_text(json.dumps([
+        dict(envs=128, threads=8, batch=64, sps=30_000, cores=16), dict(envs=128, threads=16, batch=64, sps=40_000,
+                                                                       cores=16)]))
+    # Six updates of 1,024 steps: the first three (the compile) are left out, then 1,024 steps every 0.05 s.
+    progress = "env_steps,wall_time\n" + "".join(f"{1024 * i},{t}\n" for i, t in
+                                                 zip(range(1, 7), (30.0, 30.05, 30.1, 30.15, 30.2, 30.25)))
+    with tarfile.open(tmp_path / "runs.tar.gz", "w:gz") as tar:
+        _add(tar, "runs/gpu/hts_breakout/progress.csv", progress)
+        _add(tar, "runs/gpu/hts_breakout/evaluations.csv", "env_steps,wall_time,mean_return\n6144,30.3,2.5\n")
+        _add(tar, "runs/gpu/anakin_minatar_8/summary.json",
+             json.dumps(dict(env_id="gymnax/Breakout-MinAtar", num_agents=8, sps_all_agents=1e6,
+                             final_metric_mean=20.0)))
+    text = gpu_report.report(str(tmp_path))
+    assert "NVIDIA H100 80GB HBM3" in text and "16 CPU cores" in text and "jax 0.11.2" in text
+    assert "| EnvPool raw, random actions | 128 envs, 16 threads, batch 64 | 40,000 | 1.00 |" in text
+    main_job = next(line for line in text.splitlines() if "`hts_breakout`" in line)
+    assert "128 envs x 8 steps, 4 actor threads" in main_job and "| 20,480 | 0.51 | 8 min |" in main_job
+    assert "eval 2.5 at 6,144" in main_job
+    assert "| CleanRL JAX PPO | | failed (rc 1 after 9 s) |" in text
+    assert "| `anakin_cartpole_64` | | | not run | |" in text
+    assert "| `anakin_minatar_8` | gymnax/Breakout-MinAtar | 8 | 1,000,000 | 20.0 |" in text
