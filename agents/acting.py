@@ -15,11 +15,13 @@ import jax.numpy as jnp
 from agents import distributions
 
 
-def action_keys(run_key: jax.Array, env_ids: jax.Array, env_steps: jax.Array) -> jax.Array:
+def action_keys(run_key: jax.Array, env_ids: jax.Array, env_steps: jax.Array, hold: int = 1) -> jax.Array:
     """The ``[B]`` PRNG keys of env ``env_ids[i]`` at its step ``env_steps[i]`` (a scalar: the same step for all):
-    ``fold_in(fold_in(run_key, env), step)``. A row's key is owned by its (env, step), as Sec. 4.1 gives every
-    observation its own seed, so an action never depends on which actor, chunk, device or process computed it."""
-    env_steps = jnp.broadcast_to(env_steps, jnp.shape(env_ids))
+    ``fold_in(fold_in(run_key, env), step // hold)``. A row's key is owned by its (env, step), as Sec. 4.1 gives
+    every observation its own seed, so an action never depends on which actor, chunk, device or process computed it.
+    ``hold`` > 1 gives an env's ``hold`` consecutive steps one key: gSDE's exploration matrix, drawn from the key,
+    lasts that many steps (``NetworkHyperparameters.key_hold``)."""
+    env_steps = jnp.broadcast_to(env_steps, jnp.shape(env_ids)) // hold
     return jax.vmap(lambda env, step: jax.random.fold_in(jax.random.fold_in(run_key, env), step))(env_ids, env_steps)
 
 

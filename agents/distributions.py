@@ -7,9 +7,10 @@ depend on which other observations share the actor's batch. ``log_prob`` / ``ent
 pi(a|s) and H(pi(.|s)) terms of Eq. (4)-(6).
 
 ``policy_out`` is logits ``[B, A]`` (categorical policy), a tuple ``(mean, log_std)`` of ``[B, A]`` arrays
-(diagonal Gaussian, CleanRL continuous PPO), or ``Factored`` logits (one categorical per action component, a
+(diagonal Gaussian, CleanRL continuous PPO), ``Factored`` logits (one categorical per action component, a
 MultiDiscrete or MultiBinary action: SB3's ``MultiCategoricalDistribution``, with a MultiBinary component as a
-two-way categorical, the same law as SB3's Bernoulli on one logit difference). The type decides which.
+two-way categorical, the same law as SB3's Bernoulli on one logit difference), or ``StateDependentGaussian``
+(generalized state-dependent exploration). The type decides which.
 """
 
 import math
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 from flax import struct
 
 _LOG_2PI = math.log(2.0 * math.pi)
+_SDE_EPSILON = 1e-6  # SB3's StateDependentNoiseDistribution: the variance's floor
 
 
 @struct.dataclass
@@ -35,6 +37,29 @@ class Factored:
         chex.assert_axis_dimension(self.logits, -1, sum(self.nvec))
         bounds = [sum(self.nvec[:k]) for k in range(len(self.nvec) + 1)]
         return [self.logits[..., lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+@struct.dataclass
+class StateDependentGaussian:
+    """Generalized state-dependent exploration (gSDE: Raffin, Kober and Stulp, "Smooth Exploration for Robotic
+    Reinforcement Learning", CoRL 2021, Sec. 3; Stable-Baselines3's ``StateDependentNoiseDistribution`` with
+    ``full_std``, no ``expln`` and features not learned through the noise).
+
+    The action is ``mean + latent @ E`` with an exploration matrix ``E [D, A]``, ``E_ij ~ N(0, exp(log_std_ij)^2)``,
+    drawn from the row's key: the executor holds a row's key for ``sde_sample_freq`` steps
+    (``agents.acting.action_keys``' ``hold``), so the noise changes smoothly with the state between draws. Given
+    the state, the action is Gaussian with variance ``latent^2 @ exp(log_std)^2`` (+ 1e-6, as SB3), which gives
+    ``log_prob`` and ``entropy``. ``latent`` is the policy's last features with the gradient stopped.
+    """
+
+    mean: jax.Array  # [B, A]
+    latent: jax.Array  # [B, D]
+    log_std: jax.Array  # [D, A], shared by every row
+
+    def std(self) -> jax.Array:
+        """The per-row action std ``[B, A]``: sqrt(latent^2 @ exp(log_std)^2 + 1e-6)."""
+        variance = jnp.square(self.latent) @ jnp.exp(2.0 * self.log_std)
+        return jnp.sqrt(variance + _SDE_EPSILON)
 
 
 def _is_continuous(policy_out) -> bool:
@@ -80,6 +105,15 @@ def sample_actions(policy_out, keys: jax.Array) -> jax.Array:
                                                                                     strict=True)])
 
         return jax.vmap(_sample_row)(policy_out.logits, keys).astype(jnp.int32)
+    if isinstance(policy_out, StateDependentGaussian):
+        chex.assert_axis_dimension(keys, 0, policy_out.mean.shape[0])
+        scale = jnp.exp(policy_out.log_std)
+
+        def _sde_row(mean_row, latent_row, key):  # the row's exploration matrix, then its noise
+            matrix = scale * jax.random.normal(key, scale.shape, jnp.float32)
+            return mean_row + latent_row @ matrix
+
+        return jax.vmap(_sde_row)(policy_out.mean, policy_out.latent, keys).astype(jnp.float32)
     if _is_continuous(policy_out):
         mean, log_std = _check_gaussian(policy_out)
         chex.assert_axis_dimension(keys, 0, mean.shape[0])
@@ -105,6 +139,11 @@ def log_prob(policy_out, actions: jax.Array) -> jax.Array:
         parts = policy_out.parts()
         chex.assert_shape(actions, (policy_out.logits.shape[0], len(parts)))
         return sum(_categorical_log_prob(part, actions[:, k]) for k, part in enumerate(parts))
+    if isinstance(policy_out, StateDependentGaussian):
+        chex.assert_equal_shape([policy_out.mean, actions])
+        std = policy_out.std()
+        z = (actions.astype(jnp.float32) - policy_out.mean) / std
+        return jnp.sum(-0.5 * jnp.square(z) - jnp.log(std) - 0.5 * _LOG_2PI, axis=-1)
     if _is_continuous(policy_out):
         mean, log_std = _check_gaussian(policy_out)
         chex.assert_equal_shape([mean, actions])
@@ -121,6 +160,8 @@ def entropy(policy_out) -> jax.Array:
     """Entropy H(pi(.|s)) per row: ``[B]`` float32 (factored: the sum of the components' entropies)."""
     if isinstance(policy_out, Factored):
         return sum(_categorical_entropy(part) for part in policy_out.parts())
+    if isinstance(policy_out, StateDependentGaussian):
+        return jnp.sum(jnp.log(policy_out.std()) + 0.5 * (_LOG_2PI + 1.0), axis=-1)
     if _is_continuous(policy_out):
         _, log_std = _check_gaussian(policy_out)
         return jnp.sum(log_std + 0.5 * (_LOG_2PI + 1.0), axis=-1)
@@ -134,6 +175,8 @@ def mode(policy_out) -> jax.Array:
     the mean ``[B, A]``."""
     if isinstance(policy_out, Factored):
         return jnp.stack([jnp.argmax(part, axis=-1) for part in policy_out.parts()], axis=-1).astype(jnp.int32)
+    if isinstance(policy_out, StateDependentGaussian):
+        return policy_out.mean.astype(jnp.float32)
     if _is_continuous(policy_out):
         mean, _ = _check_gaussian(policy_out)
         return mean.astype(jnp.float32)

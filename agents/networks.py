@@ -40,7 +40,7 @@ import numpy as np
 from jax import lax
 
 from agents import conv as conv_lib
-from agents.distributions import Factored
+from agents.distributions import Factored, StateDependentGaussian
 from agents.hyperparams import hyperparameter
 
 _TORSO_GAIN = float(np.sqrt(2.0))
@@ -300,10 +300,25 @@ class NetworkHyperparameters:
     orthogonal_init: bool = hyperparameter(
         True, "MLP: orthogonal init (CleanRL; default) or PyTorch's default (SB3 ortho_init=False).")
     log_std_init: float = hyperparameter(0.0, "Initial log-std of a continuous policy (default 0).")
+    use_sde: bool = hyperparameter(
+        False, "Continuous policy: generalized state-dependent exploration (gSDE; SB3's use_sde): noise from the "
+        "policy's features times an exploration matrix held for --sde_sample_freq steps (default off).")
+    sde_sample_freq: int = hyperparameter(
+        -1, "gSDE: env steps between new exploration matrices; -1: one a round of --sync_interval steps (SB3's "
+        "default: one a rollout).")
 
     def network_settings(self) -> dict:
-        """``make_network``'s keyword arguments of these hyperparameters."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(NetworkHyperparameters)}
+        """``make_network``'s keyword arguments of these hyperparameters (all but the executor's
+        ``sde_sample_freq``)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(NetworkHyperparameters)
+                if f.name != "sde_sample_freq"}
+
+    def key_hold(self, round_steps: int) -> int:
+        """How many consecutive steps of an env share one action key (``agents.acting.action_keys``): 1, or
+        with gSDE ``sde_sample_freq`` (-1: ``round_steps``), the steps one exploration matrix lasts."""
+        if not self.use_sde:
+            return 1
+        return int(round_steps) if self.sde_sample_freq < 1 else int(self.sde_sample_freq)
 
 
 class MLPTorso(nn.Module):
@@ -332,7 +347,10 @@ class ActorCritic(nn.Module):
         hidden_sizes: MLP hidden sizes (only used by the ``"mlp"`` torso).
         hidden: width of the fully connected layer (only used by the ``"ba3c"`` torso).
         activation, orthogonal_init: the MLP's nonlinearity and initializer (the ``"mlp"`` torso and its heads).
-        log_std_init: the initial state-independent log-std of a continuous policy.
+        log_std_init: the initial state-independent log-std of a continuous policy (with ``use_sde``, of every
+            entry of the exploration matrix's ``[D, A]`` log-std).
+        use_sde: a continuous policy's output is ``distributions.StateDependentGaussian`` over the actor's last
+            features (gSDE) instead of a state-independent Gaussian.
         conv_plan: the CNN torsos' convolution forms (`LayerForms` per layer; None: the backend's default).
         action_nvec: the choices of each component of a factored (MultiDiscrete / MultiBinary) action, or ``()``;
             when given, ``action_dim`` is its length and the policy head has ``sum(action_nvec)`` logits.
@@ -358,6 +376,7 @@ class ActorCritic(nn.Module):
     conv_plan: ConvPlan | None = None
     action_nvec: tuple = ()
     image_shape: tuple = ()
+    use_sde: bool = False
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray):
@@ -382,6 +401,8 @@ class ActorCritic(nn.Module):
             return Factored(head, tuple(self.action_nvec)), value
         if not self.continuous:
             return head, value
+        if self.use_sde:
+            return sde_policy_out(self, head, actor_features), value
         # State-independent log-std (CleanRL continuous PPO), broadcast to every row.
         log_std_init = nn.initializers.constant(self.log_std_init)
         log_std = self.param("log_std", log_std_init, (self.action_dim,), jnp.float32)
@@ -466,6 +487,7 @@ def make_network(
     conv_plan: ConvPlan | None = None,
     action_nvec: tuple = (),
     image_shape: tuple = (),
+    use_sde: bool = False,
 ) -> ActorCritic:
     """Builds the actor-critic, picking the torso from the (unbatched) observation shape unless given.
 
@@ -473,10 +495,10 @@ def make_network(
     ``HxWxC`` image (sides ``MINATAR_SIDES``) -> MinAtar's CNN, rank 1 -> MLP.
     ``torso="ba3c"``: the Distributed BA3C network (seed paper 001) with ``hidden`` units, Atari shape only.
     Any explicit torso must fit the observation shape. ``hidden_sizes``, ``activation`` and ``orthogonal_init``
-    shape the MLP (vector observations); ``log_std_init`` any continuous policy; ``conv_plan`` the CNN torsos'
-    convolution forms (None: the backend's default); ``action_nvec`` a factored action's choices per component
-    (``action_dim`` must be its length); ``image_shape`` an image packed first in a vector observation, whose torso
-    is picked (or checked) from ``image_shape`` instead.
+    shape the MLP (vector observations); ``log_std_init`` and ``use_sde`` any continuous policy; ``conv_plan`` the
+    CNN torsos' convolution forms (None: the backend's default); ``action_nvec`` a factored action's choices per
+    component (``action_dim`` must be its length); ``image_shape`` an image packed first in a vector observation,
+    whose torso is picked (or checked) from ``image_shape`` instead.
     """
     obs_shape = tuple(int(d) for d in obs_shape)
     image_shape = tuple(int(d) for d in image_shape)
@@ -486,7 +508,8 @@ def make_network(
                              f"{int(np.prod(image_shape))} pixels, got {obs_shape}.")
         network = make_network(image_shape, action_dim, continuous, torso=torso, hidden=hidden,
                                hidden_sizes=hidden_sizes, activation=activation, orthogonal_init=orthogonal_init,
-                               log_std_init=log_std_init, conv_plan=conv_plan, action_nvec=action_nvec)
+                               log_std_init=log_std_init, conv_plan=conv_plan, action_nvec=action_nvec,
+                               use_sde=use_sde)
         if network.torso == "mlp":
             raise ValueError(f"A packed image {image_shape} needs an image torso; {image_shape} is a vector.")
         return network.clone(image_shape=image_shape)
@@ -523,9 +546,21 @@ def make_network(
         raise ValueError(f"hidden_sizes must be positive widths, got {hidden_sizes}.")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}.")
+    if use_sde and not continuous:
+        raise ValueError("use_sde (gSDE) explores a continuous action space; this task's actions are discrete.")
     return ActorCritic(
         torso=torso, action_dim=int(action_dim), continuous=bool(continuous), hidden=int(hidden),
         hidden_sizes=tuple(int(h) for h in hidden_sizes), activation=activation,
         orthogonal_init=bool(orthogonal_init), log_std_init=float(log_std_init), conv_plan=conv_plan,
-        action_nvec=tuple(int(n) for n in action_nvec),
+        action_nvec=tuple(int(n) for n in action_nvec), use_sde=bool(use_sde),
     )
+
+
+def sde_policy_out(module: nn.Module, mean: jnp.ndarray, features: jnp.ndarray):
+    """gSDE's policy output (``distributions.StateDependentGaussian``) of ``mean [B, A]`` and the actor's last
+    ``features [B, D]``, with the ``[D, A]`` log-std parameter ``log_std`` of ``module`` (a compact method's) at
+    ``module.log_std_init``. The features reach the noise with their gradient stopped (SB3's
+    ``learn_features=False``): only the mean and the log-std learn from it."""
+    shape = (features.shape[-1], mean.shape[-1])
+    log_std = module.param("log_std", nn.initializers.constant(module.log_std_init), shape, jnp.float32)
+    return StateDependentGaussian(mean, jax.lax.stop_gradient(features.astype(jnp.float32)), log_std)

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from agents import networks
-from agents.distributions import Factored
+from agents.distributions import Factored, StateDependentGaussian
 from agents.hyperparams import hyperparameter
 from agents.types import SequenceObs
 
@@ -82,6 +82,7 @@ class RecurrentActorCritic(nn.Module):
     conv_plan: networks.ConvPlan | None = None
     action_nvec: tuple = ()
     reads_obs: bool = False
+    use_sde: bool = False
 
     def setup(self):
         if self.torso == "mlp":
@@ -95,9 +96,10 @@ class RecurrentActorCritic(nn.Module):
         head_width = sum(self.action_nvec) if self.action_nvec else self.action_dim
         self.value_head = networks._dense(1, networks._VALUE_HEAD_GAIN, orthogonal)
         self.policy_head = networks._dense(head_width, networks._POLICY_HEAD_GAIN, orthogonal)
-        if self.continuous:
-            self.log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (self.action_dim,),
-                                      jnp.float32)
+        if self.continuous:  # gSDE's log-std is one per (feature of the policy head's input, action)
+            features = self.hidden_sizes[-1] if self.reads_obs else self.rnn_size
+            shape = (features, self.action_dim) if self.use_sde else (self.action_dim,)
+            self.log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), shape, jnp.float32)
 
     @property
     def carry_size(self) -> int:
@@ -142,6 +144,9 @@ class RecurrentActorCritic(nn.Module):
             return Factored(head, tuple(self.action_nvec)), value
         if not self.continuous:
             return head, value
+        if self.use_sde:
+            latent = jax.lax.stop_gradient(paths[0].astype(jnp.float32))
+            return StateDependentGaussian(head, latent, self.log_std), value
         return (head, jnp.broadcast_to(self.log_std, head.shape)), value
 
     def __call__(self, obs: jax.Array, carry: jax.Array, first: jax.Array):
@@ -176,7 +181,7 @@ def recurrent_network(network: networks.ActorCritic, cell: str, rnn_size: int,
         rnn_size=int(rnn_size), hidden_sizes=network.hidden_sizes, hidden=network.hidden,
         activation=network.activation, orthogonal_init=network.orthogonal_init, log_std_init=network.log_std_init,
         conv_plan=network.conv_plan, action_nvec=network.action_nvec,
-        reads_obs=network.torso == "mlp" and rnn_input != "torso",
+        reads_obs=network.torso == "mlp" and rnn_input != "torso", use_sde=network.use_sde,
     )
 
 

@@ -171,7 +171,9 @@ SIDE_SPECS = {
     "hts_lstm_zoo_torso": Side("HTS-PPO, LSTM core after the MLP torso, the same flags (ours)", "hts",
                                ("--recurrent=lstm", "--rnn_input=torso")),
     "hts_ff_zoo": Side("HTS-PPO feed-forward control, the same flags (ours)", "hts", ("--recurrent=none",)),
-    # The peer without its gSDE exploration (PendulumNoVel's `use_sde`), which ours does not have: what it is worth.
+    # Ours with gSDE as the peer explores (PendulumNoVel's `use_sde: True, sde_sample_freq: 4`), and the peer without.
+    "hts_lstm_zoo_sde": Side("HTS-PPO, LSTM core, rl-zoo3's flags with gSDE as the peer (ours)", "hts",
+                             ("--recurrent=lstm", "--use_sde", "--sde_sample_freq=4")),
     "sb3_rppo_nosde": Side("sb3-contrib RecurrentPPO, rl-zoo3 tuned but use_sde False (peer)", zoo_algo="ppo_lstm",
                            zoo_hyperparams=("use_sde:False",)),
     # Each side's best point of a hyperparameter search at a short budget (`benchmarks/tune.py`), at the full one.
@@ -183,7 +185,7 @@ SIDE_SPECS = {
 PPO_SIDES = ("hts", "sb3", "sync", "hts_zoo", "hts_family", "sync_family")  # run in this order per seed
 MEMORY_SIDES = ("hts_lstm_zoo", "sb3_rppo", "hts_ff_zoo")
 # Ours with the peer's hyperparameters (ZOO_FLAGS) as flags.
-ZOO_FLAG_SIDES = ("hts_zoo", *MEMORY_SIDES[::2], "hts_lstm_zoo_torso")
+ZOO_FLAG_SIDES = ("hts_zoo", *MEMORY_SIDES[::2], "hts_lstm_zoo_torso", "hts_lstm_zoo_sde")
 A2C_SIDES = ("sb3_a2c", "gala_async", "gala_pmap", "allreduce_a2c", *(f"ba3c_lb{b}" for b in BA3C_BATCHES),
              *(f"ba3c_adam{b}" for b in BA3C_BATCHES))
 # Each A2C side of ours with the family preset (Kostrikov's A2C), where a task has its own A2C preset: the rows
@@ -687,7 +689,8 @@ TASKS = {
     "CartPoleNoVel-v1": Task(ZOO_ENV + "CartPoleNoVel-v1", 100_000, FIVE_SEEDS, MEMORY_SIDES,
                              extra_sides=("hts_lstm_zoo_torso",), family="memory"),
     "PendulumNoVel-v1": Task(ZOO_ENV + "PendulumNoVel-v1", 100_000, FIVE_SEEDS, MEMORY_SIDES,
-                             extra_sides=("hts_lstm_zoo_torso", "sb3_rppo_nosde"), family="memory"),
+                             extra_sides=("hts_lstm_zoo_torso", "sb3_rppo_nosde", "hts_lstm_zoo_sde"),
+                             family="memory"),
 }
 
 

@@ -75,10 +75,11 @@ def initial_carry(train: TrainState, action_key: jax.Array, env_ids: jax.Array, 
                  first=jnp.ones(n, jnp.float32) if carry_size else None)
 
 
-def make_round(step_one, apply_fn, update_fn, sync_interval: int, axis_name: str | None, delayed: bool = False):
+def make_round(step_one, apply_fn, update_fn, sync_interval: int, axis_name: str | None, delayed: bool = False,
+               key_hold: int = 1):
     """`one_round(carry, _) -> (carry, (metrics, Episodes))` for `lax.scan`: a round of `sync_interval` env steps of
     every env with the behaviour parameters, then the update (gradients averaged over `axis_name` when the envs are
-    split over devices); `delayed`: Eq. 6 (module docstring)."""
+    split over devices); `delayed`: Eq. 6 (module docstring); `key_hold`: `agents.action_keys`' `hold`."""
     update = functools.partial(update_fn, axis_name=axis_name) if axis_name else update_fn
 
     def act(carry: Carry, keys: jax.Array):
@@ -92,7 +93,8 @@ def make_round(step_one, apply_fn, update_fn, sync_interval: int, axis_name: str
     def env_step(carry: Carry, t):
         step = carry.round * sync_interval + t
         valid = ~carry.done  # before `act`, which moves `done` into the next step's opening flags
-        (actions, log_probs, values), carry = act(carry, action_keys(carry.action_key, carry.env_ids, step))
+        keys = action_keys(carry.action_key, carry.env_ids, step, key_hold)
+        (actions, log_probs, values), carry = act(carry, keys)
         env_keys, env_states, done, elapsed, (obs, reward, terminated, truncated, _) = jax.vmap(step_one)(
             carry.env_keys, carry.env_states, carry.done, carry.elapsed, actions)
         ended = terminated | truncated  # only on real steps (a reset step ends nothing)

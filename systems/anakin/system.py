@@ -213,7 +213,7 @@ def _start(config: AnakinConfig, configs: list[AnakinConfig], devices: list, set
     carry = _stack(carries, pmap_devices)
     one_round = program_lib.make_round(step_one, setup.network.apply, setup.update_fn, config.sync_interval,
                                        axis_name=program_lib.DEVICE_AXIS if len(devices) * jax.process_count() > 1
-                                       else None, delayed=config.delayed_update)
+                                       else None, delayed=config.delayed_update, key_hold=setup.key_hold)
     program = program_lib.make_program(one_round, pmap_devices, chunk_rounds(config))
     return _Training(config, configs, functools.partial(_train, config, program, carry, list(monitors), start.pop(),
                                                         evaluation, first_env=first_device * shard))

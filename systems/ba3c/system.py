@@ -29,7 +29,6 @@ import functools
 
 import jax
 
-from agents import make_network
 from envs.executor import Executor
 from envs.factory import make_spec
 from envs.step_time import parse_step_time
@@ -38,7 +37,7 @@ from systems.common import config as config_lib
 from systems.common import conv_tuning, distributed
 from systems.common import run as skeleton
 from systems.common.data_parallel import DataParallelLearner
-from systems.common.learner import build, optimizer_steps_per_update, with_memory
+from systems.common.learner import build, network_of, optimizer_steps_per_update, with_memory
 from systems.common.monitor import LearnerReport, Monitor, Progress, on_policy_evaluator
 from systems.common.outputs import on_policy_columns
 from systems.common.profile import stage
@@ -72,11 +71,7 @@ def make_agent(config: BA3CConfig, run_plan: Plan):
     """Spec, learner setup and initial state: the BA3C torso of width `hidden` on Atari and the optimizer with the
     plan's learning rate (scaled over the devices) and epsilon."""
     spec = make_spec(config.env_id, config.env_kwargs, config.frame_stack)
-    network = make_network(
-        spec.obs_shape, spec.action_dim, spec.continuous, torso="ba3c" if spec.family == "atari" else None,
-        hidden=config.hidden, **config.network_settings(), action_nvec=spec.action_nvec,
-        image_shape=spec.obs_image_shape,
-    )
+    network = network_of(config, spec, torso="ba3c" if spec.family == "atari" else None, hidden=config.hidden)
     network = with_memory(conv_tuning.with_plan(network, spec.obs_shape, config.local_batch, config.conv_plan), config)
     optimizer_settings = dict(
         config.optimizer_settings(run_plan.total_rounds * optimizer_steps_per_update(config)),
@@ -147,7 +142,7 @@ def _start(config: BA3CConfig, run_plan: Plan, devices: list, spec, setup, monit
         executor,
         policy_fn=make_sharded_policy_fn(
             setup.network.apply, distributed.pmap_devices(devices), e, env_id_offset=first_env, num_shards=num_local,
-            recurrent=bool(setup.carry_size),
+            recurrent=bool(setup.carry_size), key_hold=setup.key_hold,
         ),
         run_key=setup.action_key, sync_interval=config.sync_interval, inference_batch=num_local * e,
         first_round=start_round, total_rounds=total_rounds, params=learner.state.params, version=start_round,

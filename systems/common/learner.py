@@ -57,6 +57,7 @@ class LearnerSetup:
     # seed -> the TrainState `build` makes for that seed (one compiled initializer for every seed: Anakin's agents)
     initial_state: Callable[[int], TrainState] | None = None
     carry_size: int = 0  # S of a recurrent policy's per-env state (`agents.recurrent`); 0: feed-forward
+    key_hold: int = 1  # consecutive steps of an env that share an action key (gSDE's `sde_sample_freq`)
 
 
 def action_key(seed: int) -> jax.Array:
@@ -115,17 +116,19 @@ def build(
     if norm.enabled:
         update = normalized_update(update, norm)
     action_shape, action_dtype = action_layout(spec)
+    hold = config.key_hold(config.sync_interval)
     setup = LearnerSetup(
         network=network,
         update=jax.jit(update) if update_key is None else made_once(update_key, lambda: jax.jit(update)),
         update_fn=update,
-        policy=made_once(("policy", network), lambda: make_policy_fn(network.apply, recurrent)),
+        policy=made_once(("policy", network, hold), lambda: make_policy_fn(network.apply, recurrent, hold)),
         action_key=action_key(config.seed),
         eval_seed=eval_seed(config.seed),
         action_shape=action_shape,
         action_dtype=action_dtype,
         initial_state=initial_state,
         carry_size=memory.carry_size if recurrent else 0,
+        key_hold=hold,
     )
     return setup, state
 
@@ -137,11 +140,20 @@ def action_layout(spec: EnvSpec) -> tuple:
     return ((spec.action_dim,) if spec.factored else ()), np.int32
 
 
+def network_of(config: config_lib.TrainConfig, spec: EnvSpec, **overrides) -> ActorCritic:
+    """`agents.make_network` of `spec` with the config's network hyperparameters (and `overrides`: BA3C's torso);
+    ConfigError with one line for a choice the task cannot take (`--use_sde` on discrete actions)."""
+    try:
+        return make_network(spec.obs_shape, spec.action_dim, spec.continuous, **config.network_settings(),
+                            action_nvec=spec.action_nvec, image_shape=spec.obs_image_shape, **overrides)
+    except ValueError as error:
+        raise config_lib.ConfigError(f"{config.env_id}: {error}") from None
+
+
 def default_network(config: config_lib.TrainConfig, spec: EnvSpec) -> ActorCritic:
-    """The on-policy actor-critic of `spec` (`agents.make_network`: the family's torso, `--hidden_sizes`' MLP) with
+    """The on-policy actor-critic of `spec` (`network_of`: the family's torso, `--hidden_sizes`' MLP) with
     the convolution plan `--conv_plan` picks for the learner's batch (`conv_tuning.with_plan`)."""
-    network = make_network(spec.obs_shape, spec.action_dim, spec.continuous, **config.network_settings(),
-                           action_nvec=spec.action_nvec, image_shape=spec.obs_image_shape)
+    network = network_of(config, spec)
     return with_memory(conv_tuning.with_plan(network, spec.obs_shape, learner_batch(config), config.conv_plan),
                        config)
 

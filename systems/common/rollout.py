@@ -96,14 +96,14 @@ def _step(params, inputs, keys, apply_fn: Callable, recurrent: bool):
     return policy_step(params, inputs, keys, apply_fn=apply_fn)
 
 
-def make_policy_fn(apply_fn: Callable, recurrent: bool = False):
+def make_policy_fn(apply_fn: Callable, recurrent: bool = False, key_hold: int = 1):
     """Jitted (params, obs [C,...], env_ids [C], env_steps [C], run_key) -> (actions, log_probs, values); with
     `recurrent` (`agents.recurrent`) the inputs are (obs, carry [C, S], first [C]) and the new carry [C, S] is a
-    fourth output."""
+    fourth output. `key_hold`: `action_keys`' `hold` (gSDE's steps per exploration matrix)."""
 
     @jax.jit
     def policy(params, inputs, env_ids, env_steps, run_key):
-        return _step(params, inputs, action_keys(run_key, env_ids, env_steps), apply_fn, recurrent)
+        return _step(params, inputs, action_keys(run_key, env_ids, env_steps, key_hold), apply_fn, recurrent)
 
     return policy
 
@@ -300,7 +300,7 @@ class RoundCollector:
 
 def make_sharded_policy_fn(
     apply_fn: Callable, devices: list | None, envs_per_shard: int, env_id_offset: int = 0, num_shards: int = 0,
-    recurrent: bool = False,
+    recurrent: bool = False, key_hold: int = 1,
 ):
     """Policy for lock-step systems whose envs are split over devices (data-parallel workers, gossip learners).
 
@@ -310,13 +310,14 @@ def make_sharded_policy_fn(
     `e` runs on device `e // E` with that device's parameters, on a fixed [E] batch, so its actions do not depend
     on how many processes or devices share the work. Action keys use the global env id `env_id_offset + e`.
     `devices=None` (multi-process jobs) maps over this process's `num_shards` local devices. `recurrent`: the
-    contract of `make_policy_fn(recurrent=True)` (inputs `(obs, carry, first)`, the new states a fourth output).
+    contract of `make_policy_fn(recurrent=True)` (inputs `(obs, carry, first)`, the new states a fourth output);
+    `key_hold` that of `make_policy_fn`.
     """
     num_shards = len(devices) if devices is not None else num_shards
     total = num_shards * envs_per_shard
 
     def shard_policy(params, inputs, env_ids, env_steps, run_key):
-        return _step(params, inputs, action_keys(run_key, env_ids, env_steps), apply_fn, recurrent)
+        return _step(params, inputs, action_keys(run_key, env_ids, env_steps, key_hold), apply_fn, recurrent)
 
     sharded = jax.pmap(shard_policy, in_axes=(0, 0, 0, 0, None), devices=devices)
 

@@ -102,7 +102,8 @@ def _start(config: GALAConfig, run_plan: Plan, devices: list, spec, setup, monit
     collector = RoundCollector(
         gossip.executor, policy_fn=make_sharded_policy_fn(setup.network.apply, distributed.pmap_devices(devices), e,
                                                           env_id_offset=first * e, num_shards=len(devices),
-                                                          recurrent=bool(setup.carry_size)),
+                                                          recurrent=bool(setup.carry_size),
+                                                          key_hold=setup.key_hold),
         run_key=setup.action_key, sync_interval=config.sync_interval, inference_batch=len(devices) * e,
         first_round=start, total_rounds=total, params=gossip.states.params, version=start,
         on_round_complete=gossip.on_round_complete, action_shape=setup.action_shape, action_dtype=setup.action_dtype,

@@ -37,11 +37,11 @@ from typing import Any, NamedTuple
 
 import jax
 
-from agents import TrainState, a2c_update, make_network, ppo_update
+from agents import TrainState, a2c_update, ppo_update
 from envs.executor import Executor
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
-from systems.common import conv_tuning, distributed, layout_rule, learner
+from systems.common import distributed, layout_rule, learner
 from systems.common import run as skeleton
 from systems.common.concurrency import ParameterStore, StopRequested, ThreadGroup
 from systems.common.data_parallel import DataParallelLearner
@@ -73,10 +73,8 @@ def make_agent(config: config_lib.TrainConfig, spec: EnvSpec) -> tuple[LearnerSe
     `--conv_plan` picks for the learner's batch; `--optimizer` (`agents.optim.make_optimizer`, optax); and
     `--algo`'s update, PPO's clipped surrogate (`agents.ppo`) or A2C with the one-step delay (`agents.a2c`, Eq. 6).
     `learner.build` jits the update and the actors' policy and initializes the state from `--seed`."""
-    network = make_network(spec.obs_shape, spec.action_dim, spec.continuous, **config.network_settings(),
-                           action_nvec=spec.action_nvec, image_shape=spec.obs_image_shape)
-    network = conv_tuning.with_plan(network, spec.obs_shape, learner.learner_batch(config), config.conv_plan)
-    network = learner.with_memory(network, config)  # --recurrent: an LSTM or GRU core between torso and heads
+    # The family's network with --conv_plan's convolutions; --recurrent: an LSTM or GRU core (`learner.with_memory`)
+    network = learner.default_network(config, spec)
     optimizer = learner.default_optimizer_settings(config)
     if config.algo == "ppo":
         loops = learner.ppo_loop_plan(spec.obs_shape, config.num_epochs, config.num_minibatches)

@@ -26,8 +26,8 @@ def test_the_report_sets_each_program_against_the_raw_rate_and_names_failures(tm
         dict(envs=128, threads=8, batch=64, sps=30_000, cores=16), dict(envs=128, threads=16, batch=64, sps=40_000,
                                                                        cores=16)]))
     # Six updates of 1,024 steps: the first three (the compile) are left out, then 1,024 steps every 0.05 s.
-    progress = "env_steps,wall_time\n" + "".join(f"{1024 * i},{t}\n" for i, t in
-                                                 zip(range(1, 7), (30.0, 30.05, 30.1, 30.15, 30.2, 30.25)))
+    walls = (30.0, 30.05, 30.1, 30.15, 30.2, 30.25)
+    progress = "env_steps,wall_time\n" + "".join(f"{1024 * i},{t}\n" for i, t in enumerate(walls, start=1))
     with tarfile.open(tmp_path / "runs.tar.gz", "w:gz") as tar:
         _add(tar, "runs/gpu/hts_breakout/progress.csv", progress)
         _add(tar, "runs/gpu/hts_breakout/evaluations.csv", "env_steps,wall_time,mean_return\n6144,30.3,2.5\n")
