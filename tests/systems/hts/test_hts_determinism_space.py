@@ -40,14 +40,16 @@ def _fingerprint(config: HTSConfig) -> str:
 
 @functools.cache
 def _reference(env_id: str, num_envs: int, inference_batch: int, root: str, frame_stack: int = 1,
-               recurrent: str = "none") -> str:
+               recurrent: str = "none", sde: int = 0) -> str:
     """The single-actor run: one thread, EnvPool's default batch for it."""
     return _fingerprint(_config(env_id, num_envs, inference_batch, tempfile.mkdtemp(dir=root), frame_stack=frame_stack,
-                                **_memory(recurrent)))
+                                **_extras(recurrent, sde)))
 
 
-def _memory(recurrent: str) -> dict:
-    return {} if recurrent == "none" else dict(recurrent=recurrent, rnn_size=8)
+def _extras(recurrent: str, sde: int) -> dict:
+    """A recurrent core of 8 units; gSDE with `sde` steps a matrix (0: off)."""
+    memory = {} if recurrent == "none" else dict(recurrent=recurrent, rnn_size=8)
+    return memory if sde == 0 else dict(memory, use_sde=True, sde_sample_freq=sde)
 
 
 @st.composite
@@ -59,12 +61,12 @@ def _layouts(draw, max_envs: int):
 
 
 def _check_equals_single_actor(root: str, env_id: str, layout: tuple, frame_stack: int = 1,
-                               recurrent: str = "none") -> None:
+                               recurrent: str = "none", sde: int = 0) -> None:
     num_envs, num_actors, env_batch, inference = layout
     config = _config(env_id, num_envs, inference, tempfile.mkdtemp(dir=root), num_actors=num_actors,
-                     env_batch_size=env_batch, frame_stack=frame_stack, **_memory(recurrent))
+                     env_batch_size=env_batch, frame_stack=frame_stack, **_extras(recurrent, sde))
     hts.validate(config)
-    reference = _reference(env_id, num_envs, hts.inference_batch(config), root, frame_stack, recurrent)
+    reference = _reference(env_id, num_envs, hts.inference_batch(config), root, frame_stack, recurrent, sde)
     assert _fingerprint(config) == reference, layout
 
 
@@ -100,6 +102,21 @@ def test_recurrent_bits_do_not_depend_on_actors_or_batches():
     from tests.multidevice import run_with_fusion_emitters
 
     run_with_fusion_emitters(check_recurrent)
+
+
+@settings(max_examples=4, **_SETTINGS)
+@given(layout=_layouts(max_envs=12), sde=st.sampled_from([-1, 1, 3]), cell=st.sampled_from(["none", "lstm"]))
+@example(layout=(12, 3, 0, 0), sde=3, cell="none")
+def check_sde(layout: tuple, sde: int, cell: str) -> None:
+    """gSDE's exploration matrix comes from the env's key held for `sde` steps (`agents.action_keys`), so it too
+    belongs to the env: which actor stepped it does not reach the bits."""
+    _check_equals_single_actor(_child_root(), "Pendulum-v1", layout, recurrent=cell, sde=sde)
+
+
+def test_sde_bits_do_not_depend_on_actors_or_batches():
+    from tests.multidevice import run_with_fusion_emitters
+
+    run_with_fusion_emitters(check_sde)
 
 
 @st.composite
@@ -170,7 +187,7 @@ def check_learner_replicas(data) -> None:
     reference = _reference_on_devices(num_envs, learners, root, recurrent)
     config = _config("CartPole-v1", num_envs, 0, tempfile.mkdtemp(dir=root), num_actors=num_actors,
                      env_batch_size=env_batch, actor_devices=actors, learner_devices=learners, debug=True,
-                     **_memory(recurrent))
+                     **_extras(recurrent, 0))
     assert _fingerprint(config) == reference, (num_envs, learners, num_actors, env_batch, actors, recurrent)
 
 
@@ -185,7 +202,7 @@ def check_twelve_envs_over_three_replicas() -> None:
 @functools.cache
 def _reference_on_devices(num_envs: int, learners: str, root: str, recurrent: str = "none") -> str:
     return _fingerprint(_config("CartPole-v1", num_envs, 0, tempfile.mkdtemp(dir=root), actor_devices="0",
-                                learner_devices=learners, **_memory(recurrent)))
+                                learner_devices=learners, **_extras(recurrent, 0)))
 
 
 @pytest.mark.slow
