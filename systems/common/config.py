@@ -222,6 +222,9 @@ def validate(config: TrainConfig) -> None:
             raise ConfigError(f"--{name} must be non-negative, got {getattr(config, name)}")
     if config.algo not in ("ppo", "a2c"):
         raise ConfigError(f"--algo must be 'ppo' or 'a2c', got '{config.algo}'")
+    if config.sde_sample_freq != -1 and not config.use_sde:
+        raise ConfigError(f"--sde_sample_freq={config.sde_sample_freq} paces gSDE's exploration matrices: add "
+                          "--use_sde, or leave it at -1")
     if config.optimizer not in OPTIMIZERS:
         raise ConfigError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got '{config.optimizer}'")
     if config.num_envs > MAX_ENVS:

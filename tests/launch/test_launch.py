@@ -92,6 +92,8 @@ def check_launcher_smoke(run_dir: str, launcher: str, kwargs: dict, steps: int) 
         (dict(env="CartPole-v1", recurrent="lstm", rnn_size=0), "--rnn_size must be positive"),
         (dict(game="Breakout", recurrent="lstm", rnn_input="obs"), "--rnn_input=obs needs vector observations"),
         (dict(env="CartPole-v1", recurrent="lstm", rnn_input="cnn"), "--rnn_input"),
+        (dict(env="CartPole-v1", use_sde=True), "explores a continuous action space"),
+        (dict(env="Pendulum-v1", sde_sample_freq=4), "add --use_sde"),
     ],
 )
 def test_bad_flags_one_line_and_exit_2(capsys, kwargs, message):
