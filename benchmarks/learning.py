@@ -260,7 +260,8 @@ ZOO_FLAGS[ZOO_ENV + "CartPoleNoVel-v1"] = (
     "--activation=relu", "--noorthogonal_init", "--rnn_size=64")
 # rl-zoo3's PendulumNoVel-v1: 4 envs x 1024 steps, RecurrentPPO's default batch 128 (32 minibatches: each env's
 # round in 8 chunks of 128 steps, `agents.batching.chunk_sequences`), 10 epochs, lr 1e-3 constant, the same policy.
-# Departure: the peer explores with gSDE (`use_sde`, `sde_sample_freq: 4`), ours with a state-independent Gaussian.
+# The peer explores with gSDE (`use_sde`, `sde_sample_freq: 4`): ours too in side `hts_lstm_zoo_sde` (`--use_sde`),
+# with a state-independent Gaussian in `hts_lstm_zoo`.
 ZOO_FLAGS[ZOO_ENV + "PendulumNoVel-v1"] = (
     "--num_envs=4", "--sync_interval=1024", "--num_minibatches=32", "--num_epochs=10", "--gae_lambda=0.95",
     "--gamma=0.9", "--entropy_coef=0", "--learning_rate=0.001", "--noanneal_lr", "--clip_eps=0.2", "--value_coef=1.0",
@@ -604,11 +605,14 @@ NOTES = {
         "peer (-231; it reaches -200 at 65k steps, median). Where the core sits was a large part of the gap: reading "
         "the observation with the MLP after it (the peer's layout, `--rnn_input`'s default) ours ends at -413.1, "
         "the core after the MLP (side `hts_lstm_zoo_torso`) at -527.6 (that side ran on an EPYC of family 26, this "
-        "one on family 25: XLA's CPU code differs between the two, so a seed's bits do too). What is left is "
+        "one on family 25: XLA's CPU code differs between the two, so a seed's bits do too). The rest was "
         "exploration: the peer explores with gSDE (rl-zoo3's `use_sde: True, sde_sample_freq: 4`: noise from the "
-        "policy's features, resampled every 4 steps), ours with a state-independent Gaussian. The peer's own command "
-        "with `--hyperparams use_sde:False` (side `sb3_rppo_nosde`, the same 5 seeds and machine as ours) ends at "
-        "-406.8 [-484.7, -329.5], ours at -413.1 [-462.4, -378.8]: without gSDE the two are level. Its seed 0 ran "
+        "policy's features times a matrix drawn every 4 steps). Without it on both sides the two are level: the "
+        "peer's own command with `--hyperparams use_sde:False` (side `sb3_rppo_nosde`, the same 5 seeds and machine "
+        "as ours) ends at -406.8 [-484.7, -329.5], ours at -413.1 [-462.4, -378.8]. With it on both sides (ours: "
+        "`--use_sde --sde_sample_freq=4`, side `hts_lstm_zoo_sde`, same seeds and machine) ours ends at -205.5 "
+        "[-249.6, -178.0], every seed past -200 (median 57k steps, 90 s), the peer at -231.1 (65k steps, 5.1 "
+        "min); the intervals overlap. The `sb3_rppo_nosde` seed 0 ran "
         "its first 35k steps beside a study on two PyTorch threads, which spun (49 SPS over the run), and resumed "
         "from its checkpoint on one: its wall and CPU time count the spinning."
     ),
