@@ -15,7 +15,7 @@ from agents.distributions import StateDependentGaussian
 from agents.networks import NetworkHyperparameters
 from agents.recurrent import recurrent_network
 
-_SETTINGS = dict(max_examples=12, deadline=None, derandomize=True)
+_SETTINGS = dict(max_examples=6, deadline=None, derandomize=True)
 
 
 def _policy(seed: int, rows: int, features: int, actions: int) -> StateDependentGaussian:
