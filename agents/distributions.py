@@ -56,6 +56,12 @@ class StateDependentGaussian:
     latent: jax.Array  # [B, D]
     log_std: jax.Array  # [D, A], shared by every row
 
+    @classmethod
+    def of_features(cls, mean: jax.Array, features: jax.Array, log_std: jax.Array) -> "StateDependentGaussian":
+        """The distribution over the policy head's input ``features [B, D]``, their gradient stopped (SB3's
+        ``learn_features=False``): only the mean and the log-std learn from the noise."""
+        return cls(mean, jax.lax.stop_gradient(features.astype(jnp.float32)), log_std)
+
     def std(self) -> jax.Array:
         """The per-row action std ``[B, A]``: sqrt(latent^2 @ exp(log_std)^2 + 1e-6)."""
         variance = jnp.square(self.latent) @ jnp.exp(2.0 * self.log_std)

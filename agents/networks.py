@@ -559,8 +559,7 @@ def make_network(
 def sde_policy_out(module: nn.Module, mean: jnp.ndarray, features: jnp.ndarray):
     """gSDE's policy output (``distributions.StateDependentGaussian``) of ``mean [B, A]`` and the actor's last
     ``features [B, D]``, with the ``[D, A]`` log-std parameter ``log_std`` of ``module`` (a compact method's) at
-    ``module.log_std_init``. The features reach the noise with their gradient stopped (SB3's
-    ``learn_features=False``): only the mean and the log-std learn from it."""
+    ``module.log_std_init`` (``StateDependentGaussian.of_features``: the features' gradient stopped)."""
     shape = (features.shape[-1], mean.shape[-1])
     log_std = module.param("log_std", nn.initializers.constant(module.log_std_init), shape, jnp.float32)
-    return StateDependentGaussian(mean, jax.lax.stop_gradient(features.astype(jnp.float32)), log_std)
+    return StateDependentGaussian.of_features(mean, features, log_std)

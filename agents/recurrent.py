@@ -145,8 +145,7 @@ class RecurrentActorCritic(nn.Module):
         if not self.continuous:
             return head, value
         if self.use_sde:
-            latent = jax.lax.stop_gradient(paths[0].astype(jnp.float32))
-            return StateDependentGaussian(head, latent, self.log_std), value
+            return StateDependentGaussian.of_features(head, paths[0], self.log_std), value
         return (head, jnp.broadcast_to(self.log_std, head.shape)), value
 
     def __call__(self, obs: jax.Array, carry: jax.Array, first: jax.Array):
