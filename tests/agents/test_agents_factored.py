@@ -21,6 +21,7 @@ def _policy(nvec, rows, seed):
     return Factored(logits, nvec)
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(nvec=_NVECS, rows=st.integers(1, 6), seed=st.integers(0, 2**16))
 def test_log_prob_and_entropy_are_the_sums_over_independent_components(nvec, rows, seed):
@@ -43,6 +44,7 @@ def test_log_prob_and_entropy_are_the_sums_over_independent_components(nvec, row
     assert all(np.array_equal(mode[:, k], np.argmax(p, axis=1)) for k, p in enumerate(policy.parts()))
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(nvec=_NVECS, rows=st.integers(2, 6), row=st.integers(0, 5), seed=st.integers(0, 2**16))
 def test_a_rows_action_depends_on_its_own_logits_and_key_only(nvec, rows, row, seed):

@@ -49,6 +49,7 @@ def _sequences(network, rng, num_steps: int, num_envs: int, first_rate: float = 
         first=jnp.asarray(rng.random((num_steps, num_envs)) < first_rate, jnp.float32))
 
 
+@pytest.mark.slow
 @settings(max_examples=12, **_SETTINGS)
 @given(cell=st.sampled_from(["lstm", "gru"]), rnn_input=st.sampled_from(["obs", "torso"]),
        num_steps=st.integers(1, 6), num_envs=st.integers(1, 5), seed=st.integers(0, 2**16))
@@ -124,6 +125,7 @@ def test_sequence_first_marks_the_step_after_each_reset_step():
     np.testing.assert_array_equal(sequence_first(valid), [[0, 0], [0, 1], [1, 0], [0, 0]])
 
 
+@pytest.mark.slow
 @settings(max_examples=20, **_SETTINGS)
 @given(num_steps=st.integers(1, 5), per_minibatch=st.integers(1, 3), num_minibatches=st.integers(1, 4),
        seed=st.integers(0, 2**16))
@@ -171,6 +173,7 @@ def _recurrent_rollout(network, params, rng, num_steps: int, num_envs: int) -> R
                    behaviour_values=jnp.stack(values), initial_carry=initial)
 
 
+@pytest.mark.slow
 @settings(max_examples=8, **_SETTINGS)
 @given(length=st.integers(1, 4), num_chunks=st.integers(1, 3), num_envs=st.integers(1, 3),
        cell=st.sampled_from(["lstm", "gru"]))
@@ -192,6 +195,7 @@ def test_the_learner_rebuilds_the_actors_policy_from_the_stored_round_start_stat
     np.testing.assert_allclose(values, batch.behaviour_values, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo", "a2c"])
 def test_the_updates_train_a_recurrent_policy(algo):
     network = _network("gru")

@@ -98,16 +98,17 @@ def test_hts_is_bit_identical_across_actor_threads_on_a_factored_action(tmp_path
 def test_the_on_policy_launchers_learn_to_set_every_dial(tmp_path, system, space, algo):
     """A random policy sets 35% of the MultiDiscrete dials (7 a 20-step episode) and half the MultiBinary ones
     (10); the reward depends on this step's action only, so a short horizon (gamma 0.5) learns it quickly. The
-    MultiDiscrete dials read finer steps of the observation (thirds), so they take longer."""
+    MultiDiscrete dials read finer steps of the observation (thirds), so they take longer. The run stops at its
+    first evaluation that reaches the bar (`stop_at_target`)."""
     import importlib
     import json
 
-    run_dir = tmp_path / "run"
+    run_dir, target = tmp_path / "run", (15.0 if space == "multidiscrete" else 18.0)
     run_launcher(importlib.import_module(f"launch.{system}").main, env=DIALS, env_kwargs=json.dumps({"space": space}),
                  algo=algo, num_envs=8, total_steps=60_000, learning_rate=1e-3, gamma=0.5, eval_episodes=10,
-                 seed=1, logdir=str(run_dir), quiet=True)
+                 eval_every=6_000, target_return=target, stop_at_target=True, seed=1, logdir=str(run_dir), quiet=True)
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["last_eval_return"] >= (15.0 if space == "multidiscrete" else 18.0), summary["last_eval_return"]
+    assert summary["last_eval_return"] >= target, summary["last_eval_return"]
 
 
 def test_an_off_policy_config_check_names_the_factored_action():

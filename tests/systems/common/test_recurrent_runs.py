@@ -27,6 +27,7 @@ def _progress(run_dir) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("system, cell, normalize", [("sync", "lstm", False), ("sync", "gru", True),
                                                       ("anakin", "lstm", False)])
 def test_the_learner_replays_the_actors_states_exactly(tmp_path, system, cell, normalize):
@@ -78,6 +79,7 @@ def test_a_recurrent_run_evaluates_and_is_restored_exactly(recurrent_run, tmp_pa
     np.testing.assert_array_equal(evaluator.run(restored.policy_params()), result["returns"])
 
 
+@pytest.mark.slow
 def test_a_run_recorded_without_rnn_input_keeps_its_cores_layout(tmp_path):
     """A recurrent run's config.json without `rnn_input` (written before the flag) had its core read the torso's
     features: launch.evaluate restores that layout, and --resume without --rnn_input=torso is one line naming it."""

@@ -103,6 +103,7 @@ def test_pmap_exponential_graph_runs_inside_its_bound(tmp_path):
     assert all(float(r["consensus_distance"]) <= float(r["consensus_bound"]) for r in rows)
 
 
+@pytest.mark.slow
 def test_a_recurrent_pmap_run_is_bit_reproducible(tmp_path):
     """An LSTM core on 4 gossiping learners: each learner's envs keep their states in the one collector, each
     learner re-runs its own envs' sequences; a seed and a device count fix the run."""
@@ -111,6 +112,7 @@ def test_a_recurrent_pmap_run_is_bit_reproducible(tmp_path):
     assert first["updates"] == 30 and first["fingerprint"] == second["fingerprint"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recurrent", ["none", "gru"])
 def test_async_learners_run_and_mix(tmp_path, recurrent):
     config = system.GALAConfig(

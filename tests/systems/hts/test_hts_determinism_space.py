@@ -79,6 +79,7 @@ def check_classic_or_box2d(env_id: str, layout: tuple) -> None:
     _check_equals_single_actor(_child_root(), env_id, layout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "LunarLander-v2"])
 def test_classic_and_box2d_bits_do_not_depend_on_actors_or_batches(env_id):
     """In a child under XLA's default fusion emitters, as the other families (their docstring says why: at batch 1
@@ -98,6 +99,7 @@ def check_recurrent(layout: tuple, cell: str) -> None:
     _check_equals_single_actor(_child_root(), "CartPole-v1", layout, recurrent=cell)
 
 
+@pytest.mark.slow
 def test_recurrent_bits_do_not_depend_on_actors_or_batches():
     from tests.multidevice import run_with_fusion_emitters
 
@@ -114,6 +116,7 @@ def check_sde(layout: tuple, sde: int, cell: str) -> None:
     _check_equals_single_actor(_child_root(), "Pendulum-v1", layout, recurrent=cell, sde=sde)
 
 
+@pytest.mark.slow
 def test_sde_bits_do_not_depend_on_actors_or_batches():
     from tests.multidevice import run_with_fusion_emitters
 
@@ -140,11 +143,12 @@ def _child_root() -> str:
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id, num_envs", [
-    pytest.param("gymnax/CartPole-v1", 7, marks=pytest.mark.slow), ("gymnasium/CartPole-v1", 6),
-    pytest.param("gymnasium/FrozenLake-v1", 5, marks=pytest.mark.slow),  # a one-hot observation (envs.observations)
-    pytest.param("gymnasium/tests.gym_envs:Dials-v0", 5, marks=pytest.mark.slow),  # a factored action (envs.actions)
-    pytest.param("Breakout-v5", 6, marks=pytest.mark.slow),
+    ("gymnax/CartPole-v1", 7), ("gymnasium/CartPole-v1", 6),
+    ("gymnasium/FrozenLake-v1", 5),  # a one-hot observation (envs.observations)
+    ("gymnasium/tests.gym_envs:Dials-v0", 5),  # a factored action (envs.actions)
+    ("Breakout-v5", 6),
 ])
 def test_other_families_bits_do_not_depend_on_actors_or_batches(env_id, num_envs):
     """A JAX env, a user's Gymnasium env (worker processes; FrozenLake's through its one-hot observation, Dials' with
