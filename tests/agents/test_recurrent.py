@@ -32,11 +32,13 @@ def _params(network: RecurrentActorCritic, seed: int = 0):
 
 
 def _stepwise(network, params, sequences: SequenceObs):
-    """The actors' view: one `__call__` per step, the state carried by hand (and kept as it enters each step)."""
+    """The actors' view: one `__call__` per step (jitted, as the actors' policy is), the state carried by hand (and
+    kept as it enters each step)."""
+    step = jax.jit(network.apply)
     carry, logits, values, states = sequences.carry, [], [], []
     for t in range(sequences.obs.shape[0]):
         states.append(carry)
-        out, value, carry = network.apply(params, sequences.obs[t], carry, sequences.first[t])
+        out, value, carry = step(params, sequences.obs[t], carry, sequences.first[t])
         logits.append(out)
         values.append(value)
     return jnp.concatenate(logits), jnp.concatenate(values), jnp.stack(states)
@@ -160,12 +162,17 @@ def _recurrent_rollout(network, params, rng, num_steps: int, num_envs: int) -> R
     for t in range(1, num_steps):
         first[t] = valid[t - 1] == 0  # obs[t - 1] was an episode's last: the env reset on its step
     initial = jnp.asarray(rng.normal(size=(num_envs, network.carry_size)), jnp.float32)
+    @jax.jit
+    def act(obs_t, carry, first_t, key):
+        logits, value, carry = network.apply(params, obs_t, carry, first_t)
+        action = jax.random.categorical(key, logits)
+        return action, jax.nn.log_softmax(logits)[jnp.arange(num_envs), action], value, carry
+
     carry, actions, log_probs, values = initial, [], [], []
     for t in range(num_steps):
-        logits, value, carry = network.apply(params, obs[t], carry, first[t])
-        action = jax.random.categorical(jax.random.key(t), logits)
+        action, log_prob, value, carry = act(obs[t], carry, first[t], jax.random.key(t))
         actions.append(action)
-        log_probs.append(jax.nn.log_softmax(logits)[jnp.arange(num_envs), action])
+        log_probs.append(log_prob)
         values.append(value)
     zeros = jnp.zeros((num_steps, num_envs), jnp.float32)
     return Rollout(obs=obs, actions=jnp.stack(actions), rewards=jnp.asarray(rng.normal(size=zeros.shape), jnp.float32),
@@ -189,7 +196,7 @@ def test_the_learner_rebuilds_the_actors_policy_from_the_stored_round_start_stat
     apply_fn = sequence_apply(network)
     batch, _ = prepare_batch(params, rollout, apply_fn=apply_fn, gamma=0.99, gae_lambda=0.95, num_chunks=num_chunks)
     assert isinstance(batch.obs, SequenceObs) and batch.obs.first.shape == (length, num_chunks * num_envs)
-    logits, values = apply_fn(params, batch.obs)
+    logits, values = jax.jit(apply_fn)(params, batch.obs)
     log_probs = jax.nn.log_softmax(logits)[jnp.arange(batch.actions.shape[0]), batch.actions]
     np.testing.assert_allclose(log_probs, batch.behaviour_log_probs, atol=1e-5)
     np.testing.assert_allclose(values, batch.behaviour_values, atol=1e-5)
