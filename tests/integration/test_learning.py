@@ -32,9 +32,9 @@ def test_ppo_solves_cartpole(tmp_path, system):
 @pytest.mark.slow
 def test_a_recurrent_policy_remembers_what_a_feed_forward_one_cannot(tmp_path):
     """bsuite's MemoryChain under Anakin: the context bit shows at an episode's first step only and the reward (+1
-    or -1) comes 5 steps later for naming it. Two agents in one program (seeds 0, 1), with an LSTM core, both earn
-    1 at their second evaluation (and at every later one of a longer run); the feed-forward control's greedy policy
-    stays at chance (0)."""
+    or -1) comes 5 steps later for naming it. Two agents in one program (seeds 0, 1), with a GRU core, both earn
+    1 at their second evaluation (20,480 steps); the feed-forward control's greedy policy stays at chance (0). A GRU
+    core because it compiles in less time than an LSTM, which learns this too (1.0 for both agents)."""
     from systems.anakin.config import AnakinConfig
     from systems.anakin.system import run as run_anakin
 
@@ -45,5 +45,5 @@ def test_a_recurrent_policy_remembers_what_a_feed_forward_one_cannot(tmp_path):
             quiet=True, logdir=str(tmp_path / recurrent)))
         return summary["final_metrics"]
 
-    assert min(final_metrics("lstm")) >= 0.9
+    assert min(final_metrics("gru")) >= 0.9
     assert max(abs(m) for m in final_metrics("none")) <= 0.6
