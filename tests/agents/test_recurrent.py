@@ -162,6 +162,7 @@ def _recurrent_rollout(network, params, rng, num_steps: int, num_envs: int) -> R
     for t in range(1, num_steps):
         first[t] = valid[t - 1] == 0  # obs[t - 1] was an episode's last: the env reset on its step
     initial = jnp.asarray(rng.normal(size=(num_envs, network.carry_size)), jnp.float32)
+
     @jax.jit
     def act(obs_t, carry, first_t, key):
         logits, value, carry = network.apply(params, obs_t, carry, first_t)
