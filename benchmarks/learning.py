@@ -600,6 +600,13 @@ NOTES = {
         "Annealing the learning rate helps large-batch Adam (batch 80: -41.0 -> 7.8; 320: -10.3 -> 16.9; 3 seeds); "
         "the paper keeps it constant, and so does our default."
     ),
+    "LunarLander-v2 tuned": (
+        "each study's best point on fresh seeds 10000-10004 (`benchmarks/tune.py`). The peer's best trial (batch 8, "
+        "20 epochs, n_steps 256, lr 2.2e-4, gamma 0.9996) has seeds 10000-10001 so far: 262.6 and 240.5, level "
+        "with launch.tune's best (251.4 over 5 seeds); a run costs 78.5 CPU minutes on one PyTorch thread against "
+        "4.4 for ours. Its wall time (185 min) spans three sessions, with pauses and neighbours: CPU time is the "
+        "fair cost. Seeds 10002-10004 are queued (resumable, `--sides=sb3_tuned --peer_threads=1`)."
+    ),
     "PendulumNoVel-v1": (
         "the LSTM learns where the feed-forward control cannot (-1201, a random policy's level), but ends below the "
         "peer (-231; it reaches -200 at 65k steps, median). Where the core sits was a large part of the gap: reading "
