@@ -79,17 +79,10 @@ def test_scaled_out_a2c_solves_cartpole(tmp_path, code, devices, budget, round_s
 
 
 _HTS = """
-import json, sys
-from systems.common.presets import preset
-from systems.hts.system import HTSConfig
+import dataclasses, json, pathlib, sys
 from systems.hts import system
-values = preset("classic", "ppo")
-values.update(num_envs=8, sync_interval=64, total_steps=100_000, learning_rate=1e-3)
-config = HTSConfig(
-    env_id="CartPole-v1", **values, num_actors=2, actor_devices="0", learner_devices="0,1", eval_episodes=10,
-    eval_every=16_384, eval_deterministic=True, target_return=450.0, stop_at_target=True, quiet=True,
-    logdir=sys.argv[1], seed=1,
-)
+from tests.integration.test_learning import _config
+config = dataclasses.replace(_config(pathlib.Path(sys.argv[1]), "hts"), actor_devices="0", learner_devices="0,1")
 print(json.dumps(system.run(config)))
 """
 
@@ -97,10 +90,9 @@ print(json.dumps(system.run(config)))
 @pytest.mark.slow
 def test_hts_ppo_with_two_learner_replicas_solves_cartpole(tmp_path):
     """HTS-PPO with its learner over 2 devices (each replica learns from 4 of the 8 envs, gradients averaged)
-    reaches the single-device HTS learning test's threshold (`tests/integration/test_learning.py`) within the same
-    100k env steps, stopping at the first evaluation that does, as that test does."""
-    run_dir = tmp_path / "run"
-    out = run_python(f"import sys; sys.argv = ['x', {str(run_dir)!r}]\n" + _HTS, num_devices=2)
+    reaches the single-device HTS learning test's threshold within the same 100k env steps: that test's config
+    (`tests/integration/test_learning.py`), its learner on two devices, stopping at the first evaluation of 450."""
+    out = run_python(f"import sys; sys.argv = ['x', {str(tmp_path)!r}]\n" + _HTS, num_devices=2)
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["env_steps"] <= 100_000 + 8 * 64
     assert summary["max_policy_lag"] == 1
