@@ -13,7 +13,8 @@
 # Default stages, about 9 minutes: envpool_raw (EnvPool's own Breakout SPS on the box's cores: the ceiling),
 # hts_breakout (the default command: on an accelerator the layout rule gives it 128 envs x 8 steps in 4 actor
 # threads), cleanrl_jax (CleanRL's ppo_atari_envpool_xla_jax_scan.py with its own defaults: benchmarks/cleanrl_jax.py),
-# Anakin's two rows. On request: probe, hts_breakout_preset (--layout=preset: the CPU preset's 8 x 128, one thread),
+# Anakin's two rows (as typed: on an accelerator the layout rule gives CartPole 128 envs x 4 steps and MinAtar
+# 128 x 64). On request: probe, hts_breakout_preset (--layout=preset: the CPU preset's 8 x 128, one thread),
 # the hand-sized layouts.
 # DRY=1 runs every default stage for a few seconds on whatever machine this is (a CPU), CleanRL's at a small rollout,
 # to check the script end to end before spending device time (`PY=3.11 bash benchmarks/gpu_site.sh` first, for a

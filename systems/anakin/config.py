@@ -10,6 +10,7 @@ import resource
 
 from envs import jax_pool
 from systems.common import config as config_lib
+from systems.common import layout_rule
 from systems.common.config import setting
 
 SYSTEM = "anakin"
@@ -28,6 +29,10 @@ class AnakinConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
         "anakin")
     num_devices: int = setting(
         0, "Local devices the envs and the gradients are split over (pmap; 0: all of them).", "anakin")
+    layout: str = setting(
+        "preset", "auto: on an accelerator, fit --num_envs and --sync_interval when neither is given (128 envs, the "
+        "preset's env steps per update kept); preset: the literal preset (always on a CPU).", "anakin",
+        choices=layout_rule.CHOICES, flag_default="auto")
     learning_rates: str = setting(
         "", "Comma-separated learning rates swept in the one program, --num_seeds agents each (vmapped; each agent's "
         "optimizer state carries its rate, --anneal_lr scales them all); agent dirs <logdir>/lr_<rate>_seed_<s>. "

@@ -47,7 +47,7 @@ from systems.anakin.config import (
     rates,
     validate,
 )
-from systems.common import atomic, distributed, learner
+from systems.common import atomic, distributed, layout_rule, learner
 from systems.common import checkpoint as checkpoint_lib
 from systems.common import config as config_lib
 from systems.common import run as skeleton
@@ -170,7 +170,12 @@ def run(config: AnakinConfig) -> dict:
 
 
 def _open(config: AnakinConfig) -> skeleton.Opening:
-    """The devices, the agents (one per seed and swept value) and their agent: one network, optimizer and update."""
+    """The sizes fitted to the machine (`layout_rule`: on an accelerator only), the devices, the agents (one per seed
+    and swept value) and their agent: one network, optimizer and update."""
+    config, fitted = layout_rule.applied(config, layout_rule.this_machine(), config.num_processes,
+                                         scale_on_cpu=False, split_over=config.num_devices or jax.local_device_count())
+    if fitted.rule != "preset":
+        validate(config)
     devices = _devices(config)
     if (config.normalize_obs or config.normalize_reward) and len(devices) * jax.process_count() > 1:
         raise config_lib.ConfigError(
@@ -184,10 +189,11 @@ def _open(config: AnakinConfig) -> skeleton.Opening:
         _resume_agents_together(configs)
     setup, _ = learner.build(config, spec, optimizer=_sweep_optimizer(config))
     agents, evaluation = _agents(configs, spec, setup)
-    progress = Progress(metric_columns=on_policy_columns(config), header=f"  anakin: {len(configs)} agent(s) in one "
-                                                                         "program")
+    progress = Progress(metric_columns=on_policy_columns(config),
+                        header=f"  {fitted.describe()}\n  anakin: {len(configs)} agent(s) in one program")
     return skeleton.Opening(agents=agents, start=functools.partial(_start, config, configs, devices, setup, evaluation),
-                            progress=progress, may_change_on_resume=MAY_CHANGE_ON_RESUME)
+                            progress=progress, may_change_on_resume=MAY_CHANGE_ON_RESUME,
+                            plan=dict(layout=fitted.record()))
 
 
 def _start(config: AnakinConfig, configs: list[AnakinConfig], devices: list, setup: LearnerSetup,

@@ -10,6 +10,7 @@ import dataclasses
 from agents import LARGE_BATCH_EPS, scale_learning_rate
 from agents.optim import LR_SCALING_RULES
 from systems.common import config as config_lib
+from systems.common import layout_rule
 from systems.common.config import hyperparameter, setting
 
 SYSTEM = "ba3c"
@@ -30,6 +31,11 @@ class BA3CConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
     local_batch: int = hyperparameter(
         80, "Data points per device per update = envs per device x sync_interval (default: the preset's 16 envs x 5).",
         group="ba3c")
+    layout: str = setting(
+        "preset", "auto: fit the envs per device to this machine when no size is given (an accelerator: 128; a CPU "
+        "of more cores than the presets' 2: scaled with the cores), the rollout kept, so the local batch grows "
+        "(effective batch at most 2,048, seed 001's largest); preset: the literal preset.", "ba3c",
+        choices=layout_rule.CHOICES, flag_default="auto")
     # 128 is the paper's final width (Table 2).
     hidden: int = setting(256, "Width of the BA3C fully connected layer (Atari; Table 2).", "ba3c")
     adam_b1: float = setting(0.8, "Adam beta1 (paper: 0.8).", "ba3c")

@@ -34,7 +34,7 @@ from envs.factory import make_spec
 from envs.step_time import parse_step_time
 from systems.ba3c.config import SYSTEM, BA3CConfig, Plan, plan, validate
 from systems.common import config as config_lib
-from systems.common import conv_tuning, distributed
+from systems.common import conv_tuning, distributed, layout_rule
 from systems.common import run as skeleton
 from systems.common.data_parallel import DataParallelLearner
 from systems.common.learner import build, network_of, optimizer_steps_per_update, with_memory
@@ -92,16 +92,21 @@ def _open(config: BA3CConfig) -> skeleton.Opening:
     """The devices, the plan (learning rate and epsilon for the effective batch), the agent and the monitor's
     parts."""
     devices = select_devices(config)
+    config, fitted = layout_rule.applied_batch(config, layout_rule.this_machine(), len(devices) * jax.process_count(),
+                                               jax.process_count())
+    if fitted.rule != "preset":
+        validate(config)
     run_plan = plan(config, len(devices) * jax.process_count())
     config = distributed.per_process_config(config)  # process 0 owns the run directory and the evaluations
     spec, setup, state = make_agent(config, run_plan)
-    header = (f"  devices {run_plan.devices} ({jax.process_count()} process(es))  local batch {config.local_batch}  "
+    header = (f"  {fitted.describe()}\n"
+              f"  devices {run_plan.devices} ({jax.process_count()} process(es))  local batch {config.local_batch}  "
               f"effective batch {run_plan.effective_batch}  lr {run_plan.learning_rate:g}  eps {run_plan.opt_eps:g}")
     progress = Progress(metric_columns=on_policy_columns(config), steps_per_update=run_plan.effective_batch,
                         sizes=f"envs {run_plan.num_envs}  alpha {config.sync_interval}", header=header)
     return skeleton.Opening(agents=[skeleton.Agent(config, state, on_policy_evaluator(config, spec, setup))],
                             start=functools.partial(_start, config, run_plan, devices, spec, setup),
-                            progress=progress, plan=dataclasses.asdict(run_plan))
+                            progress=progress, plan=dict(dataclasses.asdict(run_plan), layout=fitted.record()))
 
 
 def _start(config: BA3CConfig, run_plan: Plan, devices: list, spec, setup, monitor: Monitor) -> skeleton.Loop | None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from envs.factory import make_spec
+from systems.common import layout_rule
 from systems.common.learner import build
 from systems.common.monitor import Progress
 from systems.common.outputs import on_policy_columns
@@ -73,10 +75,23 @@ def metric_columns(config: GALAConfig) -> tuple[str, ...]:
     return columns + (("grad_cosine_mean",) if config.log_grad_cosine else ())
 
 
+def layout(config: GALAConfig) -> layout_rule.Fit:
+    """Each learner's envs and rollout as given: GALA's preset fits every machine (`layout_rule.GALA_PRESET_WHY`)."""
+    sizes = layout_rule.Sizes(config.envs_per_learner, config.sync_interval, 0)
+    return layout_rule.preset_fit(sizes, layout_rule.this_machine(), layout_rule.GALA_PRESET_WHY)
+
+
+def plan_record(config: GALAConfig, run_plan: Plan) -> dict:
+    """config.json's plan: the run's derived values and its layout."""
+    return dict(dataclasses.asdict(run_plan), layout=layout(config).record())
+
+
 def progress(config: GALAConfig, run_plan: Plan, steps_per_update: int | None = None) -> Progress:
-    """The start line (learners, graph, gossip mode, staleness bound, the plan's learning rate) and the columns."""
+    """The start line (the layout, learners, graph, gossip mode, staleness bound, the plan's learning rate) and the
+    columns."""
     tau = "none" if config.max_staleness < 0 else str(config.max_staleness)
-    header = (f"  learners {config.num_learners} x {config.envs_per_learner} envs  {config.topology} "
+    header = (f"  {layout(config).describe()}\n"
+              f"  learners {config.num_learners} x {config.envs_per_learner} envs  {config.topology} "
               f"{config.num_peers} peer(s)  gossip {config.gossip}  tau {tau}  lr {run_plan.learning_rate:g}")
     return Progress(metric_columns=metric_columns(config), steps_per_update=steps_per_update,
                     sizes=f"envs {run_plan.num_envs}  alpha {config.sync_interval}", header=header)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
@@ -31,7 +30,7 @@ from systems.common.rollout import (
     stack_host,
 )
 from systems.gala.config import GALAConfig, Plan
-from systems.gala.learners import CosineLog, GossipState, make_agent, progress
+from systems.gala.learners import CosineLog, GossipState, make_agent, plan_record, progress
 
 
 def _gossip_step(state: TrainState, rollout, inbox, *, update_fn, shifts, num_learners, with_cosine):
@@ -84,7 +83,7 @@ def open_pmap(config: GALAConfig, run_plan: Plan) -> skeleton.Opening:
         agents=[skeleton.Agent(config, initial, on_policy_evaluator(config, spec, setup))],
         start=functools.partial(_start, config, run_plan, devices, spec, setup),
         progress=progress(config, run_plan, steps_per_update=run_plan.num_envs * config.sync_interval),
-        policy_params=lambda s: replica(s.params), plan=dataclasses.asdict(run_plan),
+        policy_params=lambda s: replica(s.params), plan=plan_record(config, run_plan),
     )
 
 

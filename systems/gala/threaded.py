@@ -31,7 +31,7 @@ from systems.common.rollout import (
 )
 from systems.gala.buffers import GossipNetwork
 from systems.gala.config import SYSTEM, GALAConfig, Plan
-from systems.gala.learners import CosineLog, GossipState, make_agent, progress
+from systems.gala.learners import CosineLog, GossipState, make_agent, plan_record, progress
 
 
 class _LearnersSnapshot(NamedTuple):
@@ -62,7 +62,7 @@ def open_async(config: GALAConfig, run_plan: Plan) -> skeleton.Opening:
                                on_policy_evaluator(config, spec, setup))],
         start=functools.partial(_start, config, spec, setup),
         progress=progress(config, run_plan, steps_per_update=config.envs_per_learner * config.sync_interval),
-        policy_params=lambda s: s.params[0], plan=dataclasses.asdict(run_plan), profile=async_profile(),
+        policy_params=lambda s: s.params[0], plan=plan_record(config, run_plan), profile=async_profile(),
     )
 
 

@@ -23,7 +23,8 @@ def test_ba3c_smoke_on_breakout_uses_the_ba3c_network(tmp_path, capsys):
     assert config["learning_rate"] == 1e-3 and config["opt_eps"] is None
     assert config["num_envs"] == 0  # not read: the plan's
     assert config["plan"] == dict(devices=1, envs_per_device=2, num_envs=2, effective_batch=8, learning_rate=1e-3,
-                                  opt_eps=1e-8, total_rounds=4)  # epsilon: Table 1's, at any batch
+                                  opt_eps=1e-8, total_rounds=4,  # epsilon: Table 1's, at any batch
+                                  layout=dict(config["plan"]["layout"], rule="preset"))  # sizes given
     assert "effective batch 8" in capsys.readouterr().out
     assert_profile(summary, {"main"})
 

@@ -1,7 +1,8 @@
 """The layout rule (`systems.common.layout_rule`): on an accelerator and on a many-core CPU the run's envs, steps per
 round and actor threads are fitted with the round's env steps kept; on the presets' 2-core CPU, with a size flag or
-with `--layout=preset`, the literal preset, bit for bit. Machines are faked: the rule reads only the backend's name
-and the core count."""
+with `--layout=preset`, the literal preset, bit for bit. Anakin takes the accelerator branch only; BA3C grows its
+envs per device with the rollout kept and the effective batch capped; GALA records its preset. Machines are faked:
+the rule reads only the backend's name and the core count."""
 
 import dataclasses
 
@@ -9,9 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import launch.anakin
+import launch.ba3c
 import launch.hts
+from systems.anakin import system as anakin
+from systems.ba3c import system as ba3c
 from systems.common import layout_rule
-from systems.common.layout_rule import Machine, Sizes, fit
+from systems.common.layout_rule import Machine, Sizes, fit, fit_batch
+from systems.gala import system as gala
 from systems.hts import system as hts
 from tests.fixtures import launcher_config, read_config, tiny_hts
 
@@ -83,3 +89,106 @@ def test_a_faked_accelerator_run_is_fitted_and_says_so_and_the_2_core_cpu_is_unc
     literal, _ = _run(tmp_path, "cpu-preset", Machine("cpu", 2), monkeypatch)
     assert (saved["num_envs"], saved["sync_interval"]) == (4, 16) and saved["plan"]["layout"]["rule"] == "preset"
     assert auto["param_fingerprint"] == literal["param_fingerprint"]
+
+
+# ------------------------------------------------------------------------------------------ Anakin, BA3C, GALA
+
+
+@settings(max_examples=200, deadline=None)
+@given(preset=_PRESETS, machine=_MACHINES, devices=st.integers(1, 8))
+def test_anakin_is_fitted_on_an_accelerator_and_keeps_its_preset_on_every_cpu(preset, machine, devices):
+    preset = dataclasses.replace(preset, num_envs=preset.num_envs * devices, num_actors=0)  # no actor threads
+    result = fit(preset, machine, scale_on_cpu=False, split_over=devices)
+    sizes = result.sizes
+    if machine.backend == "cpu":
+        assert (result.rule, sizes) == ("preset", preset)
+    else:
+        assert sizes.num_envs * sizes.sync_interval == preset.num_envs * preset.sync_interval
+        assert sizes.num_envs % devices == 0 and sizes.num_envs % preset.num_envs == 0 and sizes.num_actors == 0
+        assert preset.num_envs <= sizes.num_envs <= max(preset.num_envs, layout_rule.ACCELERATOR_ENVS)
+        assert (result.rule == "preset") == (sizes == preset)
+
+
+@settings(max_examples=300, deadline=None)
+@given(preset=_PRESETS, machine=_MACHINES, devices=st.integers(1, 16))
+def test_ba3c_grows_its_envs_per_device_keeps_the_rollout_and_caps_the_effective_batch(preset, machine, devices):
+    preset = dataclasses.replace(preset, num_actors=0)
+    result = fit_batch(preset, machine, devices=devices)
+    sizes = result.sizes
+    assert sizes.sync_interval == preset.sync_interval and sizes.num_actors == 0
+    assert sizes.num_envs % preset.num_envs == 0 and sizes.num_envs >= preset.num_envs
+    if sizes != preset:
+        assert devices * sizes.num_envs * sizes.sync_interval <= layout_rule.BATCH_MOST
+        assert sizes.num_envs <= preset.num_envs * max(1, machine.cores // layout_rule.PRESET_CORES) or (
+            machine.backend != "cpu" and sizes.num_envs <= layout_rule.ACCELERATOR_ENVS)
+    if machine.backend == "cpu" and machine.cores <= layout_rule.PRESET_CORES:
+        assert (result.rule, sizes) == ("preset", preset)
+    assert fit_batch(preset, machine, "preset", devices).sizes == preset
+
+
+@pytest.mark.parametrize("machine, devices, rule, envs", [
+    (Machine("gpu", 16), 1, "accelerator", 128),  # local batch 640
+    (Machine("gpu", 16), 8, "accelerator", 48),  # effective batch 8 x 48 x 5 = 1,920 <= 2,048
+    (Machine("cpu", 12), 1, "many-core cpu", 96),  # 480: seed 001's one 12-core node trained at 512
+    (Machine("cpu", 64), 1, "many-core cpu", 400),  # capped: 2,000
+    (Machine("cpu", 2), 1, "preset", 16),
+])
+def test_ba3cs_preset_on_each_machine(machine, devices, rule, envs):
+    result = fit_batch(Sizes(16, 5, 0), machine, devices=devices)
+    assert (result.rule, result.sizes) == (rule, Sizes(envs, 5, 0))
+
+
+def test_the_ba3c_and_anakin_launchers_ask_for_the_rule_unless_a_size_is_given():
+    assert launcher_config(launch.ba3c, "--env=CartPole-v1").layout == "auto"
+    for flag in ("--local_batch=40", "--sync_interval=10", "--layout=preset"):
+        assert launcher_config(launch.ba3c, "--env=CartPole-v1", flag).layout == "preset", flag
+    assert launcher_config(launch.anakin, "--env=gymnax/CartPole-v1").layout == "auto"
+    for flag in ("--num_envs=16", "--sync_interval=32", "--layout=preset"):
+        assert launcher_config(launch.anakin, "--env=gymnax/CartPole-v1", flag).layout == "preset", flag
+
+
+def _ba3c(tmp_path, name, machine, monkeypatch, **overrides):
+    monkeypatch.setattr(layout_rule, "this_machine", lambda: machine)
+    config = ba3c.BA3CConfig(env_id="CartPole-v1", seed=3, sync_interval=5, local_batch=20, total_steps=2 * 640,
+                             eval_episodes=0, quiet=True, logdir=str(tmp_path / name), **overrides)
+    return ba3c.run(config), read_config(tmp_path / name)
+
+
+def test_a_faked_accelerator_fits_ba3cs_batch_and_the_2_core_cpu_keeps_it_bit_for_bit(tmp_path, monkeypatch):
+    summary, saved = _ba3c(tmp_path, "gpu", Machine("gpu", 16), monkeypatch, layout="auto")
+    assert saved["local_batch"] == 640 and saved["plan"]["envs_per_device"] == 128  # the preset's 4 envs x 32
+    assert saved["plan"]["layout"]["rule"] == "accelerator" and summary["env_steps"] == 2 * 640
+
+    auto, saved = _ba3c(tmp_path, "cpu-auto", Machine("cpu", 2), monkeypatch, layout="auto")
+    literal, _ = _ba3c(tmp_path, "cpu-preset", Machine("cpu", 2), monkeypatch)
+    assert saved["local_batch"] == 20 and saved["plan"]["layout"]["rule"] == "preset"
+    assert auto["param_fingerprint"] == literal["param_fingerprint"]
+
+
+def _anakin(tmp_path, name, machine, monkeypatch, **overrides):
+    monkeypatch.setattr(layout_rule, "this_machine", lambda: machine)
+    config = anakin.AnakinConfig(env_id="gymnax/CartPole-v1", num_envs=4, sync_interval=16, total_steps=3 * 64,
+                                 num_epochs=1, num_minibatches=2, checkpoint_every=64, eval_episodes=0, quiet=True,
+                                 logdir=str(tmp_path / name), **overrides)
+    return anakin.run(config), read_config(tmp_path / name)
+
+
+def test_a_faked_accelerator_fits_anakins_envs_and_a_cpu_keeps_them_bit_for_bit(tmp_path, monkeypatch):
+    summary, saved = _anakin(tmp_path, "gpu", Machine("gpu", 16), monkeypatch, layout="auto")
+    assert (saved["num_envs"], saved["sync_interval"]) == (64, 1) and saved["plan"]["layout"]["rule"] == "accelerator"
+    assert summary["env_steps"] == 3 * 64
+
+    auto, saved = _anakin(tmp_path, "cpu-auto", Machine("cpu", 64), monkeypatch, layout="auto")
+    literal, _ = _anakin(tmp_path, "cpu-preset", Machine("cpu", 64), monkeypatch)
+    assert (saved["num_envs"], saved["sync_interval"]) == (4, 16) and saved["plan"]["layout"]["rule"] == "preset"
+    assert auto["param_fingerprint"] == literal["param_fingerprint"]
+
+
+def test_gala_records_its_preset_as_its_layout(tmp_path, monkeypatch):
+    monkeypatch.setattr(layout_rule, "this_machine", lambda: Machine("gpu", 16))
+    config = gala.GALAConfig(env_id="CartPole-v1", seed=5, sync_interval=5, envs_per_learner=2, num_learners=2,
+                             total_steps=2 * 20, eval_episodes=0, quiet=True, logdir=str(tmp_path))
+    gala.run(config)
+    layout = read_config(tmp_path)["plan"]["layout"]
+    assert (layout["rule"], layout["sizes"], layout["why"]) == ("preset", "2 envs x 5 steps",
+                                                                 layout_rule.GALA_PRESET_WHY)
