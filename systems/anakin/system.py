@@ -173,7 +173,8 @@ def _open(config: AnakinConfig) -> skeleton.Opening:
     """The sizes fitted to the machine (`layout_rule`: on an accelerator only), the devices, the agents (one per seed
     and swept value) and their agent: one network, optimizer and update."""
     config, fitted = layout_rule.applied(config, layout_rule.this_machine(), config.num_processes,
-                                         scale_on_cpu=False, split_over=config.num_devices or jax.local_device_count())
+                                         scale_on_cpu=False, split_over=config.num_devices or jax.local_device_count(),
+                                         run_dir=_agent_configs(config)[0].logdir)  # the first agent's sizes
     if fitted.rule != "preset":
         validate(config)
     devices = _devices(config)

@@ -34,14 +34,17 @@ The other systems apply the rule along their own axes:
 
 A size given on the command line, or `--layout=preset`, keeps the literal preset (and the given sizes): the
 launcher turns `--layout=auto`, its default, into `preset` when the user gave a size (`given_sizes`). A config
-made in code keeps its sizes unless it asks for `layout="auto"`. The choice is printed in the run's start line and
-recorded in config.json's plan (`Fit.record`).
+made in code keeps its sizes unless it asks for `layout="auto"`. A resumed run keeps the sizes its config.json
+records, whatever machine it resumes on (rule "resumed"): the sizes are part of what it learns. The choice is
+printed in the run's start line and recorded in config.json's plan (`Fit.record`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+
+from systems.common import rundir
 
 PRESET_CORES = 2  # the machine the presets are sized for
 ACCELERATOR_ENVS = 128
@@ -92,7 +95,7 @@ class Sizes:
 
 @dataclasses.dataclass(frozen=True)
 class Fit:
-    rule: str  # "accelerator", "many-core cpu", "preset"
+    rule: str  # "accelerator", "many-core cpu", "preset", "resumed"
     sizes: Sizes
     why: str  # one line
     machine: Machine
@@ -195,12 +198,34 @@ def _said_for_processes(result: Fit, config, processes: int) -> Fit:
     return result
 
 
-def applied(config, machine: Machine, processes: int = 1, scale_on_cpu: bool = True, split_over: int = 1):
+def _recorded(config, fields: tuple, run_dir: str | None) -> dict | None:
+    """The `fields` that the config.json of the run `config` resumes (in `run_dir`, else its logdir) records; None
+    for a run that starts afresh, or with `--layout=preset` (its sizes are the flags')."""
+    run_dir = run_dir or config.logdir
+    if not (config.resume and config.layout == "auto" and run_dir):
+        return None
+    previous = rundir.read_config(run_dir)
+    if previous is None or not all(name in previous for name in fields):
+        return None  # no run there: the run directory's check says so
+    return {name: previous[name] for name in fields}
+
+
+RESUMED_WHY = "a resumed run keeps the sizes it started with"
+
+
+def applied(config, machine: Machine, processes: int = 1, scale_on_cpu: bool = True, split_over: int = 1,
+            run_dir: str | None = None):
     """(`config` with its sizes fitted to `machine` under `config.layout`, the fit). A multi-process job keeps the
-    preset: every process must train the same sizes, and their machines may differ."""
-    result = fit(sizes_of(config), machine, choice=_choice(config, processes), scale_on_cpu=scale_on_cpu,
-                 split_over=split_over)
-    result = _said_for_processes(result, config, processes)
+    preset: every process must train the same sizes, and their machines may differ. A resumed run keeps the sizes
+    recorded in `run_dir` (default: its logdir)."""
+    fields = SIZE_FLAGS if hasattr(config, "num_actors") else SIZE_FLAGS[:2]
+    recorded = _recorded(config, fields, run_dir)
+    if recorded is not None:
+        result = Fit("resumed", Sizes(**{"num_actors": 0, **recorded}), RESUMED_WHY, machine)
+    else:
+        result = fit(sizes_of(config), machine, choice=_choice(config, processes), scale_on_cpu=scale_on_cpu,
+                     split_over=split_over)
+        result = _said_for_processes(result, config, processes)
     changes = dict(num_envs=result.sizes.num_envs, sync_interval=result.sizes.sync_interval)
     if hasattr(config, "num_actors"):
         changes["num_actors"] = result.sizes.num_actors
@@ -210,6 +235,10 @@ def applied(config, machine: Machine, processes: int = 1, scale_on_cpu: bool = T
 def applied_batch(config, machine: Machine, devices: int, processes: int = 1):
     """BA3C's `applied`: (`config` with its local batch fitted by `fit_batch` over `devices` devices of every
     process, the fit). `config.local_batch / config.sync_interval` are one device's envs."""
+    recorded = _recorded(config, ("local_batch", "sync_interval"), None)
+    if recorded is not None:
+        sizes = Sizes(recorded["local_batch"] // recorded["sync_interval"], recorded["sync_interval"], 0)
+        return dataclasses.replace(config, **recorded), Fit("resumed", sizes, RESUMED_WHY, machine)
     preset = Sizes(config.local_batch // config.sync_interval, config.sync_interval, 0)
     result = fit_batch(preset, machine, choice=_choice(config, processes), devices=devices)
     result = _said_for_processes(result, config, processes)

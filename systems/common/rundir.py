@@ -98,7 +98,7 @@ def holder_pid(path: str) -> int | None:
 
 
 def _check_existing(path: str, config: Any, may_change: frozenset, plan: dict | None, system: str | None) -> None:
-    previous = _read_config(path)
+    previous = read_config(path)
     if not config.resume:
         if previous is not None and _saved_nothing(path):
             raise ConfigError(
@@ -142,7 +142,9 @@ def _saved_nothing(path: str) -> bool:
     return not saved and not os.path.exists(os.path.join(path, "summary.json"))
 
 
-def _read_config(path: str) -> dict | None:
+def read_config(path: str) -> dict | None:
+    """The config.json of the run in `path` (a dict, as recorded), None when there is none; ConfigError (one line)
+    when it cannot be read."""
     try:
         with open(os.path.join(path, CONFIG_FILE)) as f:
             previous = json.load(f)

@@ -149,8 +149,9 @@ def test_the_ba3c_and_anakin_launchers_ask_for_the_rule_unless_a_size_is_given()
 
 def _ba3c(tmp_path, name, machine, monkeypatch, **overrides):
     monkeypatch.setattr(layout_rule, "this_machine", lambda: machine)
-    config = ba3c.BA3CConfig(env_id="CartPole-v1", seed=3, sync_interval=5, local_batch=20, total_steps=2 * 640,
-                             eval_episodes=0, quiet=True, logdir=str(tmp_path / name), **overrides)
+    values = dict(env_id="CartPole-v1", seed=3, sync_interval=5, local_batch=20, total_steps=2 * 640, eval_episodes=0,
+                  quiet=True, logdir=str(tmp_path / name))
+    config = ba3c.BA3CConfig(**dict(values, **overrides))
     return ba3c.run(config), read_config(tmp_path / name)
 
 
@@ -167,10 +168,11 @@ def test_a_faked_accelerator_fits_ba3cs_batch_and_the_2_core_cpu_keeps_it_bit_fo
 
 def _anakin(tmp_path, name, machine, monkeypatch, **overrides):
     monkeypatch.setattr(layout_rule, "this_machine", lambda: machine)
-    config = anakin.AnakinConfig(env_id="gymnax/CartPole-v1", num_envs=4, sync_interval=16, total_steps=3 * 64,
-                                 num_epochs=1, num_minibatches=2, checkpoint_every=64, eval_episodes=0, quiet=True,
-                                 logdir=str(tmp_path / name), **overrides)
-    return anakin.run(config), read_config(tmp_path / name)
+    values = dict(env_id="gymnax/CartPole-v1", num_envs=4, sync_interval=16, total_steps=3 * 64, num_epochs=1,
+                  num_minibatches=2, checkpoint_every=64, eval_episodes=0, quiet=True, logdir=str(tmp_path / name))
+    config = anakin.AnakinConfig(**dict(values, **overrides))
+    first = tmp_path / name / f"seed_{config.seed}" if config.num_seeds > 1 else tmp_path / name
+    return anakin.run(config), read_config(first)
 
 
 def test_a_faked_accelerator_fits_anakins_envs_and_a_cpu_keeps_them_bit_for_bit(tmp_path, monkeypatch):
@@ -192,3 +194,27 @@ def test_gala_records_its_preset_as_its_layout(tmp_path, monkeypatch):
     layout = read_config(tmp_path)["plan"]["layout"]
     assert (layout["rule"], layout["sizes"], layout["why"]) == ("preset", "2 envs x 5 steps",
                                                                  layout_rule.GALA_PRESET_WHY)
+
+
+# ------------------------------------------------------------------------------------------ resumed runs
+
+
+def test_a_run_fitted_on_an_accelerator_resumes_on_a_2_core_cpu_with_its_sizes(tmp_path, monkeypatch):
+    _run(tmp_path, "run", Machine("gpu", 16), monkeypatch, layout="auto", checkpoint_every=64)
+    summary, saved = _run(tmp_path, "run", Machine("cpu", 2), monkeypatch, layout="auto", resume=True,
+                          total_steps=2 * 6 * 64)
+    assert (saved["num_envs"], saved["sync_interval"], saved["num_actors"]) == (64, 1, 4)
+    assert saved["plan"]["layout"]["rule"] == "resumed" and summary["env_steps"] == 2 * 6 * 64
+
+
+def test_ba3c_and_anakin_runs_resume_with_the_sizes_they_started_with(tmp_path, monkeypatch):
+    _ba3c(tmp_path, "ba3c", Machine("cpu", 2), monkeypatch, layout="auto", checkpoint_every=640)
+    summary, saved = _ba3c(tmp_path, "ba3c", Machine("gpu", 16), monkeypatch, layout="auto", resume=True,
+                           total_steps=3 * 640)
+    assert saved["local_batch"] == 20 and saved["plan"]["layout"]["rule"] == "resumed"
+    assert summary["env_steps"] == 3 * 640
+
+    _anakin(tmp_path, "anakin", Machine("gpu", 16), monkeypatch, layout="auto", num_seeds=2)
+    summary, saved = _anakin(tmp_path, "anakin", Machine("cpu", 2), monkeypatch, layout="auto", num_seeds=2,
+                             resume=True, total_steps=6 * 64)
+    assert summary["env_steps_per_agent"] == 6 * 64 and (saved["num_envs"], saved["sync_interval"]) == (64, 1)
