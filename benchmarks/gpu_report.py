@@ -28,6 +28,7 @@ CLEANRL_PUBLISHED = ("CleanRL's published `ppo_atari_envpool_xla_jax_scan` curve
                      "40 minutes (about 4k SPS) on their GPU box")
 _STAGE_END = re.compile(r"^== (\S+) rc=(-?\d+) wall=(\d+)s$", re.MULTILINE)
 _LAYOUT = re.compile(r"^\[hts\] .*layout: (.*)$", re.MULTILINE)
+_ANAKIN_LAYOUT = re.compile(r"^\[anakin\] .*layout: (.*)$", re.MULTILINE)
 
 
 def stage_results(log: str) -> dict[str, tuple[int, int]]:
@@ -122,16 +123,18 @@ def report(directory: str) -> str:
             lines.append(_program_line(cleanrl_row(json.load(f), raw_sps)))
     else:
         lines.append(f"| CleanRL JAX PPO | | {_missing('cleanrl_jax', stages)} | | | | |")
-    lines += ["", f"Beside them: {CLEANRL_PUBLISHED}.", "", "| Anakin run | env | agents | SPS, all agents | "
-              "final return (mean over agents) |", "|---|---|---|---|---|"]
+    lines += ["", f"Beside them: {CLEANRL_PUBLISHED}.", "", "| Anakin run | env | agents | layout | SPS, all agents | "
+              "final return (mean over agents) |", "|---|---|---|---|---|---|"]
     for run in ("anakin_cartpole_64", "anakin_minatar_8"):
         data = _file(members, run, "summary.json")
         if data is None:
-            lines.append(f"| `{run}` | | | {_missing(run, stages)} | |")
+            lines.append(f"| `{run}` | | | | {_missing(run, stages)} | |")
             continue
         summary = json.loads(data)
         sps, final = common.fmt(summary.get("sps_all_agents")), common.fmt(summary.get("final_metric_mean"), 1)
-        lines.append(f"| `{run}` | {summary['env_id']} | {summary.get('num_agents', '')} | {sps} | {final} |")
+        layout = _ANAKIN_LAYOUT.search(texts.get(run, ""))
+        lines.append(f"| `{run}` | {summary['env_id']} | {summary.get('num_agents', '')} | "
+                     f"{layout[1] if layout else ''} | {sps} | {final} |")
     lines += ["", "Stages: " + ", ".join(f"{name} rc={rc} ({wall} s)" for name, (rc, wall) in stages.items()) + "."]
     return "\n".join(lines) + "\n"
 

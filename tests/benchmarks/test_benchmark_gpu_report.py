@@ -21,7 +21,8 @@ def test_the_report_sets_each_program_against_the_raw_rate_and_names_failures(tm
         "== envpool_raw start 1\n== envpool_raw rc=0 wall=60s\n"
         "== hts_breakout start 2\n[hts] Breakout-v5  algo ppo  layout: 128 envs x 8 steps, 4 actor threads\n"
         "== hts_breakout rc=0 wall=180s\n== cleanrl_jax start 3\n== cleanrl_jax rc=1 wall=9s\n"
-        "== anakin_minatar_8 start 4\n== anakin_minatar_8 rc=0 wall=90s\n")
+        "== anakin_minatar_8 start 4\n[anakin] gymnax/Breakout-MinAtar  layout: 128 envs x 64 steps (accelerator)\n"
+        "== anakin_minatar_8 rc=0 wall=90s\n")
     (tmp_path / "envpool_raw.json").write_text(json.dumps([
         dict(envs=128, threads=8, batch=64, sps=30_000, cores=16), dict(envs=128, threads=16, batch=64, sps=40_000,
                                                                        cores=16)]))
@@ -41,5 +42,6 @@ def test_the_report_sets_each_program_against_the_raw_rate_and_names_failures(tm
     assert "128 envs x 8 steps, 4 actor threads" in main_job and "| 20,480 | 0.51 | 8 min |" in main_job
     assert "eval 2.5 at 6,144" in main_job
     assert "| CleanRL JAX PPO | | failed (rc 1 after 9 s) |" in text
-    assert "| `anakin_cartpole_64` | | | not run | |" in text
-    assert "| `anakin_minatar_8` | gymnax/Breakout-MinAtar | 8 | 1,000,000 | 20.0 |" in text
+    assert "| `anakin_cartpole_64` | | | | not run | |" in text
+    assert ("| `anakin_minatar_8` | gymnax/Breakout-MinAtar | 8 | 128 envs x 64 steps (accelerator) | 1,000,000 | "
+            "20.0 |") in text
