@@ -92,11 +92,19 @@ def _open(config: BA3CConfig) -> skeleton.Opening:
     """The devices, the plan (learning rate and epsilon for the effective batch), the agent and the monitor's
     parts."""
     devices = select_devices(config)
+    given_batch = config.local_batch
     config, fitted = layout_rule.applied_batch(config, layout_rule.this_machine(), len(devices) * jax.process_count(),
                                                jax.process_count())
-    if fitted.rule != "preset":
-        validate(config)
-    run_plan = plan(config, len(devices) * jax.process_count())
+    try:
+        if fitted.rule != "preset":
+            validate(config)
+        run_plan = plan(config, len(devices) * jax.process_count())
+    except config_lib.ConfigError as error:
+        if config.local_batch == given_batch:
+            raise
+        raise config_lib.ConfigError(
+            f"{error}; --local_batch={config.local_batch} is the layout rule's choice ({fitted.rule}, "
+            f"{fitted.machine.describe()}), not a flag: --layout=preset keeps the preset's {given_batch}") from None
     config = distributed.per_process_config(config)  # process 0 owns the run directory and the evaluations
     spec, setup, state = make_agent(config, run_plan)
     header = (f"  {fitted.describe()}\n"

@@ -16,6 +16,7 @@ import launch.hts
 from systems.anakin import system as anakin
 from systems.ba3c import system as ba3c
 from systems.common import layout_rule
+from systems.common.config import ConfigError
 from systems.common.layout_rule import Machine, Sizes, fit, fit_batch
 from systems.gala import system as gala
 from systems.hts import system as hts
@@ -218,3 +219,12 @@ def test_ba3c_and_anakin_runs_resume_with_the_sizes_they_started_with(tmp_path, 
     summary, saved = _anakin(tmp_path, "anakin", Machine("cpu", 2), monkeypatch, layout="auto", num_seeds=2,
                              resume=True, total_steps=6 * 64)
     assert summary["env_steps_per_agent"] == 6 * 64 and (saved["num_envs"], saved["sync_interval"]) == (64, 1)
+
+
+def test_a_ba3c_run_too_short_for_its_fitted_batch_says_the_rule_chose_it(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match=r"less than one round .*--local_batch=640 is the layout rule's choice "
+                                          r"\(accelerator, gpu, 16 cores\), not a flag: --layout=preset keeps the "
+                                          r"preset's 20"):
+        _ba3c(tmp_path, "gpu", Machine("gpu", 16), monkeypatch, layout="auto", total_steps=600)
+    summary, _ = _ba3c(tmp_path, "cpu", Machine("gpu", 16), monkeypatch, layout="preset", total_steps=600)
+    assert summary["env_steps"] == 600
