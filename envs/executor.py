@@ -25,12 +25,12 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
-import os
 import threading
 import time
 
 import numpy as np
 
+from envs.cores import usable_cores
 from envs.episodes import EpisodeTracker, split_done
 from envs.factory import EnvSpec, make_pool
 from envs.pool_api import EnvFailed
@@ -154,7 +154,7 @@ class Executor:
         self.batch_size = batch_size
         # With batch_size == num_envs every recv() returns all envs, which are then sent together: no spares.
         self._num_spares = 0 if batch_size == num_envs else batch_size - 1
-        threads = num_threads or min(num_envs, os.cpu_count() or 1)
+        threads = num_threads or min(num_envs, usable_cores())
         self._pool = make_pool(
             spec,
             num_envs=num_envs,

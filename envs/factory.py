@@ -16,7 +16,6 @@ import dataclasses
 import difflib
 import functools
 import importlib
-import os
 import re
 import sys
 import types
@@ -27,6 +26,7 @@ import numpy as np
 from gymnasium import spaces as gym_spaces
 
 from envs import brax_env, gymnasium_pool, gymnax_env, jax_pool
+from envs.cores import usable_cores
 from envs.observations import say_on_stderr
 
 # EnvPool's module path for each task id -> our family name. Anything else is not supported.
@@ -281,7 +281,8 @@ def make_pool(
       num_envs: training (or evaluation) environments, ids 0..num_envs-1.
       batch_size: envs returned per recv(); < num_envs + extra_envs gives EnvPool's async mode.
       seed: base seed; env i gets seed + i.
-      num_threads: EnvPool worker threads; default min(num_envs + extra_envs, os.cpu_count()).
+      num_threads: EnvPool worker threads (a Gymnasium pool's worker processes); default
+        min(num_envs + extra_envs, the cores this process may use: `envs.cores.usable_cores`).
         (EnvPool's own default is batch_size, which is slow for batch_size 1.)
       evaluation: Atari only: no life-loss episode ends and no reward clipping.
       extra_envs: spare environments appended at ids num_envs..num_envs + extra_envs - 1.
@@ -298,7 +299,7 @@ def make_pool(
     if not 0 <= seed <= _INT32_MAX - total:
         raise ValueError(f"seed must be in [0, {_INT32_MAX - total}] so seed + env id fits int32")
     if num_threads is None:
-        num_threads = min(total, os.cpu_count() or 1)
+        num_threads = min(total, usable_cores())
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
     if spec.family == "gymnasium":

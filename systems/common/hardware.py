@@ -10,6 +10,8 @@ import os
 import platform
 from importlib import metadata
 
+from envs.cores import usable_cores
+
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "envpool", "numpy")
 
 
@@ -41,14 +43,6 @@ def describe_cpuinfo(text: str) -> str:
     details = [f"family {fields['cpu family']} model {fields['model']}"] if "cpu family" in fields else []
     details += [widest.upper()] if widest else []
     return f"{name} ({', '.join(details)})" if details else name
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity mask: a container's or taskset's limit, not the host's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def memory_gib() -> float | None:

@@ -42,8 +42,8 @@ printed in the run's start line and recorded in config.json's plan (`Fit.record`
 from __future__ import annotations
 
 import dataclasses
-import os
 
+from envs.cores import usable_cores
 from systems.common import rundir
 
 PRESET_CORES = 2  # the machine the presets are sized for
@@ -73,11 +73,7 @@ class Machine:
 def this_machine() -> Machine:
     import jax
 
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return Machine(jax.default_backend(), cores)
+    return Machine(jax.default_backend(), usable_cores())
 
 
 @dataclasses.dataclass(frozen=True)

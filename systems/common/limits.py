@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from envs.cores import usable_cores
 from systems.common.config import ConfigError
 
 PROCESS_BYTES = 300 * 2**20
@@ -44,7 +45,7 @@ def require_memory(needed: int, what: str) -> None:
 def max_processes() -> int:
     """Worker processes this machine holds: `PROCESSES_PER_CORE` per core, and no more than fit in the available
     memory at `PROCESS_BYTES` each."""
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     return max(1, min(PROCESSES_PER_CORE * cores, available_memory_bytes() // PROCESS_BYTES))
 
 
@@ -52,7 +53,7 @@ def require_processes(count: int, flag: str) -> None:
     limit = max_processes()
     if count > limit:
         raise ConfigError(
-            f"--{flag}={count:,} is more processes than this machine holds: at most {limit:,} ({os.cpu_count()} "
+            f"--{flag}={count:,} is more processes than this machine holds: at most {limit:,} ({usable_cores()} "
             f"cores x {PROCESSES_PER_CORE}, and {gib(available_memory_bytes())} available at about "
             f"{PROCESS_BYTES // 2**20} MiB each)")
 

@@ -37,7 +37,7 @@ class PALConfig(OffPolicyConfig):
     allocate: str = setting(
         "manual", "auto: profile actor and learner throughput and pick --num_actors / --num_learners by Eq. 5.",
         "pal_run", choices=ALLOCATIONS)
-    cores: int = setting(0, "Cores M for --allocate=auto (0: this machine's).", "pal_run")
+    cores: int = setting(0, "Cores M for --allocate=auto (0: the cores this process may use).", "pal_run")
     profile_seconds: float = setting(2.0, "Seconds per measured point of --allocate=auto.", "pal_run")
     checkpoint_buffer: bool = setting(
         False, "Save the replay buffer with each checkpoint and restore it on --resume.", "pal_run")

@@ -43,6 +43,7 @@ import time
 import jax
 import numpy as np
 
+from envs.cores import usable_cores
 from envs.factory import EnvSpec, make_spec
 from systems.common import config as config_lib
 from systems.common import limits
@@ -103,7 +104,7 @@ def buffer_bytes(config: PALConfig, agent: OffPolicyAgent, spec: EnvSpec) -> int
 
 def profile_and_allocate(config: PALConfig, spec: EnvSpec, agent: OffPolicyAgent, print_fn) -> tuple[Plan, tuple]:
     """`--allocate=auto`: measures f_a(x) and f_l(x) for x = 1 .. M - 1 threads and solves Eq. 5."""
-    cores = config.cores or os.cpu_count() or 2
+    cores = config.cores or usable_cores()
     if cores < 2:
         raise config_lib.ConfigError("--allocate=auto needs at least 2 cores (one actor, one learner)")
     seconds = config.profile_seconds
@@ -441,7 +442,7 @@ def _summary_extra(config: PALConfig, threads: Plan, framework: _Framework, upda
     if profile is not None:
         actor_curve, learner_curve, choice = profile
         extra["allocation"] = {
-            "cores": config.cores or os.cpu_count(),
+            "cores": config.cores or usable_cores(),
             "actor_env_steps_per_second": {str(k): v for k, v in actor_curve.items()},
             "learner_optimizer_steps_per_second": {str(k): v for k, v in learner_curve.items()},
             "actors": choice.actors, "learners": choice.learners, "imbalance": choice.imbalance,

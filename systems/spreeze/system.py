@@ -34,6 +34,7 @@ import time
 import jax
 import numpy as np
 
+from envs.cores import usable_cores
 from envs.factory import make_spec
 from systems.common import config as config_lib
 from systems.common import limits
@@ -217,7 +218,7 @@ class _SpreezeRun(skeleton.Loop):
         ctx = child_context()
         fields = {name: (np.asarray(v).shape, np.float32 if name != "action" else np.asarray(v).dtype)
                   for name, v in agent.example.items()}
-        self.max_samplers = config.num_samplers or max(1, (os.cpu_count() or 2) - 1)
+        self.max_samplers = config.num_samplers or max(1, usable_cores() - 1)
         self.children = Children(ctx, self.max_samplers)
         transfer = SharedReplay if config.transfer == "shm" else QueueTransfer
         self.replay = transfer.create(config.buffer_size, fields, run_id=run_id(monitor.run_dir), ctx=ctx)
