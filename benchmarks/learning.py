@@ -602,10 +602,13 @@ NOTES = {
     ),
     "LunarLander-v2 tuned": (
         "each study's best point on fresh seeds 10000-10004 (`benchmarks/tune.py`). The peer's best trial (batch 8, "
-        "20 epochs, n_steps 256, lr 2.2e-4, gamma 0.9996) has seeds 10000-10001 so far: 262.6 and 240.5, level "
-        "with launch.tune's best (251.4 over 5 seeds); a run costs 78.5 CPU minutes on one PyTorch thread against "
-        "4.4 for ours. Its wall time (185 min) spans three sessions, with pauses and neighbours: CPU time is the "
-        "fair cost. Seeds 10002-10004 are queued (resumable, `--sides=sb3_tuned --peer_threads=1`)."
+        "20 epochs, n_steps 256, lr 2.2e-4, gamma 0.9996) ends at 239.8 [226.4, 253.2] (seeds 262.6, 240.5, 246.9, "
+        "214.9, 234.2), launch.tune's best at 251.4 [245.1, 257.6], higher in 3 of the 5 seeds: the intervals "
+        "overlap, so the two searches found points of the same level. A peer run costs 78.0 CPU minutes on one "
+        "PyTorch thread (batch 8 and 20 epochs: about 2.5M gradient steps) against 4.4 for ours. The peer's wall times "
+        "say little: seeds 10000-10001 (c937150) span three sessions with pauses and neighbours; seeds "
+        "10002-10004 (2026-12-07, 8aff104) ran three at once on the 2 cores at nice 19 beside this session's work "
+        "(123-124 min each, load 3.1): CPU time is the fair cost."
     ),
     "PendulumNoVel-v1": (
         "the LSTM learns where the feed-forward control cannot (-1201, a random policy's level), but ends below the "
