@@ -14,8 +14,7 @@ import envs.factory
 from envs.executor import Executor
 from envs.factory import make_pool, make_spec
 from systems.common import limits
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.fixtures import REPO_ROOT
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
@@ -24,7 +23,7 @@ def test_a_process_pinned_to_one_core_counts_one_where_the_host_has_more():
     code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
             "from envs.cores import usable_cores; from systems.common import layout_rule; "
             "print(usable_cores(), layout_rule.this_machine().cores, os.cpu_count())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT)
     usable, machine, host = map(int, out.stdout.split())
     assert usable == machine == 1 and host >= 2
 
