@@ -51,15 +51,16 @@ def die_with_parent() -> None:
         _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
 
-def run_job(module: str, job: dict, timeout_s: float, env: dict | None = None) -> dict:
-    """Runs `python -m module --worker=<job>` in a fresh process (environment `env`, default this one's); returns
-    its result dict plus wall_s, started and background_cores, with 'error' on failure or timeout."""
+def run_job(module: str, job: dict, timeout_s: float, env: dict | None = None, cwd: str | None = None) -> dict:
+    """Runs `python -m module --worker=<job>` in a fresh process (environment `env`, default this one's; in `cwd`,
+    whose code `-m` imports first); returns its result dict plus wall_s, started and background_cores, with 'error'
+    on failure or timeout."""
     cmd = [sys.executable, "-m", module, f"--worker={json.dumps(job)}"]
     env = dict(env if env is not None else os.environ, PYTHONWARNINGS="ignore")
     started = time.strftime("%H:%M:%S")
     cpu_before = cpu_ticks_by_pid()
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
                             preexec_fn=die_with_parent)
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)

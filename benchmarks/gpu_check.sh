@@ -15,7 +15,10 @@
 # threads), cleanrl_jax (CleanRL's ppo_atari_envpool_xla_jax_scan.py with its own defaults: benchmarks/cleanrl_jax.py),
 # Anakin's two rows (as typed: on an accelerator the layout rule gives CartPole 128 envs x 4 steps and MinAtar
 # 128 x 64). On request: probe, hts_breakout_preset (--layout=preset: the CPU preset's 8 x 128, one thread),
-# the hand-sized layouts.
+# hts_breakout_half_chunks (the rule's accelerator layout, given as flags, with HTS's own forward-pass default, half
+# the envs a chunk, beside the rule's chunk of all of them), host_path (benchmarks/host_path.py: the actors' host path without a policy beside raw
+# EnvPool, on the box's cores; about a minute), the hand-sized layouts. After the default stages,
+# `STAGES="host_path hts_breakout_half_chunks" HTS_SECONDS=90` fits a second call of the same session.
 # DRY=1 runs every default stage for a few seconds on whatever machine this is (a CPU), CleanRL's at a small rollout,
 # to check the script end to end before spending device time (`PY=3.11 bash benchmarks/gpu_site.sh` first, for a
 # CPU with Python 3.11); its figures mean nothing.
@@ -80,6 +83,10 @@ stage envpool_raw $((RAW_SECONDS * 8 + 60)) -m benchmarks.envpool_raw --envs=128
 stage probe "$PROBE_SECONDS" -m benchmarks.gpu_probe --out="$OUT/probe.json" $PROBE_ARGS
 stage hts_breakout $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --time_limit="$HTS_SECONDS" \
   --logdir=$RUNS/hts_breakout
+stage hts_breakout_half_chunks $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=128 --num_actors=4 \
+  --sync_interval=8 --inference_batch=64 --time_limit="$HTS_SECONDS" --logdir=$RUNS/hts_breakout_half_chunks
+stage host_path $((RAW_SECONDS * 4 + 90)) -m benchmarks.host_path --repeats=1 --seconds="$RAW_SECONDS" \
+  --out="$OUT/host_path.json"
 stage hts_breakout_preset $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --layout=preset \
   --time_limit="$HTS_SECONDS" --logdir=$RUNS/hts_breakout_preset
 stage hts_breakout_32x4 $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=32 --num_actors=4 \

@@ -4,11 +4,11 @@
 
 Reads `log.txt` (the date, the GPU, the versions, each stage's exit code and wall time, the main job's layout line),
 `envpool_raw.json` (EnvPool's own Breakout rate with random actions: the ceiling), `runs.tar.gz` (the main job's
-`progress.csv` and `evaluations.csv`, Anakin's `summary.json`) and `cleanrl_jax.json` (`benchmarks/cleanrl_jax.py`),
-and writes one Markdown page: each Breakout program's steady SPS (`common.steady_sps`: the first updates, with the
-compile, left out), its share of the raw rate (the issue's aim: 0.8), its 10M-step projection and its last returns,
-beside CleanRL's published Breakout curve (430 at 10M steps); then Anakin's rows. A stage that failed or did not run
-says so in its row.
+`progress.csv` and `evaluations.csv`, Anakin's `summary.json`), `cleanrl_jax.json` (`benchmarks/cleanrl_jax.py`) and,
+when that stage ran, `host_path.json` (`benchmarks/host_path.py`), and writes one Markdown page: each Breakout program's
+steady SPS (`common.steady_sps`: the first updates, with the compile, left out), its share of the raw rate (the issue's
+aim: 0.8), its 10M-step projection and its last returns, beside CleanRL's published Breakout curve (430 at 10M steps);
+the actors' host path without a policy; then Anakin's rows. A stage that failed or did not run says so in its row.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import sys
 import tarfile
 
 from benchmarks import common
+from benchmarks import host_path as host_path_lib
 
 CLEANRL_PUBLISHED = ("CleanRL's published `ppo_atari_envpool_xla_jax_scan` curve: Breakout 430 at 10M steps in about "
                      "40 minutes (about 4k SPS) on their GPU box")
@@ -123,7 +124,13 @@ def report(directory: str) -> str:
             lines.append(_program_line(cleanrl_row(json.load(f), raw_sps)))
     else:
         lines.append(f"| CleanRL JAX PPO | | {_missing('cleanrl_jax', stages)} | | | | |")
-    lines += ["", f"Beside them: {CLEANRL_PUBLISHED}.", "", "| Anakin run | env | agents | layout | SPS, all agents | "
+    lines += ["", f"Beside them: {CLEANRL_PUBLISHED}.", ""]
+    host_path = os.path.join(directory, "host_path.json")
+    if os.path.isfile(host_path):
+        with open(host_path) as f:
+            lines += ["The actors' host path without a policy (`benchmarks/host_path.py`, one run of each):", "",
+                      *host_path_lib.table([json.loads(line) for line in f if line.strip()]), ""]
+    lines += ["| Anakin run | env | agents | layout | SPS, all agents | "
               "final return (mean over agents) |", "|---|---|---|---|---|---|"]
     for run in ("anakin_cartpole_64", "anakin_minatar_8"):
         data = _file(members, run, "summary.json")

@@ -265,12 +265,12 @@ class Executor:
             self._train_in_flight -= int(is_train.sum())
         if not is_train.any():
             return
+        # Rows are handed out later, after further recv() calls: every pool's recv() returns arrays of their own
+        # (EnvPool's are new buffers each batch, ours copies), which no later recv() overwrites.
         if not is_train.all():
             obs, rewards, terminated, truncated = (x[is_train] for x in (obs, rewards, terminated, truncated))
             info = _select_info(info, is_train)
             env_ids = env_ids[is_train]
-        else:
-            obs = np.array(obs)  # own the memory: rows are handed out later, after further recv() calls
         with self._cond:
             self.tracker.step(env_ids, rewards, terminated, truncated, info)
             self.env_steps_received += len(env_ids)

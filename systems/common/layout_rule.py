@@ -7,7 +7,11 @@ steps with one actor thread. Elsewhere that leaves the machine idle:
 * **on an accelerator** each forward pass is a host-device round trip for a handful of observations, so the actor
   threads, not the device, bound the run. The rule gives the actors `ACCELERATOR_ENVS` envs in
   `ACCELERATOR_ACTORS` threads and shortens the round to keep the preset's env steps per update (Breakout: 128
-  envs x 8 steps, 4 threads: the layout measured on a GPU in `benchmarks/gpu_check.sh`);
+  envs x 8 steps, 4 threads: the layout measured on a GPU in `benchmarks/gpu_check.sh`). Every forward pass then
+  takes a chunk of all the envs (HTS's `--inference_batch`, whose default is half of them): env e sits in row
+  e mod chunk (`systems.common.rollout`), so a ready batch that holds two envs of one row needs two passes, which
+  half-sized chunks make the rule, and on an accelerator each pass is a host-device round trip that costs about as
+  much for twice the rows;
 * **on a CPU with more cores** than the preset's, the envs (and EnvPool's threads, one per env up to the cores:
   `envs.factory.make_pool`) grow with the cores, one actor thread per `CORES_PER_ACTOR` cores, the round again kept;
 * **on a CPU of `PRESET_CORES` cores or fewer** the preset stays, bit for bit.
@@ -81,12 +85,15 @@ class Sizes:
     num_envs: int
     sync_interval: int
     num_actors: int  # 0: a system without actor threads (Anakin, BA3C)
+    inference_batch: int = 0  # the actors' forward-pass chunk; 0: the system's default
 
     def describe(self) -> str:
         envs = f"{self.num_envs} envs x {self.sync_interval} steps"
-        if not self.num_actors:
-            return envs
-        return f"{envs}, {self.num_actors} actor {'thread' if self.num_actors == 1 else 'threads'}"
+        if self.num_actors:
+            envs += f", {self.num_actors} actor {'thread' if self.num_actors == 1 else 'threads'}"
+        if self.inference_batch:
+            envs += f", forward passes of {self.inference_batch}"
+        return envs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +141,7 @@ def fit(preset: Sizes, machine: Machine, choice: str = "auto", scale_on_cpu: boo
         actors = max(preset.num_actors, min(ACCELERATOR_ACTORS, envs)) if preset.num_actors else 0
         if envs == preset.num_envs and actors == preset.num_actors:
             return chosen("preset", preset, f"no larger env count divides the {round_steps:,}-step round")
-        return chosen("accelerator", Sizes(envs, round_steps // envs, actors),
+        return chosen("accelerator", Sizes(envs, round_steps // envs, actors, envs if actors else 0),
                       f"the actors' forward passes on a {machine.backend} need many envs each; the round keeps its "
                       f"{round_steps:,} env steps")
     if machine.cores <= PRESET_CORES:
@@ -215,6 +222,7 @@ def applied(config, machine: Machine, processes: int = 1, scale_on_cpu: bool = T
     preset: every process must train the same sizes, and their machines may differ. A resumed run keeps the sizes
     recorded in `run_dir` (default: its logdir)."""
     fields = SIZE_FLAGS if hasattr(config, "num_actors") else SIZE_FLAGS[:2]
+    fields += ("inference_batch",) if hasattr(config, "inference_batch") else ()
     recorded = _recorded(config, fields, run_dir)
     if recorded is not None:
         result = Fit("resumed", Sizes(**{"num_actors": 0, **recorded}), RESUMED_WHY, machine)
@@ -225,6 +233,11 @@ def applied(config, machine: Machine, processes: int = 1, scale_on_cpu: bool = T
     changes = dict(num_envs=result.sizes.num_envs, sync_interval=result.sizes.sync_interval)
     if hasattr(config, "num_actors"):
         changes["num_actors"] = result.sizes.num_actors
+    if hasattr(config, "inference_batch") and result.sizes.inference_batch:
+        if config.inference_batch:  # the user's --inference_batch stands (and a resumed run checks it)
+            result = dataclasses.replace(result, sizes=dataclasses.replace(result.sizes, inference_batch=0))
+        else:
+            changes["inference_batch"] = result.sizes.inference_batch
     return dataclasses.replace(config, **changes), result
 
 

@@ -168,6 +168,7 @@ class RoundCollector:
         self._prev_done = np.zeros(n, bool)  # the env's last step ended an episode: its next action is ignored
         self._held: list[tuple[int, np.ndarray]] = []
         self._pad_obs = np.zeros((inference_batch, *spec.obs_shape), spec.obs_dtype)
+        self._thread_local = threading.local()  # each actor thread's chunk buffer (`_chunk_buffer`)
         self._env_id_offset = env_id_offset  # the global id of local env 0: rows follow global ids
         # A recurrent policy's state belongs to its env (`agents.recurrent`): kept per env id whichever actor steps
         # it, zeroed where an observation opens an episode (the first of the run, or the one after a reset step).
@@ -182,43 +183,47 @@ class RoundCollector:
     def process(self, results: StepResults) -> None:
         """Consumes one batch of ready observations: stores rewards, picks actions, sends them."""
         alpha = self.sync_interval
+        env_ids = results.env_ids  # distinct: an env has at most one step in flight
         with self._lock:
             round_index = self._round
             storage = self._storages[round_index % 2]
             params, version = self._params, self._version
-            act_rows, act_steps = [], []
+            # The envs whose action was in flight: store the step's reward and flags at the step it acted on.
+            stepped = self._pending[env_ids]
+            step = self._step_in_round[env_ids]
+            done_ids, t = env_ids[stepped], step[stepped]
+            storage.rewards[t, done_ids] = results.rewards[stepped]
+            storage.terminations[t, done_ids] = results.terminations[stepped]
+            storage.truncations[t, done_ids] = results.truncations[stepped]
+            self._prev_done[done_ids] = (results.terminations[stepped] != 0) | (results.truncations[stepped] != 0)
+            index = np.where(stepped, step + 1, 0)  # 0: the env's first observation (after start())
+            self._pending[env_ids] = False
+            # Bootstrap observation of this round and first observation of the next: hold the env.
+            held = index == alpha
             round_complete = False
-            for row, env_id in enumerate(results.env_ids):
-                if self._pending[env_id]:
-                    t = self._step_in_round[env_id]
-                    storage.rewards[t, env_id] = results.rewards[row]
-                    storage.terminations[t, env_id] = results.terminations[row]
-                    storage.truncations[t, env_id] = results.truncations[row]
-                    self._prev_done[env_id] = bool(results.terminations[row] or results.truncations[row])
-                    index = t + 1
-                else:
-                    index = 0
-                self._pending[env_id] = False
-                if index == alpha:
-                    # Bootstrap observation of this round and first observation of the next: hold the env.
-                    storage.obs[alpha, env_id] = results.obs[row]
-                    self._held.append((int(env_id), results.obs[row]))
-                    round_complete = len(self._held) == self.num_envs
-                else:
-                    self._step_in_round[env_id] = index
-                    act_rows.append(row)
-                    act_steps.append(round_index * alpha + index)
+            if held.any():
+                held_rows = np.flatnonzero(held)
+                storage.obs[alpha, env_ids[held_rows]] = results.obs[held_rows]
+                self._held.extend((int(env_ids[row]), results.obs[row]) for row in held_rows)
+                round_complete = len(self._held) == self.num_envs
+                act_rows = np.flatnonzero(~held)
+            else:
+                act_rows = None  # every row acts
+            ids = env_ids if act_rows is None else env_ids[act_rows]
+            act_index = index if act_rows is None else index[act_rows]
+            self._step_in_round[ids] = act_index
             # Mark before sending: another actor may receive the result before this one returns.
-            ids = results.env_ids[act_rows]
             self._pending[ids] = True
-        if act_rows:
-            self._act(storage, params, results, np.asarray(act_rows), ids, np.asarray(act_steps, np.int32))
+        if len(ids):
+            act_steps = (round_index * alpha + act_index).astype(np.int32)
+            self._act(storage, params, results, act_rows, ids, act_steps)
         if round_complete:
             storage.behaviour_version = version
             self._advance_round(storage)
 
     def _act(self, storage, params, results, rows, env_ids, env_steps) -> None:
-        obs = results.obs[rows]
+        """Actions for rows `rows` of `results` (None: all of them, without a copy), stored and sent."""
+        obs = results.obs if rows is None else results.obs[rows]
         index = env_steps % self.sync_interval
         with stage("inference"):
             if self._carry is None:
@@ -267,17 +272,39 @@ class RoundCollector:
         return outs
 
     def _padded(self, inputs, members, at):
-        """One chunk's inputs: rows `members` of `inputs` at chunk rows `at`, zeros elsewhere (first flags: 1)."""
+        """One chunk's inputs: rows `members` of `inputs` at chunk rows `at`, zeros elsewhere (first flags: 1).
+
+        A chunk without padding is one gather of the observations (or `inputs` itself when it already is the chunk,
+        row for row); a padded one is this thread's own chunk buffer, whose rows the last chunk filled and this one
+        pads are zeroed again (the buffer is free: `_forward` fetched the last pass's outputs). Its values are the
+        same either way, so the forward pass's bits are."""
         if not isinstance(inputs, tuple):
-            chunk_obs = self._pad_obs.copy()
-            chunk_obs[at] = inputs[members]
-            return chunk_obs
+            if len(members) < self.inference_batch:
+                chunk_obs, filled = self._chunk_buffer()
+                stale = filled.copy()
+                stale[at] = False
+                chunk_obs[stale] = 0
+                chunk_obs[at] = inputs[members]
+                filled[:] = False
+                filled[at] = True
+                return chunk_obs
+            source = np.empty(self.inference_batch, np.int64)
+            source[at] = members  # chunk row r holds inputs row source[r]
+            if len(inputs) == self.inference_batch and (source == np.arange(len(inputs))).all():
+                return inputs
+            return inputs[source]
         obs, carry, first = inputs
         chunk = (self._pad_obs.copy(), np.zeros((self.inference_batch, carry.shape[1]), np.float32),
                  np.ones(self.inference_batch, np.float32))
         for whole, part in zip(chunk, (obs, carry, first), strict=True):
             whole[at] = part[members]
         return chunk
+
+    def _chunk_buffer(self) -> tuple[np.ndarray, np.ndarray]:
+        """This actor thread's padded observation chunk and which of its rows hold an observation (made zero)."""
+        if not hasattr(self._thread_local, "chunk"):
+            self._thread_local.chunk = (np.zeros_like(self._pad_obs), np.zeros(self.inference_batch, bool))
+        return self._thread_local.chunk
 
     def _advance_round(self, storage: RoundStorage) -> None:
         next_round = self._round + 1

@@ -22,8 +22,9 @@ class HTSConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
     num_actors: int = hyperparameter(1, "Actor threads (default: preset or 1).", group="hts")
     layout: str = setting(
         "preset", "auto: fit --num_envs, --sync_interval and --num_actors to this machine when none is given (an "
-        "accelerator: 128 envs in 4 actor threads; a CPU of more cores than the presets' 2: envs scaled with the "
-        "cores), keeping the preset's env steps per update; preset: the literal preset.", "hts",
+        "accelerator: 128 envs in 4 actor threads, each forward pass all of them unless --inference_batch is given; "
+        "a CPU of more cores than the presets' 2: envs scaled with the cores), keeping the preset's env steps per "
+        "update; preset: the literal preset.", "hts",
         choices=layout_rule.CHOICES, flag_default="auto")
     env_batch_size: int = setting(
         0, "EnvPool async batch size (0: num_envs // 2; classic-control and Box2D tasks without --step_time: "
@@ -106,6 +107,13 @@ def validate(config: HTSConfig) -> None:
         raise config_lib.ConfigError(
             f"--num_envs={config.num_envs} does not split evenly over --num_processes={config.num_processes}"
         )
+    if config.num_processes > 1 and config.time_limit:
+        raise config_lib.ConfigError(
+            "--time_limit with several processes would stop them at different rounds (their learners must take "
+            "the same number of updates): set --total_steps instead"
+        )
+    if config.layout == "auto":
+        return  # the batches against the envs: once the layout rule has sized them (`system._resolve_layout`)
     if env_batch_size(config) > local_envs(config):
         raise config_lib.ConfigError(
             f"--env_batch_size={config.env_batch_size} exceeds the {local_envs(config)} envs of each process"
@@ -115,9 +123,4 @@ def validate(config: HTSConfig) -> None:
     if config.inference_batch > config.num_envs:
         raise config_lib.ConfigError(
             f"--inference_batch={config.inference_batch} exceeds --num_envs={config.num_envs}"
-        )
-    if config.num_processes > 1 and config.time_limit:
-        raise config_lib.ConfigError(
-            "--time_limit with several processes would stop them at different rounds (their learners must take "
-            "the same number of updates): set --total_steps instead"
         )

@@ -29,6 +29,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import queue
 import threading
@@ -89,8 +90,7 @@ def _resolve_layout(config: HTSConfig) -> tuple[HTSConfig, layout_lib.Layout, la
     recorded as the run's plan in config.json); process p > 0 gets its own run directory
     (`distributed.per_process_config`)."""
     config, fitted = layout_rule.applied(config, layout_rule.this_machine(), config.num_processes)
-    if fitted.rule != "preset":
-        validate(config)
+    validate(dataclasses.replace(config, layout="preset"))  # the fitted sizes, as if given
     layout = layout_lib.resolve(config)
     if layout.num_replicas > 1 and (config.normalize_obs or config.normalize_reward):
         raise config_lib.ConfigError(

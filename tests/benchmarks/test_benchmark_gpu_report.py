@@ -45,3 +45,22 @@ def test_the_report_sets_each_program_against_the_raw_rate_and_names_failures(tm
     assert "| `anakin_cartpole_64` | | | | not run | |" in text
     assert ("| `anakin_minatar_8` | gymnax/Breakout-MinAtar | 8 | 128 envs x 64 steps (accelerator) | 1,000,000 | "
             "20.0 |") in text
+
+
+def test_the_report_shows_the_host_path_beside_raw_envpool_when_that_stage_ran(tmp_path):
+    (tmp_path / "log.txt").write_text(
+        "Sun Dec  6 12:00:00 UTC 2026\n== host_path start 1\n== host_path rc=0 wall=80s\n")
+    row = dict(envs=128, sync_interval=8, actors=4, threads=16, batch=64, inference_batch=128, raw_sps=40_000,
+               host_sps=30_000, ratio=0.75, python_us=25.0, receiver_us=5.0, chunks_per_take=0.9, spare_share=0.01)
+    (tmp_path / "host_path.json").write_text(json.dumps(row) + "\n")
+    text = gpu_report.report(str(tmp_path))
+    line = next(line for line in text.splitlines() if line.startswith("| this tree | 128 x 8, 4 |"))
+    assert "| 16, 64 | 128 | 40,000 | 30,000 | 0.75 | 25.0 us (5.0) | 40,000 | 0.90 | 1.0% |" in line
+    assert "host path" not in gpu_report.report(str(_without_host_path(tmp_path)))
+
+
+def _without_host_path(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "log.txt").write_text((tmp_path / "log.txt").read_text())
+    return other

@@ -4,6 +4,7 @@ step-time injector delays results, and the state buffer hands results out in ord
 import time
 
 import numpy as np
+import pytest
 
 from envs.executor import Executor, StateBuffer
 from envs.factory import make_spec
@@ -98,3 +99,21 @@ def test_state_buffer_hands_out_rows_in_insertion_order_across_batches_and_split
         np.testing.assert_array_equal(t.terminations, t.env_ids % 2)
         np.testing.assert_array_equal(t.truncations, t.env_ids % 3 == 0)
     assert buffer.take(max_items=8, timeout=0.0) is None
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "gymnasium/tests.gym_envs:Walk-v0", "gymnax/CartPole-v1"])
+def test_handed_out_observations_survive_later_steps(env_id):
+    """The executor hands out the pool's own arrays without a copy: each pool kind's recv() must return memory no
+    later recv() overwrites, or stored observations would change under the actors."""
+    executor = Executor(make_spec(env_id), num_envs=4, batch_size=2, seed=0)
+    executor.start()
+    try:
+        kept = []
+        for _ in range(30):
+            results = executor.take(max_items=4, timeout=5.0)
+            assert results is not None
+            kept.append((results.obs, results.obs.copy()))
+            executor.send(np.ones(len(results), np.int32), results.env_ids)
+        assert all(np.array_equal(obs, snapshot) for obs, snapshot in kept)
+    finally:
+        executor.close()

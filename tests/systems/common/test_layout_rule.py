@@ -38,6 +38,9 @@ def test_a_fit_keeps_the_rounds_env_steps_and_only_grows_the_envs_by_multiples(p
         assert sizes.num_envs <= max(preset.num_envs, layout_rule.ACCELERATOR_ENVS)
     else:
         assert sizes.num_envs <= preset.num_envs * max(1, machine.cores // layout_rule.PRESET_CORES)
+    # Only the accelerator's fit picks the forward pass: one chunk of every env; elsewhere the system's default.
+    fitted_on_accelerator = fit(preset, machine).rule == "accelerator"
+    assert sizes.inference_batch == (sizes.num_envs if fitted_on_accelerator else 0)
 
 
 @settings(max_examples=200, deadline=None)
@@ -48,7 +51,7 @@ def test_the_presets_machine_and_layout_preset_keep_the_preset(preset, cores, ba
 
 
 @pytest.mark.parametrize("machine, rule, expected", [
-    (Machine("gpu", 16), "accelerator", Sizes(128, 8, 4)),  # the layout measured on an H200
+    (Machine("gpu", 16), "accelerator", Sizes(128, 8, 4, 128)),  # the layout measured on an H200
     (Machine("cpu", 16), "many-core cpu", Sizes(64, 16, 2)),
     (Machine("cpu", 64), "many-core cpu", Sizes(256, 4, 4)),
     (Machine("cpu", 2), "preset", Sizes(8, 128, 1)),
@@ -83,8 +86,9 @@ def _run(tmp_path, name, machine, monkeypatch, **overrides):
 
 def test_a_faked_accelerator_run_is_fitted_and_says_so_and_the_2_core_cpu_is_unchanged(tmp_path, monkeypatch):
     summary, saved = _run(tmp_path, "gpu", Machine("gpu", 16), monkeypatch, layout="auto")
-    assert (saved["num_envs"], saved["sync_interval"], saved["num_actors"]) == (64, 1, 4)
+    assert (saved["num_envs"], saved["sync_interval"], saved["num_actors"], saved["inference_batch"]) == (64, 1, 4, 64)
     assert saved["plan"]["layout"]["rule"] == "accelerator" and summary["env_steps"] == 6 * 64
+    assert saved["plan"]["batches"]["inference"] == 64 and "forward passes of 64" in saved["plan"]["layout"]["sizes"]
 
     auto, saved = _run(tmp_path, "cpu-auto", Machine("cpu", 2), monkeypatch, layout="auto")
     literal, _ = _run(tmp_path, "cpu-preset", Machine("cpu", 2), monkeypatch)
@@ -204,8 +208,20 @@ def test_a_run_fitted_on_an_accelerator_resumes_on_a_2_core_cpu_with_its_sizes(t
     _run(tmp_path, "run", Machine("gpu", 16), monkeypatch, layout="auto", checkpoint_every=64)
     summary, saved = _run(tmp_path, "run", Machine("cpu", 2), monkeypatch, layout="auto", resume=True,
                           total_steps=2 * 6 * 64)
-    assert (saved["num_envs"], saved["sync_interval"], saved["num_actors"]) == (64, 1, 4)
+    assert (saved["num_envs"], saved["sync_interval"], saved["num_actors"], saved["inference_batch"]) == (64, 1, 4, 64)
     assert saved["plan"]["layout"]["rule"] == "resumed" and summary["env_steps"] == 2 * 6 * 64
+
+
+def test_a_given_inference_batch_stands_on_an_accelerator_and_a_resumed_run_checks_it(tmp_path, monkeypatch):
+    config = tiny_hts(tmp_path, layout="auto", env_id="Breakout-v5", num_envs=8, sync_interval=128)
+    fitted, result = layout_rule.applied(config, Machine("gpu", 16))
+    assert (fitted.num_envs, fitted.inference_batch) == (128, 128)
+    given, result = layout_rule.applied(dataclasses.replace(config, inference_batch=32), Machine("gpu", 16))
+    assert (given.num_envs, given.inference_batch) == (128, 32) and "forward passes of" not in result.describe()
+    _run(tmp_path, "run", Machine("gpu", 16), monkeypatch, layout="auto", checkpoint_every=64)
+    with pytest.raises(ConfigError, match="--inference_batch=32 differs from the run's 64"):
+        _run(tmp_path, "run", Machine("cpu", 2), monkeypatch, layout="auto", resume=True, total_steps=2 * 6 * 64,
+             inference_batch=32)
 
 
 def test_ba3c_and_anakin_runs_resume_with_the_sizes_they_started_with(tmp_path, monkeypatch):
@@ -228,3 +244,15 @@ def test_a_ba3c_run_too_short_for_its_fitted_batch_says_the_rule_chose_it(tmp_pa
         _ba3c(tmp_path, "gpu", Machine("gpu", 16), monkeypatch, layout="auto", total_steps=600)
     summary, _ = _ba3c(tmp_path, "cpu", Machine("gpu", 16), monkeypatch, layout="preset", total_steps=600)
     assert summary["env_steps"] == 600
+
+
+def test_batches_are_checked_against_the_envs_the_rule_gives_not_the_presets(tmp_path, monkeypatch):
+    """`--inference_batch=64` beside Breakout's 8-env preset is a chunk of the 128 envs on an accelerator, and too
+    large on the 2-core CPU, where the preset's 8 envs stay: the check follows the fit."""
+    config = tiny_hts(tmp_path, layout="auto", num_envs=8, sync_interval=128, inference_batch=64, total_steps=2048)
+    hts.validate(config)  # not yet refused: the rule has not sized the envs
+    monkeypatch.setattr(layout_rule, "this_machine", lambda: Machine("gpu", 16))
+    assert hts._resolve_layout(config)[0].num_envs == 128
+    monkeypatch.setattr(layout_rule, "this_machine", lambda: Machine("cpu", 2))
+    with pytest.raises(ConfigError, match="--inference_batch=64 exceeds --num_envs=8"):
+        hts._resolve_layout(config)
