@@ -10,8 +10,9 @@ leave? Each repeat runs, in fresh processes, on Breakout-v5 at the same envs, En
   actions in NumPy: no network, no device.
 
 Reported per setting (medians over `--repeats`): env steps per second of both and their ratio; the CPU time the
-Python threads (actors and receiver, read from /proc/self/task) spend per env step, which bounds the host path at
-1e6 / (that figure) env steps per second whatever the cores, since those threads share one interpreter lock; the
+Python threads (actors and receiver, read from /proc/self/task) spend per env step: they share one interpreter
+lock, so 1e6 / (that figure) is about the most env steps per second the host path can run whatever the cores (a
+conservative bound: the receiver's part includes EnvPool's recv(), which waits outside the lock, partly spinning); the
 forward-pass chunks per batch an actor takes (more than one when ready envs share a chunk row: `chunk_members`);
 and the spare envs' share of EnvPool's steps. `--baseline=<checkout>` runs another commit's host path beside this
 tree's (a `git worktree` with this file copied into its `benchmarks/`). Writes `results/host_path_<tag>.md` (and
