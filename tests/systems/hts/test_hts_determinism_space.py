@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from systems.common.rollout import chunk_members
+from systems.common.rollout import RoundCollector, chunk_members
 from systems.hts import system as hts
 from systems.hts.system import HTSConfig
 
@@ -228,3 +228,41 @@ def test_chunks_hold_every_ready_env_once_and_no_row_twice(rows):
     assert all(len(set(rows[chunk].tolist())) == len(chunk) for chunk in chunks)
     # As few forward passes as the most crowded row needs.
     assert len(chunks) == (np.bincount(rows).max() if len(rows) else 0)
+
+
+class _Spec:
+    obs_shape, obs_dtype = (3,), np.float32
+
+
+class _Executor:
+    spec, num_envs = _Spec(), 12
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(chunk=st.sampled_from([4, 6, 12]),
+       batches=st.lists(st.lists(st.integers(0, 11), unique=True, min_size=1), min_size=1, max_size=8))
+def test_every_forward_pass_sees_its_rows_at_env_mod_chunk_and_zeros_elsewhere(chunk, batches):
+    """Whatever ready batches came before (the padded chunk is the actor thread's reused buffer, or a gather, or the
+    batch itself), each forward pass gets env e's observation at row e mod chunk and zeros in every other row, and
+    each env's outputs come back to it."""
+    seen = []
+
+    def policy(params, obs, env_ids, env_steps, run_key):
+        seen.append((obs.copy(), env_ids.copy()))
+        return obs[:, 0] * 10, obs[:, 1], obs[:, 2]
+
+    collector = RoundCollector(_Executor(), policy_fn=policy, run_key=None, sync_interval=4, inference_batch=chunk,
+                               first_round=0, total_rounds=2, params=None, version=0,
+                               on_round_complete=lambda storage, last: None, action_shape=(), action_dtype=np.float32)
+    for batch in batches:
+        env_ids = np.asarray(batch, np.int32)
+        obs = np.stack([np.full(3, e + 1, np.float32) for e in env_ids])
+        seen.clear()
+        actions, _, _ = collector._forward(None, obs, env_ids, np.zeros(len(env_ids), np.int32))
+        assert actions.tolist() == (10 * (env_ids + 1)).tolist()
+        for chunk_obs, chunk_ids in seen:
+            rows = chunk_obs[:, 0]
+            real = rows > 0
+            assert (chunk_obs[~real] == 0).all() and (rows[real] - 1 == chunk_ids[real]).all()
+            assert ((rows[real] - 1) % chunk == np.flatnonzero(real)).all()
+        assert sum(int((c[:, 0] > 0).sum()) for c, _ in seen) == len(env_ids)
