@@ -16,8 +16,9 @@
 # Anakin's two rows (as typed: on an accelerator the layout rule gives CartPole 128 envs x 4 steps and MinAtar
 # 128 x 64). On request: probe, hts_breakout_preset (--layout=preset: the CPU preset's 8 x 128, one thread),
 # hts_breakout_half_chunks (the rule's accelerator layout, given as flags, with HTS's own forward-pass default, half
-# the envs a chunk, beside the rule's chunk of all of them), host_path (benchmarks/host_path.py: the actors' host path without a policy beside raw
-# EnvPool, on the box's cores; about a minute), the hand-sized layouts. After the default stages,
+# the envs a chunk, beside the rule's chunk of all of them), host_path (benchmarks/host_path.py: the actors' host
+# path without a policy beside raw EnvPool, on the box's cores; about a minute), the hand-sized layouts. After the
+# default stages,
 # `STAGES="host_path hts_breakout_half_chunks" HTS_SECONDS=90` fits a second call of the same session.
 # DRY=1 runs every default stage for a few seconds on whatever machine this is (a CPU), CleanRL's at a small rollout,
 # to check the script end to end before spending device time (`PY=3.11 bash benchmarks/gpu_site.sh` first, for a
