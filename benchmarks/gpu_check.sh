@@ -2,7 +2,8 @@
 # The GPU device check (issue 29): a probe of the learner's compile and the actors' forward pass
 # (benchmarks/gpu_probe.py), the main job as a user types it and with more envs and actor threads, then Anakin on
 # gymnax, on one GPU. Writes log.txt (versions, devices, each stage's output, exit code and wall time), probe.json,
-# smi.csv (GPU memory and load every 2 s) and runs.tar.gz (the runs' progress.csv / summary.json) to $OUT. STAGES picks stages (default: all, in order).
+# smi.csv (GPU memory and load every 2 s) and runs.tar.gz (the runs' progress.csv / summary.json) to $OUT. STAGES
+# picks stages (default: the five below, in order).
 # Each is bounded: HTS by its own --time_limit, Anakin by SIGTERM (it keeps the finished chunks), then SIGABRT, whose
 # Python traceback (-X faulthandler) shows where a stage that ignored SIGTERM was (XLA cannot stop mid-program).
 # XLA_PYTHON_CLIENT_PREALLOCATE=false so that smi.csv shows what a run uses, not JAX's default 75% reservation.
