@@ -87,8 +87,10 @@ stage hts_breakout $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --time_li
   --logdir=$RUNS/hts_breakout
 stage hts_breakout_half_chunks $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=128 --num_actors=4 \
   --sync_interval=8 --inference_batch=64 --time_limit="$HTS_SECONDS" --logdir=$RUNS/hts_breakout_half_chunks
+# The host path at the forward chunk the rule gives, with EnvPool's threads on every core and on all but the four the
+# actor threads, the receiver and the learner would take: which thread count feeds the actors better.
 stage host_path $((RAW_SECONDS * 4 + 90)) -m benchmarks.host_path --repeats=1 --seconds="$RAW_SECONDS" \
-  --out="$OUT/host_path.json"
+  --inference_batches=128 --threads="$(nproc),$(( $(nproc) > 5 ? $(nproc) - 4 : 1 ))" --out="$OUT/host_path.json"
 stage hts_breakout_preset $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --layout=preset \
   --time_limit="$HTS_SECONDS" --logdir=$RUNS/hts_breakout_preset
 stage hts_breakout_32x4 $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=32 --num_actors=4 \

@@ -14,9 +14,9 @@ Python threads (actors and receiver, read from /proc/self/task) spend per env st
 lock, so 1e6 / (that figure) is about the most env steps per second the host path can run whatever the cores (a
 conservative bound: the receiver's part includes EnvPool's recv(), which waits outside the lock, partly spinning); the
 forward-pass chunks per batch an actor takes (more than one when ready envs share a chunk row: `chunk_members`);
-and the spare envs' share of EnvPool's steps. `--baseline=<checkout>` runs another commit's host path beside this
-tree's (a `git worktree` with this file copied into its `benchmarks/`). Writes `results/host_path_<tag>.md` (and
-`--out` JSON lines):
+and the spare envs' share of EnvPool's steps. `--threads=16,12` compares EnvPool thread counts (default: the
+usable cores); `--baseline=<checkout>` runs another commit's host path beside this tree's (a `git worktree` with
+this file copied into its `benchmarks/`). Writes `results/host_path_<tag>.md` (and `--out` JSON lines):
 
     PYTHONPATH=. python -m benchmarks.host_path --tag=cpu --baseline=../before
 
@@ -146,10 +146,9 @@ def _commit(path: str) -> str:
     return f"commit {done.stdout.strip()}" if done.returncode == 0 else f"`{path}`"
 
 
-def setting_rows(args, inference_batch: int) -> list[dict]:
+def setting_rows(args, inference_batch: int, threads: int) -> list[dict]:
     """Medians of `args.repeats` raw and host-path runs (and, with `--baseline`, host-path runs of that checkout),
     alternated so that drift falls on all of them; one row for this tree, one for the baseline."""
-    threads = args.threads or len(os.sched_getaffinity(0))
     base = dict(env=args.env, envs=args.envs, threads=threads, batch=args.batch or max(1, args.envs // 2),
                 seconds=args.seconds)
     host = dict(base, kind="host", sync_interval=args.sync_interval, actors=args.actors,
@@ -206,7 +205,8 @@ def main(argv=None) -> None:
     parser.add_argument("--sync_interval", type=int, default=8)
     parser.add_argument("--actors", type=int, default=4)
     parser.add_argument("--batch", type=int, default=0, help="EnvPool's batch (0: half the envs, HTS's default)")
-    parser.add_argument("--threads", type=int, default=0, help="EnvPool's threads (0: the usable cores)")
+    parser.add_argument("--threads", default="", help="EnvPool's thread counts to compare, e.g. 16,12 (default: the "
+                        "usable cores)")
     parser.add_argument("--inference_batches", default="",
                         help="forward-pass batches to compare, e.g. 64,128 (default: half the envs, and all of them)")
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -222,13 +222,20 @@ def main(argv=None) -> None:
     if args.worker:
         print("RESULT " + json.dumps(worker(json.loads(args.worker))), flush=True)
         return
-    batches = ([int(b) for b in args.inference_batches.split(",")] if args.inference_batches
-               else sorted({max(1, args.envs // 2), args.envs}))
+    try:
+        batches = ([int(b) for b in args.inference_batches.split(",")] if args.inference_batches
+                   else sorted({max(1, args.envs // 2), args.envs}))
+        thread_counts = [int(t) for t in args.threads.split(",")] if args.threads else [len(os.sched_getaffinity(0))]
+    except ValueError:
+        raise SystemExit("error: --inference_batches and --threads take comma-separated integers") from None
+    if min(batches + thread_counts) < 1:
+        raise SystemExit("error: --inference_batches and --threads must be positive")
     rows = []
-    for inference_batch in batches:
-        for row in setting_rows(args, inference_batch):
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    for threads in thread_counts:
+        for inference_batch in batches:
+            for row in setting_rows(args, inference_batch, threads):
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             f.writelines(json.dumps(row) + "\n" for row in rows)
