@@ -48,8 +48,7 @@ def _thread_cpu_s(native_ids: set[int]) -> float:
     total = 0
     for tid in native_ids:
         try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            fields = common._stat_fields(f"self/task/{tid}")
         except OSError:
             continue
         total += int(fields[11]) + int(fields[12])

@@ -90,7 +90,8 @@ def _resolve_layout(config: HTSConfig) -> tuple[HTSConfig, layout_lib.Layout, la
     recorded as the run's plan in config.json); process p > 0 gets its own run directory
     (`distributed.per_process_config`)."""
     config, fitted = layout_rule.applied(config, layout_rule.this_machine(), config.num_processes)
-    validate(dataclasses.replace(config, layout="preset"))  # the fitted sizes, as if given
+    if config.layout == "auto":  # `validate` left the batches for the sizes the rule gives: check them as if given
+        validate(dataclasses.replace(config, layout="preset"))
     layout = layout_lib.resolve(config)
     if layout.num_replicas > 1 and (config.normalize_obs or config.normalize_reward):
         raise config_lib.ConfigError(
