@@ -18,8 +18,8 @@
 # 128 x 64). On request: probe, hts_breakout_preset (--layout=preset: the CPU preset's 8 x 128, one thread),
 # hts_breakout_half_chunks (the rule's accelerator layout, given as flags, with HTS's own forward-pass default, half
 # the envs a chunk, beside the rule's chunk of all of them), host_path (benchmarks/host_path.py: the actors' host
-# path without a policy beside raw EnvPool, on the box's cores; about a minute), the hand-sized layouts. After the
-# default stages,
+# path without a policy beside raw EnvPool, on the box's cores, with one shared pool and with a pool per actor thread;
+# about two minutes), the hand-sized layouts. After the default stages,
 # `STAGES="host_path hts_breakout_half_chunks" HTS_SECONDS=90` fits a second call of the same session.
 # DRY=1 runs every default stage for a few seconds on whatever machine this is (a CPU), CleanRL's at a small rollout,
 # to check the script end to end before spending device time (`PY=3.11 bash benchmarks/gpu_site.sh` first, for a
@@ -88,9 +88,11 @@ stage hts_breakout $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --time_li
 stage hts_breakout_half_chunks $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=128 --num_actors=4 \
   --sync_interval=8 --inference_batch=64 --time_limit="$HTS_SECONDS" --logdir=$RUNS/hts_breakout_half_chunks
 # The host path at the forward chunk the rule gives, with EnvPool's threads on every core and on all but the four the
-# actor threads, the receiver and the learner would take: which thread count feeds the actors better.
-stage host_path $((RAW_SECONDS * 4 + 90)) -m benchmarks.host_path --repeats=1 --seconds="$RAW_SECONDS" \
-  --inference_batches=128 --threads="$(nproc),$(( $(nproc) > 5 ? $(nproc) - 4 : 1 ))" --out="$OUT/host_path.json"
+# actor threads, the receiver and the learner would take, and with one pool shared through the receiver thread or a
+# pool per actor thread: which thread count and which layout feed the actors better.
+stage host_path $((RAW_SECONDS * 6 + 120)) -m benchmarks.host_path --repeats=1 --seconds="$RAW_SECONDS" \
+  --inference_batches=128 --threads="$(nproc),$(( $(nproc) > 5 ? $(nproc) - 4 : 1 ))" --pools=shared,per_actor \
+  --out="$OUT/host_path.json"
 stage hts_breakout_preset $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --layout=preset \
   --time_limit="$HTS_SECONDS" --logdir=$RUNS/hts_breakout_preset
 stage hts_breakout_32x4 $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=32 --num_actors=4 \

@@ -20,7 +20,10 @@ this file copied into its `benchmarks/`). Writes `results/host_path_<tag>.md` (a
 
     PYTHONPATH=. python -m benchmarks.host_path --tag=cpu --baseline=../before
 
-`benchmarks/gpu_check.sh` runs it on a device machine's cores.
+`--pools=shared,per_actor` adds the other layout the actors could have: each actor thread owns a pool of envs /
+actors envs (the threads and the batch split alike) and receives from it itself (`Executor.receive_once`), so there
+is no receiver thread and no hand-over between threads. `benchmarks/gpu_check.sh` runs both on a device machine's
+cores.
 """
 
 from __future__ import annotations
@@ -55,8 +58,38 @@ def _thread_cpu_s(native_ids: set[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _own_pool_executor():
+    """An `Executor` that one actor thread owns: no receiver thread; `take()` hands out what is ready and otherwise
+    receives EnvPool's next batch itself (`Executor.receive_once`) in the actor's thread."""
+    from envs.executor import Executor
+
+    class OwnPoolExecutor(Executor):
+        def start(self) -> None:
+            with self._cond:
+                self._train_in_flight = self.num_envs
+                self._spare_in_flight = self._num_spares
+            self._pool.async_reset()
+
+        def take(self, max_items: int, min_items: int = 1, timeout: float = 0.1):
+            ready = self.buffer.take(max_items, 1, timeout=0.0)  # the held observations a new round hands back
+            if ready is not None:
+                return ready
+            with self._cond:
+                if self._train_in_flight == 0:
+                    return None
+            self.receive_once()
+            return self.buffer.take(max_items, 1, timeout=0.0)
+
+    return OwnPoolExecutor
+
+
 def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, batch: int, threads: int,
-                      inference_batch: int, seconds: float) -> dict:
+                      inference_batch: int, seconds: float, pools: str = "shared",
+                      warm_up_s: float = WARM_UP_S) -> dict:
+    """`pools="shared"`: HTS's layout, one pool and its receiver thread for every actor thread. `"per_actor"`:
+    each actor thread owns a pool of envs / actors envs (threads / actors EnvPool threads, batch / actors) and
+    receives from it itself; its own round collector (`env_id_offset`: global env ids and seeds). The per-actor
+    rounds are not merged into one learner round (a merge is once a round, beside the per-step path measured)."""
     import jax
 
     from envs.executor import Executor
@@ -64,20 +97,18 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
     from systems.common.rollout import RoundCollector
 
     spec = make_spec(env_id)
-    executor = Executor(spec, num_envs=envs, batch_size=batch, seed=0, num_threads=threads)
     counts, counting = dict(spares=0, chunks=0, takes=0), threading.Lock()
 
     def count(key: str, n: int = 1) -> None:
         with counting:
             counts[key] += n
 
-    pool_send = executor._pool.send
-
-    def counting_send(actions, env_ids):  # the spare envs' steps, for their share of EnvPool's work
-        count("spares", int((np.asarray(env_ids) >= envs).sum()))
-        pool_send(actions, env_ids)
-
-    executor._pool.send = counting_send
+    if pools == "shared":
+        lanes = [(Executor(spec, num_envs=envs, batch_size=batch, seed=0, num_threads=threads), 0)]
+    else:
+        size = envs // actors
+        lanes = [(_own_pool_executor()(spec, num_envs=size, batch_size=max(1, batch // actors), seed=k * size,
+                                       num_threads=max(1, threads // actors)), k * size) for k in range(actors)]
     rng = np.random.default_rng(0)
 
     def policy(params, obs, env_ids, env_steps, run_key):
@@ -85,32 +116,43 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
         n = len(env_ids)
         return rng.integers(spec.action_dim, size=n).astype(np.int32), np.zeros(n, np.float32), np.zeros(n, np.float32)
 
-    collector = RoundCollector(
-        executor, policy_fn=policy, run_key=jax.random.PRNGKey(0), sync_interval=sync_interval,
-        inference_batch=inference_batch, first_round=0, total_rounds=sys.maxsize, params=None, version=0,
-        on_round_complete=lambda storage, last: (0, None), action_shape=(), action_dtype=np.int32)
+    collectors = []
+    for executor, offset in lanes:
+        def counting_send(actions, env_ids, send=executor._pool.send, limit=executor.num_envs):
+            count("spares", int((np.asarray(env_ids) >= limit).sum()))  # the spare envs' share of EnvPool's work
+            send(actions, env_ids)
+
+        executor._pool.send = counting_send
+        collectors.append(RoundCollector(
+            executor, policy_fn=policy, run_key=jax.random.PRNGKey(0), sync_interval=sync_interval,
+            inference_batch=min(inference_batch, executor.num_envs), first_round=0, total_rounds=sys.maxsize,
+            params=None, version=0, on_round_complete=lambda storage, last: (0, None), action_shape=(),
+            action_dtype=np.int32, env_id_offset=offset))
     stopping = threading.Event()
 
-    def actor() -> None:
+    def actor(lane: int) -> None:
+        executor, collector = lanes[lane][0], collectors[lane]
         while not stopping.is_set():
             results = executor.take(max_items=envs, timeout=0.05)
             if results is not None:
                 count("takes")
                 collector.process(results)
 
-    executor.start()
-    workers = [threading.Thread(target=actor, name=f"actor-{i}") for i in range(actors)]
+    for executor, _ in lanes:
+        executor.start()
+    workers = [threading.Thread(target=actor, args=(i % len(lanes),), name=f"actor-{i}") for i in range(actors)]
     for worker in workers:
         worker.start()
+    receivers = {executor._thread.native_id for executor, _ in lanes if executor._thread is not None}
     try:
-        time.sleep(WARM_UP_S)
-        python_threads = {w.native_id for w in workers} | {executor._thread.native_id}
+        time.sleep(warm_up_s)
+        python_threads = {w.native_id for w in workers} | receivers
 
         def snapshot():
             with counting:
                 counted = dict(counts)
-            return (time.perf_counter(), executor.env_steps_received, _thread_cpu_s(python_threads), counted,
-                    _thread_cpu_s({executor._thread.native_id}))
+            return (time.perf_counter(), sum(executor.env_steps_received for executor, _ in lanes),
+                    _thread_cpu_s(python_threads), counted, _thread_cpu_s(receivers))
 
         before = snapshot()
         time.sleep(seconds)
@@ -119,7 +161,8 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
         stopping.set()
         for worker in workers:
             worker.join()
-        executor.close()
+        for executor, _ in lanes:
+            executor.close()
     wall, steps = after[0] - before[0], after[1] - before[1]
     delta = {key: after[3][key] - before[3][key] for key in counts}
     return dict(sps=steps / wall, python_us=1e6 * (after[2] - before[2]) / steps,
@@ -134,7 +177,7 @@ def worker(job: dict) -> dict:
 
         return measure(job["env"], job["envs"], job["threads"], job["batch"], job["seconds"])
     return measure_host_path(job["env"], job["envs"], job["sync_interval"], job["actors"], job["batch"],
-                             job["threads"], job["inference_batch"], job["seconds"])
+                             job["threads"], job["inference_batch"], job["seconds"], job.get("pools", "shared"))
 
 
 def _commit(path: str) -> str:
@@ -146,19 +189,22 @@ def _commit(path: str) -> str:
 
 
 def setting_rows(args, inference_batch: int, threads: int) -> list[dict]:
-    """Medians of `args.repeats` raw and host-path runs (and, with `--baseline`, host-path runs of that checkout),
-    alternated so that drift falls on all of them; one row for this tree, one for the baseline."""
+    """Medians of `args.repeats` raw and host-path runs (each of `args.pools` in this tree and, with `--baseline`,
+    the shared pool in that checkout), alternated so that drift falls on all of them; one row per variant."""
     base = dict(env=args.env, envs=args.envs, threads=threads, batch=args.batch or max(1, args.envs // 2),
                 seconds=args.seconds)
     host = dict(base, kind="host", sync_interval=args.sync_interval, actors=args.actors,
                 inference_batch=inference_batch)
-    trees = {"this tree": None, **({_commit(args.baseline): args.baseline} if args.baseline else {})}
-    runs = {"raw": [], **{tree: [] for tree in trees}}
+    variants = {("this tree", pools): None for pools in args.pools.split(",")}
+    if args.baseline:
+        variants[(_commit(args.baseline), "shared")] = args.baseline
+    runs = {"raw": [], **{variant: [] for variant in variants}}
     for _ in range(args.repeats):
         runs["raw"].append(common.run_job(MODULE, dict(base, kind="raw"), timeout_s=args.seconds + 120))
-        for tree, path in trees.items():
+        for (tree, pools), path in variants.items():
             env, cwd = (None, None) if path is None else (dict(os.environ, PYTHONPATH=os.path.abspath(path)), path)
-            runs[tree].append(common.run_job(MODULE, host, timeout_s=args.seconds + 120, env=env, cwd=cwd))
+            runs[(tree, pools)].append(common.run_job(MODULE, dict(host, pools=pools), timeout_s=args.seconds + 120,
+                                                      env=env, cwd=cwd))
     failed = [r["error"] for kind in runs for r in runs[kind] if r.get("error")]
     if failed:
         raise SystemExit(f"error: a run failed: {failed[0]}")
@@ -168,29 +214,37 @@ def setting_rows(args, inference_batch: int, threads: int) -> list[dict]:
 
     background = statistics.median(r["background_cores"] or 0 for kind in runs for r in runs[kind])
     rows = []
-    for tree in trees:
-        row = dict(base, tree=tree, sync_interval=args.sync_interval, actors=args.actors,
-                   inference_batch=inference_batch, raw_sps=median("raw", "sps"), host_sps=median(tree, "sps"),
-                   python_us=median(tree, "python_us"), receiver_us=median(tree, "receiver_us"),
-                   chunks_per_take=median(tree, "chunks_per_take"), spare_share=median(tree, "spare_share"),
+    for variant in variants:
+        tree, pools = variant
+        row = dict(base, tree=tree, pools=pools, sync_interval=args.sync_interval, actors=args.actors,
+                   inference_batch=inference_batch, raw_sps=median("raw", "sps"), host_sps=median(variant, "sps"),
+                   python_us=median(variant, "python_us"), receiver_us=median(variant, "receiver_us"),
+                   chunks_per_take=median(variant, "chunks_per_take"), spare_share=median(variant, "spare_share"),
                    repeats=args.repeats, background_cores=background)
         row["ratio"] = row["host_sps"] / row["raw_sps"]
         rows.append(row)
     return rows
 
 
+def _split(total: int, actors: int, per_actor: bool) -> str:
+    return f"{total} ({max(1, total // actors)} a pool)" if per_actor else str(total)
+
+
 def table(rows: list[dict]) -> list[str]:
     lines = [
-        "| code | envs x steps, actors | EnvPool threads, batch | forward-pass batch | raw EnvPool SPS | "
+        "| code | pools | envs x steps, actors | EnvPool threads, batch | forward-pass batch | raw EnvPool SPS | "
         "host path SPS | host / raw | Python CPU per env step (receiver) | bound of the Python threads | "
         "chunks per take | spare envs' share |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
+        per_actor = r.get("pools") == "per_actor"
+        pools = f"one per actor ({r['envs'] // r['actors']} envs)" if per_actor else "one, shared"
         lines.append(
-            f"| {r.get('tree', 'this tree')} | {r['envs']} x {r['sync_interval']}, {r['actors']} | "
-            f"{r['threads']}, {r['batch']} | "
-            f"{r['inference_batch']} | {r['raw_sps']:,.0f} | {r['host_sps']:,.0f} | {r['ratio']:.2f} | "
+            f"| {r.get('tree', 'this tree')} | {pools} | {r['envs']} x {r['sync_interval']}, {r['actors']} | "
+            f"{_split(r['threads'], r['actors'], per_actor)}, {_split(r['batch'], r['actors'], per_actor)} | "
+            f"{min(r['inference_batch'], r['envs'] // r['actors']) if per_actor else r['inference_batch']} | "
+            f"{r['raw_sps']:,.0f} | {r['host_sps']:,.0f} | {r['ratio']:.2f} | "
             f"{r['python_us']:.1f} us ({r['receiver_us']:.1f}) | {1e6 / r['python_us']:,.0f} | "
             f"{r['chunks_per_take']:.2f} | {r['spare_share']:.1%} |")
     return lines
@@ -208,6 +262,8 @@ def main(argv=None) -> None:
                         "usable cores)")
     parser.add_argument("--inference_batches", default="",
                         help="forward-pass batches to compare, e.g. 64,128 (default: half the envs, and all of them)")
+    parser.add_argument("--pools", default="shared",
+                        help="shared (one pool, HTS's layout), per_actor (a pool each), or both: shared,per_actor")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tag", default="", help="write results/host_path_<tag>.md")
@@ -229,6 +285,11 @@ def main(argv=None) -> None:
         raise SystemExit("error: --inference_batches and --threads take comma-separated integers") from None
     if min(batches + thread_counts) < 1:
         raise SystemExit("error: --inference_batches and --threads must be positive")
+    pools = args.pools.split(",")
+    if not pools or set(pools) - {"shared", "per_actor"}:
+        raise SystemExit(f"error: --pools takes shared, per_actor or both, got {args.pools!r}")
+    if "per_actor" in pools and (args.actors < 1 or args.envs % args.actors):
+        raise SystemExit(f"error: --pools=per_actor splits --envs={args.envs} evenly over --actors={args.actors}")
     rows = []
     for threads in thread_counts:
         for inference_batch in batches:

@@ -241,19 +241,25 @@ class Executor:
                         self._cond.wait()
                     if self._stop:
                         return
-                    # Keep at least `batch_size` envs in flight so recv() cannot wait forever (see module doc).
-                    missing = self.batch_size - self._train_in_flight - self._spare_in_flight
-                    spares = [self._idle_spares.pop() for _ in range(min(missing, len(self._idle_spares)))]
-                    self._spare_in_flight += len(spares)
-                if spares:
-                    with self._send_lock:
-                        actions = np.repeat(self._spare_action, len(spares), axis=0)
-                        self._pool.send(actions, np.asarray(spares, np.int32))
-                obs, rewards, terminated, truncated, info = self._pool.recv()
-                self._handle(obs, rewards, terminated, truncated, info)
+                self.receive_once()
         except BaseException as error:  # handed to the actors, who re-raise it
             self._error = error
             self.buffer.close()
+
+    def receive_once(self) -> None:
+        """One batch from EnvPool into the state buffer: tops the spares up so that `batch_size` envs are in
+        flight (recv() cannot wait forever, see the module doc), then waits for the batch. The receiver thread's
+        step; `benchmarks/host_path.py` also calls it from an actor thread that owns its pool."""
+        with self._cond:
+            missing = self.batch_size - self._train_in_flight - self._spare_in_flight
+            spares = [self._idle_spares.pop() for _ in range(min(missing, len(self._idle_spares)))]
+            self._spare_in_flight += len(spares)
+        if spares:
+            with self._send_lock:
+                actions = np.repeat(self._spare_action, len(spares), axis=0)
+                self._pool.send(actions, np.asarray(spares, np.int32))
+        obs, rewards, terminated, truncated, info = self._pool.recv()
+        self._handle(obs, rewards, terminated, truncated, info)
 
     def _handle(self, obs, rewards, terminated, truncated, info) -> None:
         env_ids = np.asarray(info["env_id"])

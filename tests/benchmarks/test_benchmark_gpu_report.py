@@ -52,10 +52,15 @@ def test_the_report_shows_the_host_path_beside_raw_envpool_when_that_stage_ran(t
         "Sun Dec  6 12:00:00 UTC 2026\n== host_path start 1\n== host_path rc=0 wall=80s\n")
     row = dict(envs=128, sync_interval=8, actors=4, threads=16, batch=64, inference_batch=128, raw_sps=40_000,
                host_sps=30_000, ratio=0.75, python_us=25.0, receiver_us=5.0, chunks_per_take=0.9, spare_share=0.01)
-    (tmp_path / "host_path.json").write_text(json.dumps(row) + "\n")
+    per_actor = dict(row, pools="per_actor", host_sps=32_000, ratio=0.8, python_us=20.0, receiver_us=0.0,
+                     spare_share=0.0)
+    (tmp_path / "host_path.json").write_text(json.dumps(row) + "\n" + json.dumps(per_actor) + "\n")
     text = gpu_report.report(str(tmp_path))
-    line = next(line for line in text.splitlines() if line.startswith("| this tree | 128 x 8, 4 |"))
-    assert "| 16, 64 | 128 | 40,000 | 30,000 | 0.75 | 25.0 us (5.0) | 40,000 | 0.90 | 1.0% |" in line
+    shared, own = (line for line in text.splitlines() if line.startswith("| this tree |"))
+    assert shared.startswith("| this tree | one, shared | 128 x 8, 4 |")  # a row from before the pools column
+    assert "| 16, 64 | 128 | 40,000 | 30,000 | 0.75 | 25.0 us (5.0) | 40,000 | 0.90 | 1.0% |" in shared
+    assert own.startswith("| this tree | one per actor (32 envs) | 128 x 8, 4 |")
+    assert "| 16 (4 a pool), 64 (16 a pool) | 32 | 40,000 | 32,000 | 0.80 | 20.0 us (0.0) | 50,000 |" in own
     assert "host path" not in gpu_report.report(str(_without_host_path(tmp_path)))
 
 
