@@ -58,6 +58,12 @@ def _thread_cpu_s(native_ids: set[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def pool_threads(threads: int, actors: int) -> list[int]:
+    """EnvPool threads of each actor's own pool: `threads` dealt out as evenly as they go, at least one a pool (so
+    with fewer threads than actors the pools hold more threads in all than the shared pool)."""
+    return [max(1, threads // actors + (k < threads % actors)) for k in range(actors)]
+
+
 def _own_pool_executor():
     """An `Executor` that one actor thread owns: no receiver thread; `take()` hands out what is ready and otherwise
     receives EnvPool's next batch itself (`Executor.receive_once`) in the actor's thread."""
@@ -108,7 +114,7 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
     else:
         size = envs // actors
         lanes = [(_own_pool_executor()(spec, num_envs=size, batch_size=max(1, batch // actors), seed=k * size,
-                                       num_threads=max(1, threads // actors)), k * size) for k in range(actors)]
+                                       num_threads=n), k * size) for k, n in enumerate(pool_threads(threads, actors))]
     rng = np.random.default_rng(0)
 
     def policy(params, obs, env_ids, env_steps, run_key):
@@ -226,8 +232,14 @@ def setting_rows(args, inference_batch: int, threads: int) -> list[dict]:
     return rows
 
 
-def _split(total: int, actors: int, per_actor: bool) -> str:
-    return f"{total} ({max(1, total // actors)} a pool)" if per_actor else str(total)
+
+
+def _threads_and_batch(row: dict, per_actor: bool) -> str:
+    if not per_actor:
+        return f"{row['threads']}, {row['batch']}"
+    threads = pool_threads(row["threads"], row["actors"])
+    each = f"{threads[0]}" if len(set(threads)) == 1 else f"{min(threads)}-{max(threads)}"
+    return f"{sum(threads)} ({each} a pool), {row['batch']} ({max(1, row['batch'] // row['actors'])} a pool)"
 
 
 def table(rows: list[dict]) -> list[str]:
@@ -242,7 +254,7 @@ def table(rows: list[dict]) -> list[str]:
         pools = f"one per actor ({r['envs'] // r['actors']} envs)" if per_actor else "one, shared"
         lines.append(
             f"| {r.get('tree', 'this tree')} | {pools} | {r['envs']} x {r['sync_interval']}, {r['actors']} | "
-            f"{_split(r['threads'], r['actors'], per_actor)}, {_split(r['batch'], r['actors'], per_actor)} | "
+            f"{_threads_and_batch(r, per_actor)} | "
             f"{min(r['inference_batch'], r['envs'] // r['actors']) if per_actor else r['inference_batch']} | "
             f"{r['raw_sps']:,.0f} | {r['host_sps']:,.0f} | {r['ratio']:.2f} | "
             f"{r['python_us']:.1f} us ({r['receiver_us']:.1f}) | {1e6 / r['python_us']:,.0f} | "
