@@ -22,8 +22,9 @@ this file copied into its `benchmarks/`). Writes `results/host_path_<tag>.md` (a
 
 `--pools=shared,per_actor` adds the other layout the actors could have: each actor thread owns a pool of envs /
 actors envs (the threads and the batch split alike) and receives from it itself (`Executor.receive_once`), so there
-is no receiver thread and no hand-over between threads. `benchmarks/gpu_check.sh` runs both on a device machine's
-cores.
+is no receiver thread and no hand-over between threads; its forward passes then hold at most batch / actors rows, so
+on an accelerator it pays more round trips per env step than this policy shows (its row is an upper bound for it).
+`benchmarks/gpu_check.sh` runs both on a device machine's cores.
 """
 
 from __future__ import annotations
