@@ -94,9 +94,10 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
                       inference_batch: int, seconds: float, pools: str = "shared",
                       warm_up_s: float = WARM_UP_S) -> dict:
     """`pools="shared"`: HTS's layout, one pool and its receiver thread for every actor thread. `"per_actor"`:
-    each actor thread owns a pool of envs / actors envs (threads / actors EnvPool threads, batch / actors) and
-    receives from it itself; its own round collector (`env_id_offset`: global env ids and seeds). The per-actor
-    rounds are not merged into one learner round (a merge is once a round, beside the per-step path measured)."""
+    each actor thread owns a pool of envs / actors envs (EnvPool's threads dealt out by `pool_threads`, batch /
+    actors) and receives from it itself; its own round collector (`env_id_offset`: global env ids and seeds). The
+    per-actor rounds are not merged into one learner round (a merge is once a round, beside the per-step path
+    measured)."""
     import jax
 
     from envs.executor import Executor
@@ -231,8 +232,6 @@ def setting_rows(args, inference_batch: int, threads: int) -> list[dict]:
         row["ratio"] = row["host_sps"] / row["raw_sps"]
         rows.append(row)
     return rows
-
-
 
 
 def _threads_and_batch(row: dict, per_actor: bool) -> str:

@@ -249,7 +249,7 @@ class Executor:
     def receive_once(self) -> None:
         """One batch from EnvPool into the state buffer: tops the spares up so that `batch_size` envs are in
         flight (recv() cannot wait forever, see the module doc), then waits for the batch. The receiver thread's
-        step; `benchmarks/host_path.py` also calls it from an actor thread that owns its pool."""
+        step, which an actor thread that owns its pool (no receiver thread) can take itself."""
         with self._cond:
             missing = self.batch_size - self._train_in_flight - self._spare_in_flight
             spares = [self._idle_spares.pop() for _ in range(min(missing, len(self._idle_spares)))]
