@@ -19,11 +19,13 @@ import time
 import numpy as np
 
 
-def measure(env_id: str, num_envs: int, threads: int, batch: int, seconds: float) -> dict:
+def measure(env_id: str, num_envs: int, threads: int, batch: int, seconds: float, affinity_offset: int = -1) -> dict:
+    """`affinity_offset`: -1 leaves EnvPool's threads to the scheduler; k pins thread t to core k + t."""
     from envs.factory import make_pool, make_spec
 
     spec = make_spec(env_id)
-    pool = make_pool(spec, num_envs=num_envs, batch_size=batch, seed=0, num_threads=threads)
+    pool = make_pool(spec, num_envs=num_envs, batch_size=batch, seed=0, num_threads=threads,
+                     thread_affinity_offset=affinity_offset)
     rng = np.random.default_rng(0)
     try:
         pool.async_reset()

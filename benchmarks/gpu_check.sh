@@ -19,8 +19,10 @@
 # hts_breakout_half_chunks (the rule's accelerator layout, given as flags, with HTS's own forward-pass default, half
 # the envs a chunk, beside the rule's chunk of all of them), host_path (benchmarks/host_path.py: the actors' host
 # path without a policy beside raw EnvPool, on the box's cores, with one shared pool and with a pool per actor thread;
-# about two minutes), the hand-sized layouts. After the default stages,
-# `STAGES="host_path hts_breakout_half_chunks" HTS_SECONDS=90` fits a second call of the same session.
+# about two minutes), host_path_pinned (the same with EnvPool's threads pinned to the cores after the first four, beside
+# the scheduler's placement; about a minute), the hand-sized layouts. After the default stages,
+# `STAGES="host_path hts_breakout_half_chunks" HTS_SECONDS=90` fits a second call of the same session, and
+# `STAGES="host_path_pinned"` a third if time is left.
 # DRY=1 runs every default stage for a few seconds on whatever machine this is (a CPU), CleanRL's at a small rollout,
 # to check the script end to end before spending device time (`PY=3.11 bash benchmarks/gpu_site.sh` first, for a
 # CPU with Python 3.11); its figures mean nothing.
@@ -93,6 +95,11 @@ stage hts_breakout_half_chunks $((HTS_SECONDS + 60)) -m launch.hts --game=Breako
 stage host_path $((RAW_SECONDS * 6 + 120)) -m benchmarks.host_path --repeats=1 --seconds="$RAW_SECONDS" \
   --inference_batches=128 --threads="$(nproc),$(( $(nproc) > 5 ? $(nproc) - 4 : 1 ))" --pools=shared,per_actor \
   --out="$OUT/host_path.json"
+# EnvPool's threads pinned to the cores after the first four (left to the actor threads, the receiver and the
+# learner) against the scheduler's placement, at the same thread count and the shared pool.
+stage host_path_pinned $((RAW_SECONDS * 4 + 100)) -m benchmarks.host_path --repeats=1 --seconds="$RAW_SECONDS" \
+  --inference_batches=128 --threads="$(( $(nproc) > 5 ? $(nproc) - 4 : 1 ))" --affinity_offsets=-1,4 \
+  --out="$OUT/host_path_pinned.json"
 stage hts_breakout_preset $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --layout=preset \
   --time_limit="$HTS_SECONDS" --logdir=$RUNS/hts_breakout_preset
 stage hts_breakout_32x4 $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=32 --num_actors=4 \

@@ -125,11 +125,14 @@ def report(directory: str) -> str:
     else:
         lines.append(f"| CleanRL JAX PPO | | {_missing('cleanrl_jax', stages)} | | | | |")
     lines += ["", f"Beside them: {CLEANRL_PUBLISHED}.", ""]
-    host_path = os.path.join(directory, "host_path.json")
-    if os.path.isfile(host_path):
-        with open(host_path) as f:
-            lines += ["The actors' host path without a policy (`benchmarks/host_path.py`, one run of each):", "",
-                      *host_path_lib.table([json.loads(line) for line in f if line.strip()]), ""]
+    host_path_rows = []
+    for name in ("host_path.json", "host_path_pinned.json"):  # the host_path and host_path_pinned stages
+        if os.path.isfile(os.path.join(directory, name)):
+            with open(os.path.join(directory, name)) as f:
+                host_path_rows += [json.loads(line) for line in f if line.strip()]
+    if host_path_rows:
+        lines += ["The actors' host path without a policy (`benchmarks/host_path.py`, one run of each):", "",
+                  *host_path_lib.table(host_path_rows), ""]
     lines += ["| Anakin run | env | agents | layout | SPS, all agents | "
               "final return (mean over agents) |", "|---|---|---|---|---|---|"]
     for run in ("anakin_cartpole_64", "anakin_minatar_8"):

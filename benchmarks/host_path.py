@@ -24,7 +24,9 @@ this file copied into its `benchmarks/`). Writes `results/host_path_<tag>.md` (a
 actors envs (the threads and the batch split alike) and receives from it itself (`Executor.receive_once`), so there
 is no receiver thread and no hand-over between threads; its forward passes then hold at most batch / actors rows, so
 on an accelerator it pays more round trips per env step than this policy shows (its row is an upper bound for it).
-`benchmarks/gpu_check.sh` runs both on a device machine's cores.
+`--affinity_offsets=-1,4` compares EnvPool's threads left to the scheduler with its threads pinned to cores 4, 5,
+... (EnvPool's `thread_affinity_offset`: the first cores left to the Python threads). `benchmarks/gpu_check.sh`
+runs both on a device machine's cores.
 """
 
 from __future__ import annotations
@@ -65,6 +67,11 @@ def pool_threads(threads: int, actors: int) -> list[int]:
     return [max(1, threads // actors + (k < threads % actors)) for k in range(actors)]
 
 
+def _pool_offset(affinity_offset: int, counts: list[int], k: int) -> int:
+    """The first core of own pool `k`'s threads: after the threads of pools 0..k-1 (-1: no pinning)."""
+    return -1 if affinity_offset < 0 else affinity_offset + sum(counts[:k])
+
+
 def _own_pool_executor():
     """An `Executor` that one actor thread owns: no receiver thread; `take()` hands out what is ready and otherwise
     receives EnvPool's next batch itself (`Executor.receive_once`) in the actor's thread."""
@@ -92,12 +99,13 @@ def _own_pool_executor():
 
 def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, batch: int, threads: int,
                       inference_batch: int, seconds: float, pools: str = "shared",
-                      warm_up_s: float = WARM_UP_S) -> dict:
+                      warm_up_s: float = WARM_UP_S, affinity_offset: int = -1) -> dict:
     """`pools="shared"`: HTS's layout, one pool and its receiver thread for every actor thread. `"per_actor"`:
     each actor thread owns a pool of envs / actors envs (EnvPool's threads dealt out by `pool_threads`, batch /
     actors) and receives from it itself; its own round collector (`env_id_offset`: global env ids and seeds). The
     per-actor rounds are not merged into one learner round (a merge is once a round, beside the per-step path
-    measured)."""
+    measured). `affinity_offset` k >= 0 pins EnvPool's threads to cores k, k + 1, ... (each own pool's after the
+    previous pool's); -1 leaves them to the scheduler."""
     import jax
 
     from envs.executor import Executor
@@ -112,11 +120,13 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
             counts[key] += n
 
     if pools == "shared":
-        lanes = [(Executor(spec, num_envs=envs, batch_size=batch, seed=0, num_threads=threads), 0)]
+        lanes = [(Executor(spec, num_envs=envs, batch_size=batch, seed=0, num_threads=threads,
+                           thread_affinity_offset=affinity_offset), 0)]
     else:
-        size = envs // actors
-        lanes = [(_own_pool_executor()(spec, num_envs=size, batch_size=max(1, batch // actors), seed=k * size,
-                                       num_threads=n), k * size) for k, n in enumerate(pool_threads(threads, actors))]
+        size, per_pool, own_pool = envs // actors, pool_threads(threads, actors), _own_pool_executor()
+        lanes = [(own_pool(spec, num_envs=size, batch_size=max(1, batch // actors), seed=k * size, num_threads=n,
+                           thread_affinity_offset=_pool_offset(affinity_offset, per_pool, k)), k * size)
+                 for k, n in enumerate(per_pool)]
     rng = np.random.default_rng(0)
 
     def policy(params, obs, env_ids, env_steps, run_key):
@@ -138,13 +148,19 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
             action_dtype=np.int32, env_id_offset=offset))
     stopping = threading.Event()
 
+    failures = []
+
     def actor(lane: int) -> None:
         executor, collector = lanes[lane][0], collectors[lane]
-        while not stopping.is_set():
-            results = executor.take(max_items=envs, timeout=0.05)
-            if results is not None:
-                count("takes")
-                collector.process(results)
+        try:
+            while not stopping.is_set():
+                results = executor.take(max_items=envs, timeout=0.05)
+                if results is not None:
+                    count("takes")
+                    collector.process(results)
+        except BaseException as error:  # re-raised by the measuring thread: a failed actor is no measurement
+            failures.append(error)
+            stopping.set()
 
     for executor, _ in lanes:
         executor.start()
@@ -171,6 +187,8 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
             worker.join()
         for executor, _ in lanes:
             executor.close()
+    if failures:
+        raise failures[0]
     wall, steps = after[0] - before[0], after[1] - before[1]
     delta = {key: after[3][key] - before[3][key] for key in counts}
     return dict(sps=steps / wall, python_us=1e6 * (after[2] - before[2]) / steps,
@@ -183,9 +201,11 @@ def worker(job: dict) -> dict:
     if job["kind"] == "raw":
         from benchmarks.envpool_raw import measure
 
-        return measure(job["env"], job["envs"], job["threads"], job["batch"], job["seconds"])
+        return measure(job["env"], job["envs"], job["threads"], job["batch"], job["seconds"],
+                       job.get("affinity_offset", -1))
     return measure_host_path(job["env"], job["envs"], job["sync_interval"], job["actors"], job["batch"],
-                             job["threads"], job["inference_batch"], job["seconds"], job.get("pools", "shared"))
+                             job["threads"], job["inference_batch"], job["seconds"], job.get("pools", "shared"),
+                             affinity_offset=job.get("affinity_offset", -1))
 
 
 def _commit(path: str) -> str:
@@ -196,11 +216,11 @@ def _commit(path: str) -> str:
     return f"commit {done.stdout.strip()}" if done.returncode == 0 else f"`{path}`"
 
 
-def setting_rows(args, inference_batch: int, threads: int) -> list[dict]:
+def setting_rows(args, inference_batch: int, threads: int, affinity_offset: int = -1) -> list[dict]:
     """Medians of `args.repeats` raw and host-path runs (each of `args.pools` in this tree and, with `--baseline`,
     the shared pool in that checkout), alternated so that drift falls on all of them; one row per variant."""
     base = dict(env=args.env, envs=args.envs, threads=threads, batch=args.batch or max(1, args.envs // 2),
-                seconds=args.seconds)
+                seconds=args.seconds, affinity_offset=affinity_offset)
     host = dict(base, kind="host", sync_interval=args.sync_interval, actors=args.actors,
                 inference_batch=inference_batch)
     variants = {("this tree", pools): None for pools in args.pools.split(",")}
@@ -235,11 +255,14 @@ def setting_rows(args, inference_batch: int, threads: int) -> list[dict]:
 
 
 def _threads_and_batch(row: dict, per_actor: bool) -> str:
+    offset = row.get("affinity_offset", -1)
+    pinned = f" pinned from core {offset}" if offset >= 0 else ""
     if not per_actor:
-        return f"{row['threads']}, {row['batch']}"
+        return f"{row['threads']}{pinned}, {row['batch']}"
     threads = pool_threads(row["threads"], row["actors"])
     each = f"{threads[0]}" if len(set(threads)) == 1 else f"{min(threads)}-{max(threads)}"
-    return f"{sum(threads)} ({each} a pool), {row['batch']} ({max(1, row['batch'] // row['actors'])} a pool)"
+    return (f"{sum(threads)} ({each} a pool){pinned}, "
+            f"{row['batch']} ({max(1, row['batch'] // row['actors'])} a pool)")
 
 
 def table(rows: list[dict]) -> list[str]:
@@ -274,6 +297,9 @@ def main(argv=None) -> None:
                         "usable cores)")
     parser.add_argument("--inference_batches", default="",
                         help="forward-pass batches to compare, e.g. 64,128 (default: half the envs, and all of them)")
+    parser.add_argument("--affinity_offsets", default="-1",
+                        help="EnvPool thread pinning to compare, e.g. -1,4: -1 leaves the threads to the scheduler, "
+                             "k pins thread t to core k + t")
     parser.add_argument("--pools", default="shared",
                         help="shared (one pool, HTS's layout), per_actor (a pool each), or both: shared,per_actor")
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -293,8 +319,12 @@ def main(argv=None) -> None:
         batches = ([int(b) for b in args.inference_batches.split(",")] if args.inference_batches
                    else sorted({max(1, args.envs // 2), args.envs}))
         thread_counts = [int(t) for t in args.threads.split(",")] if args.threads else [len(os.sched_getaffinity(0))]
+        offsets = [int(k) for k in args.affinity_offsets.split(",")]
     except ValueError:
-        raise SystemExit("error: --inference_batches and --threads take comma-separated integers") from None
+        raise SystemExit("error: --inference_batches, --threads and --affinity_offsets take comma-separated "
+                         "integers") from None
+    if min(offsets) < -1:
+        raise SystemExit("error: --affinity_offsets are -1 (no pinning) or a core number")
     if min(batches + thread_counts) < 1:
         raise SystemExit("error: --inference_batches and --threads must be positive")
     pools = args.pools.split(",")
@@ -304,10 +334,11 @@ def main(argv=None) -> None:
         raise SystemExit(f"error: --pools=per_actor splits --envs={args.envs} evenly over --actors={args.actors}")
     rows = []
     for threads in thread_counts:
-        for inference_batch in batches:
-            for row in setting_rows(args, inference_batch, threads):
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+        for offset in offsets:
+            for inference_batch in batches:
+                for row in setting_rows(args, inference_batch, threads, offset):
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             f.writelines(json.dumps(row) + "\n" for row in rows)

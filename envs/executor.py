@@ -145,6 +145,7 @@ class Executor:
         step_time: StepTimeDistribution | None = None,
         num_threads: int | None = None,
         clip_actions: bool = True,
+        thread_affinity_offset: int = -1,
     ):
         if not 1 <= batch_size <= num_envs:
             raise ValueError(f"env batch size must be in [1, num_envs={num_envs}], got {batch_size}")
@@ -162,6 +163,7 @@ class Executor:
             seed=seed,
             num_threads=threads,
             extra_envs=self._num_spares,
+            thread_affinity_offset=thread_affinity_offset,
         )
         self._step_time = step_time if step_time is not None and step_time.kind != "none" else None
         self._delay_rng = np.random.default_rng(seed + 7_919)

@@ -270,6 +270,7 @@ def make_pool(
     evaluation: bool = False,
     extra_envs: int = 0,
     render: bool = False,
+    thread_affinity_offset: int = -1,
 ):
     """A raw EnvPool gymnasium pool with num_envs + extra_envs environments.
 
@@ -288,6 +289,8 @@ def make_pool(
       extra_envs: spare environments appended at ids num_envs..num_envs + extra_envs - 1.
       render: EnvPool's `render_mode="rgb_array"`: `pool.render()` gives env 0's real frame
         (`envs.rendering`); stepping is unchanged.
+      thread_affinity_offset: EnvPool's own option: -1 leaves its threads to the scheduler; k >= 0 pins
+        worker thread t to core (k + t) mod the machine's cores. EnvPool families only.
     """
     total = num_envs + extra_envs
     if num_envs < 1 or extra_envs < 0:
@@ -302,6 +305,10 @@ def make_pool(
         num_threads = min(total, usable_cores())
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    if thread_affinity_offset < -1:
+        raise ValueError(f"thread_affinity_offset must be -1 (no pinning) or a core, got {thread_affinity_offset}")
+    if thread_affinity_offset >= 0 and spec.family in ("gymnasium", "gymnax", "brax"):
+        raise ValueError(f"{spec.env_id}: thread_affinity_offset pins EnvPool's threads; a {spec.family} pool has none")
     if spec.family == "gymnasium":
         return gymnasium_pool.GymnasiumPool(
             spec.env_id, spec.env_kwargs, num_envs=total, batch_size=batch_size, seed=seed, obs_shape=spec.obs_shape,
@@ -318,6 +325,7 @@ def make_pool(
         batch_size=batch_size,
         num_threads=num_threads,
         seed=seed,
+        thread_affinity_offset=thread_affinity_offset,
         **_pool_kwargs(spec.family, evaluation, spec.frame_stack),
         **({"render_mode": "rgb_array"} if render else {}),
     )

@@ -55,8 +55,11 @@ def test_the_report_shows_the_host_path_beside_raw_envpool_when_that_stage_ran(t
     per_actor = dict(row, pools="per_actor", host_sps=32_000, ratio=0.8, python_us=20.0, receiver_us=0.0,
                      spare_share=0.0)
     (tmp_path / "host_path.json").write_text(json.dumps(row) + "\n" + json.dumps(per_actor) + "\n")
+    pinned = dict(row, threads=12, affinity_offset=4, pools="shared")
+    (tmp_path / "host_path_pinned.json").write_text(json.dumps(pinned) + "\n")
     text = gpu_report.report(str(tmp_path))
-    shared, own = (line for line in text.splitlines() if line.startswith("| this tree |"))
+    shared, own, pinned_line = (line for line in text.splitlines() if line.startswith("| this tree |"))
+    assert "| 12 pinned from core 4, 64 | 128 |" in pinned_line  # the host_path_pinned stage's row
     assert shared.startswith("| this tree | one, shared | 128 x 8, 4 |")  # a row from before the pools column
     assert "| 16, 64 | 128 | 40,000 | 30,000 | 0.75 | 25.0 us (5.0) | 40,000 | 0.90 | 1.0% |" in shared
     assert own.startswith("| this tree | one per actor (32 envs) | 128 x 8, 4 |")

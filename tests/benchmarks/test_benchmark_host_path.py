@@ -7,14 +7,24 @@ import pytest
 from benchmarks import host_path
 
 
-@pytest.mark.parametrize("pools", ["shared", "per_actor"])
-def test_each_layout_steps_every_env_through_the_round_collector(pools):
+@pytest.mark.parametrize("pools,affinity_offset", [("shared", -1), ("per_actor", 0)])
+def test_each_layout_steps_every_env_through_the_round_collector(pools, affinity_offset):
     result = host_path.measure_host_path("CartPole-v1", envs=8, sync_interval=4, actors=2, batch=4, threads=1,
-                                         inference_batch=8, seconds=0.5, pools=pools,
-                                         warm_up_s=0.2)
+                                         inference_batch=8, seconds=0.5, pools=pools, warm_up_s=0.2,
+                                         affinity_offset=affinity_offset)
     assert result["sps"] > 0 and result["python_us"] > 0 and result["chunks_per_take"] > 0
     # Only the shared pool has a receiver thread; an actor that owns its pool receives in its own thread.
     assert (result["receiver_us"] > 0) == (pools == "shared")
+
+
+def test_own_pools_pin_their_threads_one_after_another():
+    counts = host_path.pool_threads(6, 4)
+    assert counts == [2, 2, 1, 1]
+    assert [host_path._pool_offset(4, counts, k) for k in range(4)] == [4, 6, 8, 9]
+    assert [host_path._pool_offset(-1, counts, k) for k in range(4)] == [-1] * 4
+    row = dict(threads=6, actors=4, batch=64, affinity_offset=4)
+    assert host_path._threads_and_batch(row, per_actor=True) == "6 (1-2 a pool) pinned from core 4, 64 (16 a pool)"
+    assert host_path._threads_and_batch(dict(row, affinity_offset=-1), per_actor=False) == "6, 64"
 
 
 def test_an_actors_own_pool_seeds_its_envs_as_the_shared_pool_does():
@@ -41,6 +51,8 @@ def test_an_actors_own_pool_seeds_its_envs_as_the_shared_pool_does():
 @pytest.mark.parametrize("argv,message", [
     (["--pools=both"], "--pools takes shared, per_actor or both"),
     (["--pools=per_actor", "--envs=10", "--actors=4"], "splits --envs=10 evenly over --actors=4"),
+    (["--affinity_offsets=-2"], "--affinity_offsets are -1 (no pinning) or a core number"),
+    (["--affinity_offsets=first"], "take comma-separated integers"),
 ])
 def test_bad_layouts_are_one_error_line(argv, message):
     with pytest.raises(SystemExit) as stop:

@@ -1,6 +1,7 @@
 """Env workers, the layout rule and the process limits count the cores this process may use (its affinity mask: a
 container's, a Slurm allocation's or taskset's limit), not the host's."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -48,3 +49,41 @@ def test_the_process_limit_scales_with_the_usable_cores(monkeypatch):
     assert limits.max_processes() == limits.PROCESSES_PER_CORE
     monkeypatch.setattr(limits, "usable_cores", lambda: 3)
     assert limits.max_processes() == 3 * limits.PROCESSES_PER_CORE
+
+
+def _cores_of_new_threads(before: set[str]) -> list[str]:
+    """Each thread this process started since `before` (its /proc/self/task ids): the cores it may run on."""
+    cores = []
+    for tid in sorted(set(os.listdir("/proc/self/task")) - before):
+        with open(f"/proc/self/task/{tid}/status") as f:
+            cores += [line.split()[1] for line in f if line.startswith("Cpus_allowed_list:")]
+    return cores
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or (os.cpu_count() or 1) < 2
+                    or sorted(os.sched_getaffinity(0)) != list(range(os.cpu_count() or 1)),
+                    reason="needs Linux /proc and two cores, all of them this process's")
+def test_an_executor_pins_envpools_threads_from_the_offset_and_leaves_them_alone_by_default():
+    spec = make_spec("CartPole-v1")
+    allowed = sorted(os.sched_getaffinity(0))
+    before = set(os.listdir("/proc/self/task"))
+    pinned = Executor(spec, num_envs=4, batch_size=2, seed=0, num_threads=2, thread_affinity_offset=0)
+    allowed_text = f"{allowed[0]}-{allowed[-1]}" if len(allowed) > 1 else str(allowed[0])
+    # EnvPool's two workers, worker t on core 0 + t; any other new thread (EnvPool's start-up pool) keeps the mask.
+    assert sorted(c for c in _cores_of_new_threads(before) if c != allowed_text) == ["0", "1"]
+    pinned.close()
+    before = set(os.listdir("/proc/self/task"))
+    free = Executor(spec, num_envs=4, batch_size=2, seed=0, num_threads=2)
+    assert set(_cores_of_new_threads(before)) == {allowed_text}
+    free.close()
+
+
+@pytest.mark.parametrize("family,offset,message", [
+    ("classic", -2, r"must be -1 \(no pinning\) or a core"),
+    ("gymnasium", 0, "a gymnasium pool has none"),
+    ("gymnax", 0, "a gymnax pool has none"),
+])
+def test_a_pinning_a_pool_cannot_take_is_refused(family, offset, message):
+    spec = dataclasses.replace(make_spec("CartPole-v1"), family=family)  # refused before any pool is built
+    with pytest.raises(ValueError, match=message):
+        make_pool(spec, num_envs=2, batch_size=2, seed=0, thread_affinity_offset=offset)
