@@ -1,5 +1,5 @@
 """Env workers, the layout rule and the process limits count the cores this process may use (its affinity mask: a
-container's, a Slurm allocation's or taskset's limit), not the host's."""
+container's, a Slurm allocation's or taskset's limit), not the host's; EnvPool's threads are pinned only when asked."""
 
 import dataclasses
 import os
