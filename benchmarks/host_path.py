@@ -79,10 +79,7 @@ def _own_pool_executor():
 
     class OwnPoolExecutor(Executor):
         def start(self) -> None:
-            with self._cond:
-                self._train_in_flight = self.num_envs
-                self._spare_in_flight = self._num_spares
-            self._pool.async_reset()
+            self.reset_all()
 
         def take(self, max_items: int, min_items: int = 1, timeout: float = 0.1):
             ready = self.buffer.take(max_items, 1, timeout=0.0)  # the held observations a new round hands back

@@ -188,10 +188,7 @@ class Executor:
     # -- actor-facing API -------------------------------------------------------------------------------
     def start(self) -> None:
         """Resets every env (training and spare); the first observations arrive through `take()`."""
-        with self._cond:
-            self._train_in_flight = self.num_envs
-            self._spare_in_flight = self._num_spares
-        self._pool.async_reset()
+        self.reset_all()
         self._thread = threading.Thread(target=self._receive_loop, name="executor-recv", daemon=True)
         self._thread.start()
 
@@ -247,6 +244,13 @@ class Executor:
         except BaseException as error:  # handed to the actors, who re-raise it
             self._error = error
             self.buffer.close()
+
+    def reset_all(self) -> None:
+        """Every env (training and spare) in flight, reset asynchronously: `start` without the receiver thread."""
+        with self._cond:
+            self._train_in_flight = self.num_envs
+            self._spare_in_flight = self._num_spares
+        self._pool.async_reset()
 
     def receive_once(self) -> None:
         """One batch from EnvPool into the state buffer: tops the spares up so that `batch_size` envs are in
