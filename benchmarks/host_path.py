@@ -20,10 +20,10 @@ this file copied into its `benchmarks/`). Writes `results/host_path_<tag>.md` (a
 
     PYTHONPATH=. python -m benchmarks.host_path --tag=cpu --baseline=../before
 
-`--pools=shared,per_actor` adds the other layout the actors could have: each actor thread owns a pool of envs /
-actors envs (the threads and the batch split alike) and receives from it itself (`Executor.receive_once`), so there
-is no receiver thread and no hand-over between threads; its forward passes then hold at most batch / actors rows, so
-on an accelerator it pays more round trips per env step than this policy shows (its row is an upper bound for it).
+`--pools=shared,per_actor` adds HTS's other layout (`--env_pools=per_actor`, `envs.actor_pools`): each actor thread
+owns a pool of envs / actors envs (the threads and the batch split alike) and receives from it itself, so there is
+no receiver thread and no hand-over between threads; its forward passes then hold at most envs / actors real rows,
+so on an accelerator it pays more round trips per env step than this policy shows (its row is an upper bound).
 `--affinity_offsets=-1,4` compares EnvPool's threads left to the scheduler with its threads pinned to cores 4, 5,
 ... (EnvPool's `thread_affinity_offset`: the first cores left to the Python threads). `benchmarks/gpu_check.sh`
 runs both on a device machine's cores.
@@ -61,50 +61,24 @@ def _thread_cpu_s(native_ids: set[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def pool_threads(threads: int, actors: int) -> list[int]:
-    """EnvPool threads of each actor's own pool: `threads` dealt out as evenly as they go, at least one a pool (so
-    with fewer threads than actors the pools hold more threads in all than the shared pool)."""
-    return [max(1, threads // actors + (k < threads % actors)) for k in range(actors)]
-
-
 def _pool_offset(affinity_offset: int, counts: list[int], k: int) -> int:
     """The first core of own pool `k`'s threads: after the threads of pools 0..k-1 (-1: no pinning)."""
     return -1 if affinity_offset < 0 else affinity_offset + sum(counts[:k])
 
 
-def _own_pool_executor():
-    """An `Executor` that one actor thread owns: no receiver thread; `take()` hands out what is ready and otherwise
-    receives EnvPool's next batch itself (`Executor.receive_once`) in the actor's thread."""
-    from envs.executor import Executor
-
-    class OwnPoolExecutor(Executor):
-        def start(self) -> None:
-            self.reset_all()
-
-        def take(self, max_items: int, min_items: int = 1, timeout: float = 0.1):
-            ready = self.buffer.take(max_items, 1, timeout=0.0)  # the held observations a new round hands back
-            if ready is not None:
-                return ready
-            with self._cond:
-                if self._train_in_flight == 0:
-                    return None
-            self.receive_once()
-            return self.buffer.take(max_items, 1, timeout=0.0)
-
-    return OwnPoolExecutor
-
-
 def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, batch: int, threads: int,
                       inference_batch: int, seconds: float, pools: str = "shared",
                       warm_up_s: float = WARM_UP_S, affinity_offset: int = -1) -> dict:
-    """`pools="shared"`: HTS's layout, one pool and its receiver thread for every actor thread. `"per_actor"`:
-    each actor thread owns a pool of envs / actors envs (EnvPool's threads dealt out by `pool_threads`, batch /
-    actors) and receives from it itself; its own round collector (`env_id_offset`: global env ids and seeds). The
-    per-actor rounds are not merged into one learner round (a merge is once a round, beside the per-step path
-    measured). `affinity_offset` k >= 0 pins EnvPool's threads to cores k, k + 1, ... (each own pool's after the
+    """`pools="shared"`: one pool and its receiver thread for every actor thread; `"per_actor"`: each actor thread
+    owns a pool of envs / actors envs (`envs.actor_pools`; EnvPool's threads dealt out by `pool_threads`, batch /
+    actors each) and receives from it itself: HTS's two `--env_pools`, with one round collector over all the envs as
+    HTS has. `affinity_offset` k >= 0 pins EnvPool's threads to cores k, k + 1, ... (each own pool's after the
     previous pool's); -1 leaves them to the scheduler."""
+    import functools
+
     import jax
 
+    from envs.actor_pools import ActorPools, OwnPoolExecutor, pool_threads
     from envs.executor import Executor
     from envs.factory import make_spec
     from systems.common.rollout import RoundCollector
@@ -117,13 +91,16 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
             counts[key] += n
 
     if pools == "shared":
-        lanes = [(Executor(spec, num_envs=envs, batch_size=batch, seed=0, num_threads=threads,
-                           thread_affinity_offset=affinity_offset), 0)]
+        executor = Executor(spec, num_envs=envs, batch_size=batch, seed=0, num_threads=threads,
+                            thread_affinity_offset=affinity_offset)
+        lanes, takes = [executor], [executor.take] * actors
     else:
-        size, per_pool, own_pool = envs // actors, pool_threads(threads, actors), _own_pool_executor()
-        lanes = [(own_pool(spec, num_envs=size, batch_size=max(1, batch // actors), seed=k * size, num_threads=n,
-                           thread_affinity_offset=_pool_offset(affinity_offset, per_pool, k)), k * size)
-                 for k, n in enumerate(per_pool)]
+        size, per_pool = envs // actors, pool_threads(threads, actors)
+        executor = ActorPools([OwnPoolExecutor(spec, num_envs=size, batch_size=max(1, batch // actors), seed=k * size,
+                                               num_threads=n,
+                                               thread_affinity_offset=_pool_offset(affinity_offset, per_pool, k))
+                               for k, n in enumerate(per_pool)])
+        lanes, takes = executor.pools, [functools.partial(executor.take_from, k) for k in range(actors)]
     rng = np.random.default_rng(0)
 
     def policy(params, obs, env_ids, env_steps, run_key):
@@ -131,27 +108,24 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
         n = len(env_ids)
         return rng.integers(spec.action_dim, size=n).astype(np.int32), np.zeros(n, np.float32), np.zeros(n, np.float32)
 
-    collectors = []
-    for executor, offset in lanes:
-        def counting_send(actions, env_ids, send=executor._pool.send, limit=executor.num_envs):
+    for lane in lanes:
+        def counting_send(actions, env_ids, send=lane._pool.send, limit=lane.num_envs):
             count("spares", int((np.asarray(env_ids) >= limit).sum()))  # the spare envs' share of EnvPool's work
             send(actions, env_ids)
 
-        executor._pool.send = counting_send
-        collectors.append(RoundCollector(
-            executor, policy_fn=policy, run_key=jax.random.PRNGKey(0), sync_interval=sync_interval,
-            inference_batch=min(inference_batch, executor.num_envs), first_round=0, total_rounds=sys.maxsize,
-            params=None, version=0, on_round_complete=lambda storage, last: (0, None), action_shape=(),
-            action_dtype=np.int32, env_id_offset=offset))
+        lane._pool.send = counting_send
+    collector = RoundCollector(
+        executor, policy_fn=policy, run_key=jax.random.PRNGKey(0), sync_interval=sync_interval,
+        inference_batch=inference_batch, first_round=0, total_rounds=sys.maxsize, params=None, version=0,
+        on_round_complete=lambda storage, last: (0, None), action_shape=(), action_dtype=np.int32)
     stopping = threading.Event()
 
     failures = []
 
-    def actor(lane: int) -> None:
-        executor, collector = lanes[lane][0], collectors[lane]
+    def actor(take) -> None:
         try:
             while not stopping.is_set():
-                results = executor.take(max_items=envs, timeout=0.05)
+                results = take(max_items=envs, timeout=0.05)
                 if results is not None:
                     count("takes")
                     collector.process(results)
@@ -159,12 +133,11 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
             failures.append(error)
             stopping.set()
 
-    for executor, _ in lanes:
-        executor.start()
-    workers = [threading.Thread(target=actor, args=(i % len(lanes),), name=f"actor-{i}") for i in range(actors)]
+    executor.start()
+    workers = [threading.Thread(target=actor, args=(take,), name=f"actor-{i}") for i, take in enumerate(takes)]
     for worker in workers:
         worker.start()
-    receivers = {executor._thread.native_id for executor, _ in lanes if executor._thread is not None}
+    receivers = {lane._thread.native_id for lane in lanes if lane._thread is not None}
     try:
         time.sleep(warm_up_s)
         python_threads = {w.native_id for w in workers} | receivers
@@ -172,8 +145,8 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
         def snapshot():
             with counting:
                 counted = dict(counts)
-            return (time.perf_counter(), sum(executor.env_steps_received for executor, _ in lanes),
-                    _thread_cpu_s(python_threads), counted, _thread_cpu_s(receivers))
+            return (time.perf_counter(), executor.env_steps_received, _thread_cpu_s(python_threads), counted,
+                    _thread_cpu_s(receivers))
 
         before = snapshot()
         time.sleep(seconds)
@@ -182,8 +155,7 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
         stopping.set()
         for worker in workers:
             worker.join()
-        for executor, _ in lanes:
-            executor.close()
+        executor.close()
     if failures:
         raise failures[0]
     wall, steps = after[0] - before[0], after[1] - before[1]
@@ -256,6 +228,8 @@ def _threads_and_batch(row: dict, per_actor: bool) -> str:
     pinned = f" pinned from core {offset}" if offset >= 0 else ""
     if not per_actor:
         return f"{row['threads']}{pinned}, {row['batch']}"
+    from envs.actor_pools import pool_threads
+
     threads = pool_threads(row["threads"], row["actors"])
     each = f"{threads[0]}" if len(set(threads)) == 1 else f"{min(threads)}-{max(threads)}"
     return (f"{sum(threads)} ({each} a pool){pinned}, "
@@ -274,8 +248,7 @@ def table(rows: list[dict]) -> list[str]:
         pools = f"one per actor ({r['envs'] // r['actors']} envs)" if per_actor else "one, shared"
         lines.append(
             f"| {r.get('tree', 'this tree')} | {pools} | {r['envs']} x {r['sync_interval']}, {r['actors']} | "
-            f"{_threads_and_batch(r, per_actor)} | "
-            f"{min(r['inference_batch'], r['envs'] // r['actors']) if per_actor else r['inference_batch']} | "
+            f"{_threads_and_batch(r, per_actor)} | {r['inference_batch']} | "
             f"{r['raw_sps']:,.0f} | {r['host_sps']:,.0f} | {r['ratio']:.2f} | "
             f"{r['python_us']:.1f} us ({r['receiver_us']:.1f}) | {1e6 / r['python_us']:,.0f} | "
             f"{r['chunks_per_take']:.2f} | {r['spare_share']:.1%} |")

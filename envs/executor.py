@@ -211,6 +211,12 @@ class Executor:
         self.raise_if_failed()
         return self.buffer.take(max_items, min_items, timeout)
 
+    def hand_back(self, env_ids: np.ndarray, obs: np.ndarray) -> None:
+        """Observations an actor held (at a round's end: the bootstrap of this round, the first of the next) ready
+        again now, with zero rewards and flags: the collector's hand-back when the next round opens."""
+        zeros = np.zeros(len(env_ids), np.float32)
+        self.buffer.put_rows(np.full(len(env_ids), time.perf_counter()), env_ids, obs, zeros, zeros, zeros)
+
     def pop_episodes(self) -> list[tuple[int, float, int]]:
         with self._cond:
             return self.tracker.pop_finished()

@@ -17,7 +17,6 @@ thread timing.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from agents import Rollout, action_keys, policy_step
 from agents.acting import recurrent_policy_step
+from envs.actor_pools import ActorPools
 from envs.executor import Executor, StepResults
 from systems.common.profile import stage
 
@@ -130,7 +130,7 @@ class RoundCollector:
 
     def __init__(
         self,
-        executor: Executor,
+        executor: Executor | ActorPools,
         *,
         policy_fn,
         run_key: jax.Array,
@@ -319,10 +319,7 @@ class RoundCollector:
             self._round = next_round
             self._params, self._version = params, version
         # The held observations open the new round: hand them back to the actors, ready now.
-        ids = np.asarray([h[0] for h in held], np.int32)
-        obs = np.stack([h[1] for h in held])
-        zeros = np.zeros(len(held), np.float32)
-        self.executor.buffer.put_rows(np.full(len(held), time.perf_counter()), ids, obs, zeros, zeros, zeros)
+        self.executor.hand_back(np.asarray([h[0] for h in held], np.int32), np.stack([h[1] for h in held]))
 
 
 def make_sharded_policy_fn(

@@ -22,6 +22,8 @@ from typing import Any
 import jax
 
 from agents import TrainState
+from envs.actor_pools import ActorPools, OwnPoolExecutor, pool_threads, split_envs
+from envs.cores import usable_cores
 from envs.executor import Executor
 from envs.factory import EnvSpec, make_spec
 from envs.pool_api import EnvFailed
@@ -198,9 +200,25 @@ class RunContext:
             seed=self.config.seed + first_env, step_time=self.step_time, clip_actions=self.config.clip_actions,
         )
 
+    def make_actor_pools(self, num_pools: int, batch_size: Callable[[int], int], *, num_envs: int | None = None,
+                         first_env: int = 0) -> ActorPools:
+        """`make_executor`'s envs as one pool per actor thread (`envs.actor_pools`): contiguous shares, env i still
+        seeded `seed + i`; pool k's EnvPool batch is `batch_size(its envs)`, and the EnvPool threads one pool would
+        have (one a core, at most one an env) are dealt out over the pools, at least one each."""
+        num_envs = num_envs or self.config.num_envs
+        sizes = split_envs(num_envs, num_pools)
+        threads = pool_threads(min(num_envs, usable_cores()), num_pools)
+        starts = [sum(sizes[:k]) for k in range(num_pools)]
+        return ActorPools([
+            OwnPoolExecutor(self.spec, num_envs=size, batch_size=batch_size(size),
+                            seed=self.config.seed + first_env + start, step_time=self.step_time,
+                            num_threads=min(size, count), clip_actions=self.config.clip_actions)
+            for size, count, start in zip(sizes, threads, starts, strict=True)
+        ])
+
     def make_collector(
         self,
-        executor: Executor,
+        executor: Executor | ActorPools,
         *,
         inference_batch: int,
         on_round_complete: Callable[[RoundStorage, bool], tuple | None],

@@ -13,6 +13,7 @@ from systems.common import layout_rule
 from systems.common.config import hyperparameter, setting
 
 SYSTEM = "hts"
+ENV_POOLS = ("shared", "per_actor")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,9 +27,15 @@ class HTSConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
         "a CPU of more cores than the presets' 2: envs scaled with the cores), keeping the preset's env steps per "
         "update; preset: the literal preset.", "hts",
         choices=layout_rule.CHOICES, flag_default="auto")
+    env_pools: str = setting(
+        "shared", "shared: one EnvPool for every actor thread, a receiver thread handing each finished env step to "
+        "whichever actor is free; per_actor: each actor thread owns a pool of its share of the envs and receives from "
+        "it itself (no receiver thread; a forward pass then holds at most the actor's own envs). The parameters are "
+        "bit-identical either way.", "hts", choices=ENV_POOLS)
     env_batch_size: int = setting(
-        0, "EnvPool async batch size (0: num_envs // 2; classic-control and Box2D tasks without --step_time: "
-        "num_envs // num_actors).", "hts")
+        0, "EnvPool async batch size, of each actor thread's own pool under --env_pools=per_actor (0: half the "
+        "pool's envs; classic-control and Box2D tasks without --step_time: one actor thread's share of the envs).",
+        "hts")
     inference_batch: int = setting(
         0, "Fixed actor forward-pass batch (0: num_envs // 2; classic-control and Box2D tasks: num_envs). Changing it "
         "changes results' bits.", "hts")
@@ -48,7 +55,7 @@ class HTSConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
 # address): a resumed run may change them. It may also change the learner's devices (a resumed run is not
 # bit-identical to an uninterrupted one anyway: the envs restart), so a run moves to another machine; the plan in
 # config.json records the layout it started with.
-MAY_CHANGE_ON_RESUME = frozenset({"num_actors", "env_batch_size", "actor_devices", "learner_devices",
+MAY_CHANGE_ON_RESUME = frozenset({"num_actors", "env_pools", "env_batch_size", "actor_devices", "learner_devices",
                                    "coordinator_address", "debug"})
 
 
@@ -74,16 +81,34 @@ def _microsecond_simulator(config: HTSConfig) -> bool:
         return False
 
 
-def env_batch_size(config: HTSConfig) -> int:
-    """EnvPool's batch: each actor thread's share of this process's envs, or half of them (section 4.1's overlap)."""
-    if config.env_batch_size:
-        return config.env_batch_size
+def _full_batches(config: HTSConfig) -> bool:
+    """Whether EnvPool's default batch is a whole actor's share of the envs (a microsecond simulator without an
+    injected step time) rather than half of them."""
     try:
         injected = parse_step_time(config.step_time).kind != "none"
     except ValueError:  # `validate` says so
         injected = False
-    full = _microsecond_simulator(config) and not injected
-    return max(1, local_envs(config) // (config.num_actors if full else 2))
+    return _microsecond_simulator(config) and not injected
+
+
+def env_batch_size(config: HTSConfig) -> int:
+    """EnvPool's batch: each actor thread's share of this process's envs, or half of them (section 4.1's overlap)."""
+    if config.env_batch_size:
+        return config.env_batch_size
+    return max(1, local_envs(config) // (config.num_actors if _full_batches(config) else 2))
+
+
+def pool_batch_size(config: HTSConfig, pool_envs: int) -> int:
+    """EnvPool's batch of one actor's own pool (`--env_pools=per_actor`): `--env_batch_size`, else the pool's envs
+    (the actor steps them all at once, as one actor's share of a shared pool) or half of them (the overlap)."""
+    if config.env_batch_size:
+        return config.env_batch_size
+    return pool_envs if _full_batches(config) else max(1, pool_envs // 2)
+
+
+def smallest_pool(config: HTSConfig) -> int:
+    """The envs of the smallest pool this process steps: all of its envs, or (per actor) its envs // actors."""
+    return local_envs(config) // (config.num_actors if config.env_pools == "per_actor" else 1)
 
 
 def inference_batch(config: HTSConfig) -> int:
@@ -98,6 +123,8 @@ def validate(config: HTSConfig) -> None:
     config_lib.validate(config)
     if config.num_actors <= 0:
         raise config_lib.ConfigError(f"--num_actors must be positive, got {config.num_actors}")
+    if config.env_pools not in ENV_POOLS:
+        raise config_lib.ConfigError(f"--env_pools must be one of {', '.join(ENV_POOLS)}, got '{config.env_pools}'")
     for name in ("env_batch_size", "inference_batch"):
         if getattr(config, name) < 0:
             raise config_lib.ConfigError(f"--{name} must be non-negative, got {getattr(config, name)}")
@@ -114,6 +141,17 @@ def validate(config: HTSConfig) -> None:
         )
     if config.layout == "auto":
         return  # the batches against the envs: once the layout rule has sized them (`system._resolve_layout`)
+    if config.env_pools == "per_actor" and config.num_actors > local_envs(config):
+        raise config_lib.ConfigError(
+            f"--env_pools=per_actor gives each of --num_actors={config.num_actors} threads a pool of its own, but "
+            f"there are {local_envs(config)} envs{' a process' if config.num_processes > 1 else ''}: pass at most "
+            f"{local_envs(config)} actors or --env_pools=shared"
+        )
+    if config.env_pools == "per_actor" and config.env_batch_size > smallest_pool(config):
+        raise config_lib.ConfigError(
+            f"--env_batch_size={config.env_batch_size} exceeds the {smallest_pool(config)} envs of the smallest "
+            f"actor's pool (--env_pools=per_actor)"
+        )
     if env_batch_size(config) > local_envs(config):
         raise config_lib.ConfigError(
             f"--env_batch_size={config.env_batch_size} exceeds the {local_envs(config)} envs of each process"

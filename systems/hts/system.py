@@ -1,6 +1,8 @@
 """High-Throughput Synchronous RL (seed 000, section 4.1): executors, actors and a learner running concurrently.
 
-* Executors: EnvPool in async mode (`envs.executor.Executor`); step-time injection optional.
+* Executors: EnvPool in async mode (`envs.executor.Executor`); step-time injection optional. `--env_pools=per_actor`
+  gives each actor thread a pool of its own share of the envs, which it receives from itself (`envs.actor_pools`):
+  beyond the paper, whose executors serve every actor; the bits are the same (env i is seeded `seed + i` either way).
 * `num_actors` actor threads take whatever observations are ready, run one batched forward pass (fixed padded
   shape) and send the actions back (`systems.common.rollout.RoundCollector`).
 * Batch synchronization every `sync_interval` (alpha) steps per env: a round ends when every env has done alpha
@@ -39,6 +41,7 @@ from typing import Any, NamedTuple
 import jax
 
 from agents import TrainState, a2c_update, ppo_update
+from envs.actor_pools import ActorPools, split_envs
 from envs.executor import Executor
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
@@ -62,6 +65,7 @@ from systems.hts.config import (
     env_batch_size,
     inference_batch,
     local_envs,
+    pool_batch_size,
     validate,
 )
 
@@ -103,11 +107,31 @@ def _resolve_layout(config: HTSConfig) -> tuple[HTSConfig, layout_lib.Layout, la
 
 def _plan(config: HTSConfig, layout: layout_lib.Layout, fitted: layout_rule.Fit) -> dict:
     """config.json's plan: the sizes the layout rule chose, the devices the layout chose, as the flags would name
-    them, and the batches used."""
+    them, the env pools and the batches used."""
     return dict(layout=fitted.record(),
                 actor_devices=layout_lib.indices_text(layout.actor_devices),
                 learner_devices=layout_lib.indices_text(layout.learner_devices), learner_replicas=layout.num_replicas,
-                batches=dict(env=env_batch_size(config), inference=inference_batch(config)))
+                env_pools=_pools(config), batches=dict(env=_env_batches(config), inference=inference_batch(config)))
+
+
+def _pools(config: HTSConfig) -> str | list[int]:
+    """The plan's pools: "shared", or (`--env_pools=per_actor`) each actor thread's envs in this process."""
+    return "shared" if config.env_pools == "shared" else split_envs(local_envs(config), config.num_actors)
+
+
+def _env_batches(config: HTSConfig) -> int | list[int]:
+    """EnvPool's batch: of the shared pool, or of each actor thread's own."""
+    if config.env_pools == "shared":
+        return env_batch_size(config)
+    return [pool_batch_size(config, size) for size in _pools(config)]
+
+
+def _pools_text(config: HTSConfig) -> str:
+    """The start line's account of `--env_pools=per_actor` ("" for the shared pool)."""
+    if config.env_pools == "shared":
+        return ""
+    return (f"\n  env pools: one per actor thread, each received by the thread that owns it: "
+            f"{' + '.join(map(str, _pools(config)))} envs, EnvPool batches {', '.join(map(str, _env_batches(config)))}")
 
 
 def accelerator_hint(num_envs: int, sync_interval: int, layout: layout_lib.Layout) -> str:
@@ -133,7 +157,7 @@ def run(config: HTSConfig) -> dict:
 def _open(config: HTSConfig) -> skeleton.Opening:
     """The layout on this machine, the agent (`make_agent`) and the monitor's parts."""
     config, layout, fitted = _resolve_layout(config)
-    header = (f"  {fitted.describe()}\n{layout.describe()}"
+    header = (f"  {fitted.describe()}\n{layout.describe()}" + _pools_text(config)
               + accelerator_hint(config.num_envs, config.sync_interval, layout))
     return skeleton.open_on_policy(config, make_agent, functools.partial(_start, layout),
                                    may_change_on_resume=MAY_CHANGE_ON_RESUME, header=header,
@@ -148,7 +172,7 @@ def _start(layout: layout_lib.Layout, ctx: skeleton.RunContext) -> skeleton.Loop
     group = ThreadGroup()
     handover = _Handover(learner.published(learner.state.params), start_round, group.stopping)
     reports: queue.Queue[LearnerReport] = queue.Queue()
-    executor = ctx.make_executor(env_batch_size(config), num_envs=layout.local_envs, first_env=layout.first_env)
+    executor, takes = _executors(ctx, layout)
     policy = _ActorPolicy(ctx.setup.policy, len(layout.actor_devices), env_id_offset=layout.first_env)
     collector = ctx.make_collector(
         executor, inference_batch=inference_batch(config), on_round_complete=handover.on_round_complete,
@@ -157,10 +181,22 @@ def _start(layout: layout_lib.Layout, ctx: skeleton.RunContext) -> skeleton.Loop
     wait_for_compile = learner.compile_ahead(collector.rollout_shapes())  # overlaps the first round's collection
     profile = monitor.profile
     learn = functools.partial(_learner_loop, handover, learner, wait_for_compile, reports, start_round, profile)
-    workers = [*((f"actor-{i}", functools.partial(_actor_loop, executor, collector, policy, group.stopping, i,
+    workers = [*((f"actor-{i}", functools.partial(_actor_loop, takes[i], collector, policy, group.stopping, i,
                                                   profile)) for i in range(config.num_actors)), ("learner", learn)]
     distributed.check_same_start(start_round)
     return _Training(workers, group, executor, reports, monitor, ctx.total_rounds - start_round)
+
+
+def _executors(ctx: skeleton.RunContext, layout: layout_lib.Layout) -> tuple[Executor | ActorPools, list[Callable]]:
+    """This process's envs under `--env_pools`, and each actor thread's `take`: one shared executor every actor takes
+    from, or a pool per actor thread (`envs.actor_pools`) that actor k alone takes from."""
+    config = ctx.config
+    if config.env_pools == "per_actor":
+        pools = ctx.make_actor_pools(config.num_actors, functools.partial(pool_batch_size, config),
+                                     num_envs=layout.local_envs, first_env=layout.first_env)
+        return pools, [functools.partial(pools.take_from, k) for k in range(config.num_actors)]
+    executor = ctx.make_executor(env_batch_size(config), num_envs=layout.local_envs, first_env=layout.first_env)
+    return executor, [executor.take] * config.num_actors
 
 
 _SATURATED_LEARNER = Bound(
@@ -307,14 +343,15 @@ class _Handover:
         raise StopRequested
 
 
-def _actor_loop(executor: Executor, collector: RoundCollector, policy: _ActorPolicy, stopping: threading.Event,
+def _actor_loop(take: Callable, collector: RoundCollector, policy: _ActorPolicy, stopping: threading.Event,
                 actor_index: int, profile: Profile) -> None:
-    """One actor thread: takes whatever observations are ready and runs one batched forward pass on them."""
+    """One actor thread: takes whatever observations are ready (from the shared executor or its own pool) and runs
+    one batched forward pass on them."""
     policy.bind(actor_index)
     with profile.thread("actors"):
         while not stopping.is_set() and not collector.finished.is_set():
             with stage("env"):
-                results = executor.take(max_items=executor.num_envs, timeout=0.05)
+                results = take(max_items=collector.num_envs, timeout=0.05)
             if results is not None:
                 collector.process(results)
 
@@ -351,7 +388,8 @@ class _Training(skeleton.Loop):
 
     collectives = True
 
-    def __init__(self, workers: list[tuple[str, Callable[[], None]]], group: ThreadGroup, executor: Executor,
+    def __init__(self, workers: list[tuple[str, Callable[[], None]]], group: ThreadGroup,
+                 executor: Executor | ActorPools,
                  reports: queue.Queue, monitor: Monitor, num_rounds: int):
         self.workers, self.group, self.executor = workers, group, executor
         self.reports, self.monitor, self.num_rounds = reports, monitor, num_rounds
@@ -390,7 +428,8 @@ def _log_finished_updates(reports: queue.Queue, monitor: Monitor) -> None:
         monitor.on_report(report, [])
 
 
-def _next_report(reports: queue.Queue, group: ThreadGroup, executor: Executor, monitor: Monitor) -> LearnerReport:
+def _next_report(reports: queue.Queue, group: ThreadGroup, executor: Executor | ActorPools,
+                 monitor: Monitor) -> LearnerReport:
     while True:
         group.check()
         executor.raise_if_failed()

@@ -63,7 +63,7 @@ def test_the_report_shows_the_host_path_beside_raw_envpool_when_that_stage_ran(t
     assert shared.startswith("| this tree | one, shared | 128 x 8, 4 |")  # a row from before the pools column
     assert "| 16, 64 | 128 | 40,000 | 30,000 | 0.75 | 25.0 us (5.0) | 40,000 | 0.90 | 1.0% |" in shared
     assert own.startswith("| this tree | one per actor (32 envs) | 128 x 8, 4 |")
-    assert "| 16 (4 a pool), 64 (16 a pool) | 32 | 40,000 | 32,000 | 0.80 | 20.0 us (0.0) | 50,000 |" in own
+    assert "| 16 (4 a pool), 64 (16 a pool) | 128 | 40,000 | 32,000 | 0.80 | 20.0 us (0.0) | 50,000 |" in own
     assert "host path" not in gpu_report.report(str(_without_host_path(tmp_path)))
 
 

@@ -305,6 +305,11 @@ def test_ctrl_c_at_any_moment_of_start_up_exits_130_with_one_line(tmp_path, mome
         (dict(clip_eps=-1.0), "--clip_eps must be positive"),
         (dict(max_grad_norm=-1.0), "--max_grad_norm must be non-negative"),
         (dict(inference_batch=64), "--inference_batch=64 exceeds --num_envs=4"),
+        (dict(env_pools="both"), "--env_pools must be one of shared, per_actor, got 'both'"),
+        (dict(env_pools="per_actor", num_actors=5), "--env_pools=per_actor gives each of --num_actors=5 threads a "
+                                                     "pool of its own, but there are 4 envs: pass at most 4 actors"),
+        (dict(env_pools="per_actor", num_actors=2, env_batch_size=3),
+         "--env_batch_size=3 exceeds the 2 envs of the smallest actor's pool"),
         (dict(total_steps=32), "less than one round"),
         (dict(total_steps=10**12), "int32"),
         (dict(num_envs=100_000_000), "above the limit"),
@@ -853,6 +858,7 @@ _FAULTY = "gymnasium/tests.gym_envs:Faulty-v0"
 @pytest.mark.parametrize("launcher, fail, message", [
     ("hts", "raise", r" \(env \d, worker \d\) failed in step: ValueError: joint 3 left its range"),
     ("hts", "crash", r": env worker \d \(envs [\d, ]+\) exited with status 9"),
+    ("hts/per_actor", "raise", r" \(env \d, worker \d\) failed in step: ValueError: joint 3 left its range"),
     ("sync", "shape", r" \(env \d, worker \d\) failed in step: ValueError: step returned an observation of shape "
                       r"\(3,\); the env's observation space says \(2,\)"),
     ("sync", "reset", r" \(env \d, worker \d\) failed in reset: RuntimeError: the simulator could not load its level"),
@@ -860,17 +866,21 @@ _FAULTY = "gymnasium/tests.gym_envs:Faulty-v0"
     ("pal", "crash", r": env worker \d \(envs [\d, ]+\) exited with status 9"),
     ("ba3c", "raise", r" \(env \d+, worker \d\) failed in step: ValueError: joint 3 left its range"),
     ("gala", "raise", r" \(env \d+, worker \d\) failed in step: ValueError: joint 3 left its range"),
-], ids=["hts-raise", "hts-crash", "sync-shape", "sync-reset", "pal-raise", "pal-crash", "ba3c-raise", "gala-raise"])
+], ids=["hts-raise", "hts-crash", "hts-per_actor-raise", "sync-shape", "sync-reset", "pal-raise", "pal-crash",
+        "ba3c-raise", "gala-raise"])
 def test_a_users_env_that_fails_is_one_line_with_its_own_traceback_and_the_run_keeps_its_checkpoint(
         tmp_path, capsys, launcher, fail, message):
     """A Gymnasium env that raised, returned the wrong shape or crashed its worker gave a 45-57-line traceback of the
     executor's frames (exit 1) and left no checkpoint, so the same command was then refused; under PAL it read as a
-    false non-finite error (exit 3)."""
+    false non-finite error (exit 3). `hts/per_actor`: two actor threads that each receive from their own pool
+    (`--env_pools=per_actor`), where the failure surfaces in an actor thread rather than the receiver thread."""
     import importlib
 
-    module = importlib.import_module(f"launch.{launcher}")
+    module = importlib.import_module(f"launch.{launcher.split('/')[0]}")
     sizes = {"pal": dict(num_actors=1, envs_per_actor=2, num_learners=1, learning_starts=100, checkpoint_every=200),
              "hts": dict(num_envs=4, sync_interval=16, checkpoint_every=64),
+             "hts/per_actor": dict(num_envs=4, sync_interval=16, checkpoint_every=64, num_actors=2,
+                                   env_pools="per_actor"),
              "sync": dict(num_envs=4, sync_interval=16, checkpoint_every=64)}.get(
         launcher, dict(sync_interval=16, checkpoint_every=64))  # BA3C's and GALA's envs follow from their layout
     after = 40 if launcher in ("ba3c", "gala") else 300  # their defaults step more envs: fewer steps each

@@ -1,6 +1,7 @@
 """HTS-RL's bit-identity over its configuration space (seed 000, section 4.1), drawn by hypothesis: for a seed, every
-env count, actor count, EnvPool batch and inference batch the validator accepts gives the parameters of the
-single-actor run with the same env count and inference batch, on every env family. The hand-picked cases that once
+env count, actor count, pool layout (one shared pool or one per actor thread), EnvPool batch and inference batch the
+validator accepts gives the parameters of the single-actor run with the same env count and inference batch, on every
+env family. The hand-picked cases that once
 broke (12 and 10 envs with several actors: rows placed by arrival in the forward pass) are explicit examples.
 
 Each example is a short run (a few rounds of 4 steps); a reference run is made once per (family, envs, inference
@@ -52,19 +53,30 @@ def _extras(recurrent: str, sde: int) -> dict:
     return memory if sde == 0 else dict(memory, use_sde=True, sde_sample_freq=sde)
 
 
+def _actors_and_pools(draw, num_envs: int) -> tuple[int, int, str]:
+    """(num_actors, env_batch_size, env_pools) the validator accepts for `num_envs`: a pool per actor needs an env per
+    actor and an EnvPool batch of at most the smallest pool's envs (0: the default)."""
+    pools = draw(st.sampled_from(["shared", "per_actor"]))
+    if pools == "shared":
+        return draw(st.integers(1, 5)), draw(st.integers(0, num_envs)), pools
+    num_actors = draw(st.integers(1, min(5, num_envs)))
+    return num_actors, draw(st.integers(0, num_envs // num_actors)), pools
+
+
 @st.composite
 def _layouts(draw, max_envs: int):
-    """(num_envs, num_actors, env_batch_size, inference_batch): 0 is the default, any other value one the validator
-    accepts (a batch of at most the envs)."""
+    """(num_envs, num_actors, env_batch_size, inference_batch, env_pools): 0 is the default, any other value one the
+    validator accepts (a batch of at most the envs)."""
     num_envs = draw(st.integers(1, max_envs))
-    return (num_envs, draw(st.integers(1, 5)), draw(st.integers(0, num_envs)), draw(st.integers(0, num_envs)))
+    num_actors, env_batch, pools = _actors_and_pools(draw, num_envs)
+    return num_envs, num_actors, env_batch, draw(st.integers(0, num_envs)), pools
 
 
 def _check_equals_single_actor(root: str, env_id: str, layout: tuple, frame_stack: int = 1,
                                recurrent: str = "none", sde: int = 0) -> None:
-    num_envs, num_actors, env_batch, inference = layout
+    num_envs, num_actors, env_batch, inference, pools = layout
     config = _config(env_id, num_envs, inference, tempfile.mkdtemp(dir=root), num_actors=num_actors,
-                     env_batch_size=env_batch, frame_stack=frame_stack, **_extras(recurrent, sde))
+                     env_batch_size=env_batch, env_pools=pools, frame_stack=frame_stack, **_extras(recurrent, sde))
     hts.validate(config)
     reference = _reference(env_id, num_envs, hts.inference_batch(config), root, frame_stack, recurrent, sde)
     assert _fingerprint(config) == reference, layout
@@ -72,9 +84,10 @@ def _check_equals_single_actor(root: str, env_id: str, layout: tuple, frame_stac
 
 @settings(max_examples=6, **_SETTINGS)
 @given(layout=_layouts(max_envs=33))
-@example(layout=(12, 2, 0, 0))  # the default batches with 12 envs: two actors split the envs 6 + 6
-@example(layout=(12, 3, 0, 0))
-@example(layout=(10, 2, 0, 0))
+@example(layout=(12, 2, 0, 0, "shared"))  # the default batches with 12 envs: two actors split the envs 6 + 6
+@example(layout=(12, 3, 0, 0, "shared"))
+@example(layout=(10, 2, 0, 0, "shared"))
+@example(layout=(10, 3, 0, 0, "per_actor"))  # pools of 4, 3 and 3 envs
 def check_classic_or_box2d(env_id: str, layout: tuple) -> None:
     _check_equals_single_actor(_child_root(), env_id, layout)
 
@@ -91,8 +104,9 @@ def test_classic_and_box2d_bits_do_not_depend_on_actors_or_batches(env_id):
 
 @settings(max_examples=5, **_SETTINGS)
 @given(layout=_layouts(max_envs=12), cell=st.sampled_from(["lstm", "gru"]))
-@example(layout=(12, 3, 2, 0), cell="lstm")
-@example(layout=(6, 2, 0, 4), cell="gru")
+@example(layout=(12, 3, 2, 0, "shared"), cell="lstm")
+@example(layout=(6, 2, 0, 4, "shared"), cell="gru")
+@example(layout=(7, 3, 2, 0, "per_actor"), cell="lstm")
 def check_recurrent(layout: tuple, cell: str) -> None:
     """The recurrent state belongs to the env (`agents.recurrent`): kept per env id in the collector, so which
     actor stepped an env, and with which others in EnvPool's batch, does not reach the bits."""
@@ -108,8 +122,8 @@ def test_recurrent_bits_do_not_depend_on_actors_or_batches():
 
 @settings(max_examples=3, **_SETTINGS)
 @given(layout=_layouts(max_envs=12), sde=st.sampled_from([-1, 1, 3]), cell=st.sampled_from(["none", "lstm"]))
-@example(layout=(12, 3, 0, 0), sde=3, cell="none")
-@example(layout=(6, 2, 3, 0), sde=-1, cell="lstm")
+@example(layout=(12, 3, 0, 0, "shared"), sde=3, cell="none")
+@example(layout=(6, 2, 3, 0, "shared"), sde=-1, cell="lstm")
 def check_sde(layout: tuple, sde: int, cell: str) -> None:
     """gSDE's exploration matrix comes from the env's key held for `sde` steps (`agents.action_keys`), so it too
     belongs to the env: which actor stepped it does not reach the bits."""
@@ -125,9 +139,10 @@ def test_sde_bits_do_not_depend_on_actors_or_batches():
 
 @st.composite
 def _splits(draw, num_envs: int):
-    """(num_envs, num_actors, env_batch_size, 0) for a fixed env count: the actors and EnvPool's batch drawn, the
-    inference batch the default (one reference run, so one compile of the family's programs)."""
-    return (num_envs, draw(st.integers(1, 5)), draw(st.integers(0, num_envs)), 0)
+    """(num_envs, num_actors, env_batch_size, 0, env_pools) for a fixed env count: the actors, pools and EnvPool's
+    batch drawn, the inference batch the default (one reference run, so one compile of the family's programs)."""
+    num_actors, env_batch, pools = _actors_and_pools(draw, num_envs)
+    return num_envs, num_actors, env_batch, 0, pools
 
 
 @settings(max_examples=2, **_SETTINGS)
@@ -185,15 +200,15 @@ def check_learner_replicas(data) -> None:
     replicas = data.draw(st.integers(1, 3), label="replicas")
     num_envs = replicas * data.draw(st.integers(1, 4), label="envs per replica")
     learners = ",".join(str(1 + i) for i in range(replicas))
-    num_actors, env_batch = data.draw(st.integers(1, 5), label="actors"), data.draw(st.integers(0, num_envs))
+    num_actors, env_batch, pools = _actors_and_pools(data.draw, num_envs)
     actors = data.draw(st.sampled_from(["0", "0,1"]), label="actor devices")
     recurrent = data.draw(st.sampled_from(["none", "lstm"]), label="recurrent")
     root = _child_root()
     reference = _reference_on_devices(num_envs, learners, root, recurrent)
     config = _config("CartPole-v1", num_envs, 0, tempfile.mkdtemp(dir=root), num_actors=num_actors,
-                     env_batch_size=env_batch, actor_devices=actors, learner_devices=learners, debug=True,
-                     **_extras(recurrent, 0))
-    assert _fingerprint(config) == reference, (num_envs, learners, num_actors, env_batch, actors, recurrent)
+                     env_batch_size=env_batch, env_pools=pools, actor_devices=actors, learner_devices=learners,
+                     debug=True, **_extras(recurrent, 0))
+    assert _fingerprint(config) == reference, (num_envs, learners, num_actors, env_batch, pools, actors, recurrent)
 
 
 def check_twelve_envs_over_three_replicas() -> None:

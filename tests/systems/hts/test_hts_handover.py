@@ -76,3 +76,33 @@ def test_the_report_carries_the_behaviour_version_of_the_round_learned_from():
     assert not thread.is_alive()
     lags = [(r.learner_version, r.behaviour_version) for r in (reports.get_nowait(), reports.get_nowait())]
     assert lags == [(0, 0), (1, 0)]
+
+
+def test_with_a_pool_per_actor_each_actor_thread_alone_receives_from_its_own_pool(tmp_path, monkeypatch, capsys):
+    """`--env_pools=per_actor`: actor thread k takes only from pool k, no receiver thread starts, and the plan and
+    the start line say how the envs were split."""
+    import json
+
+    from envs.actor_pools import OwnPoolExecutor
+    from envs.executor import Executor
+    from systems.hts import system as hts
+    from tests.fixtures import tiny_hts
+
+    takers, receivers, take = {}, [], OwnPoolExecutor.take
+
+    def recording_take(self, *args, **kwargs):
+        takers.setdefault(id(self), set()).add(threading.current_thread().name)
+        return take(self, *args, **kwargs)
+
+    monkeypatch.setattr(OwnPoolExecutor, "take", recording_take)
+    monkeypatch.setattr(Executor, "_receive_loop", lambda self: receivers.append(self))
+    summary = hts.run(tiny_hts(tmp_path, num_envs=5, num_actors=3, env_pools="per_actor", total_steps=3 * 80,
+                               quiet=False, eval_episodes=0))
+    assert summary["updates"] == 3
+    assert sorted(map(sorted, takers.values())) == [["actor-0"], ["actor-1"], ["actor-2"]]
+    assert receivers == []
+    with open(tmp_path / "config.json") as f:
+        plan = json.load(f)["plan"]
+    assert plan["env_pools"] == [2, 2, 1] and plan["batches"]["env"] == [2, 2, 1]
+    assert "env pools: one per actor thread, each received by the thread that owns it: 2 + 2 + 1 envs, EnvPool " \
+           "batches 2, 2, 1" in capsys.readouterr().out
