@@ -18,12 +18,14 @@
 # 128 x 64). On request: probe, hts_breakout_preset (--layout=preset: the CPU preset's 8 x 128, one thread),
 # hts_breakout_half_chunks (the rule's accelerator layout, given as flags, with HTS's own forward-pass default, half
 # the envs a chunk, beside the rule's chunk of all of them), hts_breakout_per_actor (the default command with
-# --env_pools=per_actor: each of the 4 actor threads receives from a pool of its own 32 envs), host_path
+# --env_pools=per_actor: each of the 4 actor threads receives from a pool of its own 32 envs), hts_breakout_pinned
+# (the default command with EnvPool on all but four cores, pinned after the first four), host_path
 # (benchmarks/host_path.py: the actors' host path without a policy beside raw EnvPool, on the box's cores, with one
 # shared pool and with a pool per actor thread; about two minutes), host_path_pinned (the same with EnvPool's threads
-# pinned to the cores after the first four, beside the scheduler's placement; about a minute), the hand-sized layouts. After the default stages,
-# `STAGES="host_path hts_breakout_per_actor" HTS_SECONDS=90` fits a second call of the same session, and
-# `STAGES="hts_breakout_half_chunks host_path_pinned" HTS_SECONDS=60` a third if time is left.
+# pinned to the cores after the first four, beside the scheduler's placement; about a minute), the hand-sized
+# layouts. After the default stages, `STAGES="host_path hts_breakout_per_actor" HTS_SECONDS=90` fits a second
+# call of the same session, and `STAGES="hts_breakout_half_chunks host_path_pinned" HTS_SECONDS=60` a third if
+# time is left (`hts_breakout_pinned` where host_path_pinned favoured pinning).
 # DRY=1 runs every default stage for a few seconds on whatever machine this is (a CPU), CleanRL's at a small rollout,
 # to check the script end to end before spending device time (`PY=3.11 bash benchmarks/gpu_site.sh` first, for a
 # CPU with Python 3.11); its figures mean nothing.
@@ -90,6 +92,9 @@ stage hts_breakout $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --time_li
   --logdir=$RUNS/hts_breakout
 stage hts_breakout_per_actor $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --env_pools=per_actor \
   --time_limit="$HTS_SECONDS" --logdir=$RUNS/hts_breakout_per_actor
+stage hts_breakout_pinned $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout \
+  --env_threads="$(( $(nproc) > 5 ? $(nproc) - 4 : 1 ))" --env_thread_affinity=4 --time_limit="$HTS_SECONDS" \
+  --logdir=$RUNS/hts_breakout_pinned
 stage hts_breakout_half_chunks $((HTS_SECONDS + 60)) -m launch.hts --game=Breakout --num_envs=128 --num_actors=4 \
   --sync_interval=8 --inference_batch=64 --time_limit="$HTS_SECONDS" --logdir=$RUNS/hts_breakout_half_chunks
 # The host path at the forward chunk the rule gives, with EnvPool's threads on every core and on all but the four the

@@ -61,11 +61,6 @@ def _thread_cpu_s(native_ids: set[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def _pool_offset(affinity_offset: int, counts: list[int], k: int) -> int:
-    """The first core of own pool `k`'s threads: after the threads of pools 0..k-1 (-1: no pinning)."""
-    return -1 if affinity_offset < 0 else affinity_offset + sum(counts[:k])
-
-
 def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, batch: int, threads: int,
                       inference_batch: int, seconds: float, pools: str = "shared",
                       warm_up_s: float = WARM_UP_S, affinity_offset: int = -1) -> dict:
@@ -78,7 +73,7 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
 
     import jax
 
-    from envs.actor_pools import ActorPools, OwnPoolExecutor, pool_threads
+    from envs.actor_pools import ActorPools, OwnPoolExecutor, pool_offsets, pool_threads
     from envs.executor import Executor
     from envs.factory import make_spec
     from systems.common.rollout import RoundCollector
@@ -97,9 +92,9 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
     else:
         size, per_pool = envs // actors, pool_threads(threads, actors)
         executor = ActorPools([OwnPoolExecutor(spec, num_envs=size, batch_size=max(1, batch // actors), seed=k * size,
-                                               num_threads=n,
-                                               thread_affinity_offset=_pool_offset(affinity_offset, per_pool, k))
-                               for k, n in enumerate(per_pool)])
+                                               num_threads=n, thread_affinity_offset=offset)
+                               for k, (n, offset) in enumerate(zip(per_pool, pool_offsets(affinity_offset, per_pool),
+                                                                   strict=True))])
         lanes, takes = executor.pools, [functools.partial(executor.take_from, k) for k in range(actors)]
     rng = np.random.default_rng(0)
 

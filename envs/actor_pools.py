@@ -61,6 +61,14 @@ def pool_threads(threads: int, parts: int) -> list[int]:
     return [max(1, threads // parts + (k < threads % parts)) for k in range(parts)]
 
 
+def pool_offsets(affinity_offset: int, counts: list[int]) -> list[int]:
+    """EnvPool's `thread_affinity_offset` of each pool whose threads number `counts`: pool k's first core after the
+    threads of pools 0..k-1, so pinned pools do not share cores (-1, no pinning, for every pool)."""
+    if affinity_offset < 0:
+        return [-1] * len(counts)
+    return [affinity_offset + sum(counts[:k]) for k in range(len(counts))]
+
+
 class ActorPools:
     """Pools of contiguous env shares (pool k holds the run's envs `starts[k]` .. `starts[k] + size - 1`), one per
     actor thread, behind the shared executor's interface: `send`, `hand_back`, `pop_episodes`, `start`, `close`,

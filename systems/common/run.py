@@ -22,8 +22,7 @@ from typing import Any
 import jax
 
 from agents import TrainState
-from envs.actor_pools import ActorPools, OwnPoolExecutor, pool_threads, split_envs
-from envs.cores import usable_cores
+from envs.actor_pools import ActorPools, OwnPoolExecutor
 from envs.executor import Executor
 from envs.factory import EnvSpec, make_spec
 from envs.pool_api import EnvFailed
@@ -192,28 +191,28 @@ class RunContext:
     def total_rounds(self) -> int:
         return config_lib.total_rounds(self.config)
 
-    def make_executor(self, batch_size: int, *, num_envs: int | None = None, first_env: int = 0) -> Executor:
+    def make_executor(self, batch_size: int, *, num_envs: int | None = None, first_env: int = 0,
+                      num_threads: int = 0, thread_affinity_offset: int = -1) -> Executor:
         """The run's envs, or (multi-process) `num_envs` of them from global env id `first_env` on: env i is seeded
-        with `seed + i` whichever process steps it."""
+        with `seed + i` whichever process steps it. EnvPool's worker threads: `num_threads` (0: one per usable
+        core, at most one per env), pinned from core `thread_affinity_offset` on (-1: not pinned)."""
         return Executor(
             self.spec, num_envs=num_envs or self.config.num_envs, batch_size=batch_size,
             seed=self.config.seed + first_env, step_time=self.step_time, clip_actions=self.config.clip_actions,
+            num_threads=num_threads or None, thread_affinity_offset=thread_affinity_offset,
         )
 
-    def make_actor_pools(self, num_pools: int, batch_size: Callable[[int], int], *, num_envs: int | None = None,
+    def make_actor_pools(self, envs: list[int], batches: list[int], threads: list[int], pinned_from: list[int], *,
                          first_env: int = 0) -> ActorPools:
-        """`make_executor`'s envs as one pool per actor thread (`envs.actor_pools`): contiguous shares, env i still
-        seeded `seed + i`; pool k's EnvPool batch is `batch_size(its envs)`, and the EnvPool threads one pool would
-        have (one a core, at most one an env) are dealt out over the pools, at least one each."""
-        num_envs = num_envs or self.config.num_envs
-        sizes = split_envs(num_envs, num_pools)
-        threads = pool_threads(min(num_envs, usable_cores()), num_pools)
-        starts = [sum(sizes[:k]) for k in range(num_pools)]
+        """`make_executor`'s envs as one pool per actor thread (`envs.actor_pools`): pool k holds the next `envs[k]`
+        envs (env i still seeded `seed + i`), with EnvPool batch `batches[k]` and `threads[k]` worker threads,
+        pinned from core `pinned_from[k]` on (-1: not pinned)."""
+        starts = [sum(envs[:k]) for k in range(len(envs))]
         return ActorPools([
-            OwnPoolExecutor(self.spec, num_envs=size, batch_size=batch_size(size),
-                            seed=self.config.seed + first_env + start, step_time=self.step_time,
-                            num_threads=min(size, count), clip_actions=self.config.clip_actions)
-            for size, count, start in zip(sizes, threads, starts, strict=True)
+            OwnPoolExecutor(self.spec, num_envs=size, batch_size=batch, seed=self.config.seed + first_env + start,
+                            step_time=self.step_time, num_threads=count, clip_actions=self.config.clip_actions,
+                            thread_affinity_offset=offset)
+            for size, batch, count, offset, start in zip(envs, batches, threads, pinned_from, starts, strict=True)
         ])
 
     def make_collector(

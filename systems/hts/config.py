@@ -5,7 +5,10 @@ run chooses are its plan (`systems.hts.system`), recorded beside the config in c
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
+from envs.actor_pools import pool_offsets, pool_threads, split_envs
+from envs.cores import usable_cores
 from envs.factory import family_of
 from envs.step_time import parse_step_time
 from systems.common import config as config_lib
@@ -32,6 +35,13 @@ class HTSConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
         "whichever actor is free; per_actor: each actor thread owns a pool of its share of the envs and receives from "
         "it itself (no receiver thread; a forward pass then holds at most the actor's own envs). The parameters are "
         "bit-identical either way.", "hts", choices=ENV_POOLS)
+    env_threads: int = setting(
+        0, "EnvPool's worker threads in this process (a gymnasium/ env's worker processes; 0: one per usable core, at "
+        "most one per env); under --env_pools=per_actor dealt out over the pools, at least one each.", "hts")
+    env_thread_affinity: int = setting(
+        -1, "Pin EnvPool's worker threads to cores k, k + 1, ... (EnvPool's thread_affinity_offset, the cores before "
+        "k left to the actor threads and the learner; -1: the scheduler places them); under --env_pools=per_actor "
+        "each pool's after the previous pool's. EnvPool's own tasks only.", "hts")
     env_batch_size: int = setting(
         0, "EnvPool async batch size, of each actor thread's own pool under --env_pools=per_actor (0: half the "
         "pool's envs; classic-control and Box2D tasks without --step_time: one actor thread's share of the envs).",
@@ -55,8 +65,8 @@ class HTSConfig(config_lib.TrainConfig, config_lib.MultiHostConfig):
 # address): a resumed run may change them. It may also change the learner's devices (a resumed run is not
 # bit-identical to an uninterrupted one anyway: the envs restart), so a run moves to another machine; the plan in
 # config.json records the layout it started with.
-MAY_CHANGE_ON_RESUME = frozenset({"num_actors", "env_pools", "env_batch_size", "actor_devices", "learner_devices",
-                                   "coordinator_address", "debug"})
+MAY_CHANGE_ON_RESUME = frozenset({"num_actors", "env_pools", "env_threads", "env_thread_affinity", "env_batch_size",
+                                   "actor_devices", "learner_devices", "coordinator_address", "debug"})
 
 
 def local_envs(config: HTSConfig) -> int:
@@ -106,6 +116,30 @@ def pool_batch_size(config: HTSConfig, pool_envs: int) -> int:
     return pool_envs if _full_batches(config) else max(1, pool_envs // 2)
 
 
+class EnvPlan(NamedTuple):
+    """EnvPool as this process runs it, one entry per pool (the shared pool, or actor thread k's own at k): its envs,
+    its async batch, its worker threads and the core its pinned threads start from (-1: not pinned)."""
+
+    envs: list[int]
+    batches: list[int]
+    threads: list[int]
+    pinned_from: list[int]
+
+
+def env_plan(config: HTSConfig) -> EnvPlan:
+    """`--env_pools`, `--env_batch_size`, `--env_threads` and `--env_thread_affinity` on this process's envs: the
+    threads (default one per usable core) at most one per env, and under `per_actor` dealt out over the pools, at
+    least one each, pinned pools one after another."""
+    envs = local_envs(config)
+    threads = min(config.env_threads or usable_cores(), envs)
+    if config.env_pools == "shared":
+        return EnvPlan([envs], [env_batch_size(config)], [threads], [config.env_thread_affinity])
+    sizes = split_envs(envs, config.num_actors)
+    counts = [min(size, count) for size, count in zip(sizes, pool_threads(threads, len(sizes)), strict=True)]
+    return EnvPlan(sizes, [pool_batch_size(config, size) for size in sizes], counts,
+                   pool_offsets(config.env_thread_affinity, counts))
+
+
 def smallest_pool(config: HTSConfig) -> int:
     """The envs of the smallest pool this process steps: all of its envs, or (per actor) its envs // actors."""
     return local_envs(config) // (config.num_actors if config.env_pools == "per_actor" else 1)
@@ -118,6 +152,25 @@ def inference_batch(config: HTSConfig) -> int:
     return config.num_envs if _microsecond_simulator(config) else max(1, config.num_envs // 2)
 
 
+def _validate_env_threads(config: HTSConfig) -> None:
+    """`--env_thread_affinity` is -1 or a core and needs EnvPool's own threads; a JAX env (one jitted call steps
+    every env) has no threads to size."""
+    if config.env_thread_affinity < -1:
+        raise config_lib.ConfigError(
+            f"--env_thread_affinity must be -1 (no pinning) or a core number, got {config.env_thread_affinity}")
+    try:
+        family = family_of(config.env_id)
+    except ValueError:  # `config_lib.validate` names an unknown env
+        return
+    if config.env_thread_affinity >= 0 and family in ("gymnasium", "gymnax", "brax"):
+        raise config_lib.ConfigError(
+            f"--env_thread_affinity pins EnvPool's worker threads; a {family}/ env has none: leave it at -1")
+    if config.env_threads and family in ("gymnax", "brax"):
+        raise config_lib.ConfigError(
+            f"--env_threads sizes EnvPool's worker threads; a {family}/ env steps every env in one jitted call: "
+            "leave it at 0")
+
+
 def validate(config: HTSConfig) -> None:
     """The on-policy checks (`config.validate`) and HTS's own; ConfigError with one clear line for the first."""
     config_lib.validate(config)
@@ -125,9 +178,10 @@ def validate(config: HTSConfig) -> None:
         raise config_lib.ConfigError(f"--num_actors must be positive, got {config.num_actors}")
     if config.env_pools not in ENV_POOLS:
         raise config_lib.ConfigError(f"--env_pools must be one of {', '.join(ENV_POOLS)}, got '{config.env_pools}'")
-    for name in ("env_batch_size", "inference_batch"):
+    for name in ("env_threads", "env_batch_size", "inference_batch"):
         if getattr(config, name) < 0:
             raise config_lib.ConfigError(f"--{name} must be non-negative, got {getattr(config, name)}")
+    _validate_env_threads(config)
     if config.num_processes < 1:
         raise config_lib.ConfigError(f"--num_processes must be >= 1, got {config.num_processes}")
     if config.num_envs % config.num_processes:

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 import jax
 
 from agents import TrainState, a2c_update, ppo_update
-from envs.actor_pools import ActorPools, split_envs
+from envs.actor_pools import ActorPools
 from envs.executor import Executor
 from envs.factory import EnvSpec
 from systems.common import config as config_lib
@@ -63,9 +63,9 @@ from systems.hts.config import (
     SYSTEM,
     HTSConfig,
     env_batch_size,
+    env_plan,
     inference_batch,
     local_envs,
-    pool_batch_size,
     validate,
 )
 
@@ -111,27 +111,34 @@ def _plan(config: HTSConfig, layout: layout_lib.Layout, fitted: layout_rule.Fit)
     return dict(layout=fitted.record(),
                 actor_devices=layout_lib.indices_text(layout.actor_devices),
                 learner_devices=layout_lib.indices_text(layout.learner_devices), learner_replicas=layout.num_replicas,
-                env_pools=_pools(config), batches=dict(env=_env_batches(config), inference=inference_batch(config)))
+                env_pools=_env_record(config), batches=dict(env=env_batch_size(config) if config.env_pools == "shared"
+                                                            else env_plan(config).batches,
+                                                            inference=inference_batch(config)))
 
 
-def _pools(config: HTSConfig) -> str | list[int]:
-    """The plan's pools: "shared", or (`--env_pools=per_actor`) each actor thread's envs in this process."""
-    return "shared" if config.env_pools == "shared" else split_envs(local_envs(config), config.num_actors)
+def _env_record(config: HTSConfig) -> dict:
+    """The plan's EnvPool: the layout and, per pool, its envs, batch, threads and first pinned core."""
+    return dict(layout=config.env_pools, **env_plan(config)._asdict())
 
 
-def _env_batches(config: HTSConfig) -> int | list[int]:
-    """EnvPool's batch: of the shared pool, or of each actor thread's own."""
-    if config.env_pools == "shared":
-        return env_batch_size(config)
-    return [pool_batch_size(config, size) for size in _pools(config)]
-
-
-def _pools_text(config: HTSConfig) -> str:
-    """The start line's account of `--env_pools=per_actor` ("" for the shared pool)."""
-    if config.env_pools == "shared":
+def _env_text(config: HTSConfig) -> str:
+    """The start line's account of EnvPool where a flag moved it from the shared pool's defaults ("" otherwise)."""
+    if config.env_pools == "shared" and not config.env_threads and config.env_thread_affinity < 0:
         return ""
-    return (f"\n  env pools: one per actor thread, each received by the thread that owns it: "
-            f"{' + '.join(map(str, _pools(config)))} envs, EnvPool batches {', '.join(map(str, _env_batches(config)))}")
+    plan = env_plan(config)
+    pinned = (f", pinned from core{'s' if len(plan.pinned_from) > 1 else ''} {_listed(plan.pinned_from)}"
+              if plan.pinned_from[0] >= 0 else "")
+    if config.env_pools == "shared":
+        threads = plan.threads[0]
+        return (f"\n  EnvPool: one pool for every actor thread, {plan.envs[0]} envs, batch {plan.batches[0]}, "
+                f"{threads} worker thread{'s' if threads != 1 else ''}{pinned}")
+    return (f"\n  EnvPool: a pool per actor thread, each received by the thread that owns it: "
+            f"{' + '.join(map(str, plan.envs))} envs, batches {_listed(plan.batches)}, worker threads "
+            f"{_listed(plan.threads)}{pinned}")
+
+
+def _listed(values: list[int]) -> str:
+    return ", ".join(map(str, values))
 
 
 def accelerator_hint(num_envs: int, sync_interval: int, layout: layout_lib.Layout) -> str:
@@ -157,7 +164,7 @@ def run(config: HTSConfig) -> dict:
 def _open(config: HTSConfig) -> skeleton.Opening:
     """The layout on this machine, the agent (`make_agent`) and the monitor's parts."""
     config, layout, fitted = _resolve_layout(config)
-    header = (f"  {fitted.describe()}\n{layout.describe()}" + _pools_text(config)
+    header = (f"  {fitted.describe()}\n{layout.describe()}" + _env_text(config)
               + accelerator_hint(config.num_envs, config.sync_interval, layout))
     return skeleton.open_on_policy(config, make_agent, functools.partial(_start, layout),
                                    may_change_on_resume=MAY_CHANGE_ON_RESUME, header=header,
@@ -188,14 +195,14 @@ def _start(layout: layout_lib.Layout, ctx: skeleton.RunContext) -> skeleton.Loop
 
 
 def _executors(ctx: skeleton.RunContext, layout: layout_lib.Layout) -> tuple[Executor | ActorPools, list[Callable]]:
-    """This process's envs under `--env_pools`, and each actor thread's `take`: one shared executor every actor takes
-    from, or a pool per actor thread (`envs.actor_pools`) that actor k alone takes from."""
-    config = ctx.config
+    """This process's envs as `env_plan` lays them out, and each actor thread's `take`: one shared executor every
+    actor takes from, or a pool per actor thread (`envs.actor_pools`) that actor k alone takes from."""
+    config, plan = ctx.config, env_plan(ctx.config)
     if config.env_pools == "per_actor":
-        pools = ctx.make_actor_pools(config.num_actors, functools.partial(pool_batch_size, config),
-                                     num_envs=layout.local_envs, first_env=layout.first_env)
+        pools = ctx.make_actor_pools(*plan, first_env=layout.first_env)
         return pools, [functools.partial(pools.take_from, k) for k in range(config.num_actors)]
-    executor = ctx.make_executor(env_batch_size(config), num_envs=layout.local_envs, first_env=layout.first_env)
+    executor = ctx.make_executor(plan.batches[0], num_envs=layout.local_envs, first_env=layout.first_env,
+                                 num_threads=plan.threads[0], thread_affinity_offset=plan.pinned_from[0])
     return executor, [executor.take] * config.num_actors
 
 

@@ -5,7 +5,7 @@ seeds); pinned EnvPool threads are dealt out one pool after another."""
 import pytest
 
 from benchmarks import host_path
-from envs.actor_pools import pool_threads
+from envs.actor_pools import pool_offsets, pool_threads
 
 
 @pytest.mark.parametrize("pools,affinity_offset", [("shared", -1), ("per_actor", 0)])
@@ -21,8 +21,8 @@ def test_each_layout_steps_every_env_through_the_round_collector(pools, affinity
 def test_own_pools_pin_their_threads_one_after_another():
     counts = pool_threads(6, 4)
     assert counts == [2, 2, 1, 1]
-    assert [host_path._pool_offset(4, counts, k) for k in range(4)] == [4, 6, 8, 9]
-    assert [host_path._pool_offset(-1, counts, k) for k in range(4)] == [-1] * 4
+    assert pool_offsets(4, counts) == [4, 6, 8, 9]
+    assert pool_offsets(-1, counts) == [-1] * 4
     row = dict(threads=6, actors=4, batch=64, affinity_offset=4)
     assert host_path._threads_and_batch(row, per_actor=True) == "6 (1-2 a pool) pinned from core 4, 64 (16 a pool)"
     assert host_path._threads_and_batch(dict(row, affinity_offset=-1), per_actor=False) == "6, 64"

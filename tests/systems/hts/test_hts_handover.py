@@ -79,16 +79,23 @@ def test_the_report_carries_the_behaviour_version_of_the_round_learned_from():
 
 
 def test_with_a_pool_per_actor_each_actor_thread_alone_receives_from_its_own_pool(tmp_path, monkeypatch, capsys):
-    """`--env_pools=per_actor`: actor thread k takes only from pool k, no receiver thread starts, and the plan and
-    the start line say how the envs were split."""
+    """`--env_pools=per_actor`: actor thread k takes only from pool k, no receiver thread starts, each pool's EnvPool
+    is made with the envs, seed, threads and pinning the plan records, and the start line says so."""
     import json
 
+    import envs.executor
     from envs.actor_pools import OwnPoolExecutor
     from envs.executor import Executor
     from systems.hts import system as hts
     from tests.fixtures import tiny_hts
 
-    takers, receivers, take = {}, [], OwnPoolExecutor.take
+    takers, receivers, take, made, make_pool = {}, [], OwnPoolExecutor.take, [], envs.executor.make_pool
+
+    def recording_make_pool(spec, **kwargs):
+        made.append((kwargs["num_envs"], kwargs["seed"], kwargs["num_threads"], kwargs["thread_affinity_offset"]))
+        return make_pool(spec, **kwargs)
+
+    monkeypatch.setattr(envs.executor, "make_pool", recording_make_pool)
 
     def recording_take(self, *args, **kwargs):
         takers.setdefault(id(self), set()).add(threading.current_thread().name)
@@ -97,12 +104,16 @@ def test_with_a_pool_per_actor_each_actor_thread_alone_receives_from_its_own_poo
     monkeypatch.setattr(OwnPoolExecutor, "take", recording_take)
     monkeypatch.setattr(Executor, "_receive_loop", lambda self: receivers.append(self))
     summary = hts.run(tiny_hts(tmp_path, num_envs=5, num_actors=3, env_pools="per_actor", total_steps=3 * 80,
-                               quiet=False, eval_episodes=0))
+                               env_threads=2, env_thread_affinity=0, seed=7, quiet=False, eval_episodes=0))
     assert summary["updates"] == 3
     assert sorted(map(sorted, takers.values())) == [["actor-0"], ["actor-1"], ["actor-2"]]
     assert receivers == []
     with open(tmp_path / "config.json") as f:
         plan = json.load(f)["plan"]
-    assert plan["env_pools"] == [2, 2, 1] and plan["batches"]["env"] == [2, 2, 1]
-    assert "env pools: one per actor thread, each received by the thread that owns it: 2 + 2 + 1 envs, EnvPool " \
-           "batches 2, 2, 1" in capsys.readouterr().out
+    assert plan["env_pools"]["layout"] == "per_actor" and plan["env_pools"]["envs"] == [2, 2, 1]
+    assert plan["batches"]["env"] == plan["env_pools"]["batches"] == [2, 2, 1]
+    # Two threads dealt over three pools, at least one each; pinned pools one after another.
+    assert plan["env_pools"]["threads"] == [1, 1, 1] and plan["env_pools"]["pinned_from"] == [0, 1, 2]
+    assert made == [(2, 7, 1, 0), (2, 9, 1, 1), (1, 11, 1, 2)]  # env i seeded 7 + i whichever pool steps it
+    assert "EnvPool: a pool per actor thread, each received by the thread that owns it: 2 + 2 + 1 envs, batches " \
+           "2, 2, 1, worker threads 1, 1, 1, pinned from cores 0, 1, 2" in capsys.readouterr().out
