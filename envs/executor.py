@@ -80,7 +80,13 @@ class StateBuffer:
         with self._cond:
             for ready, rows in entries:
                 heapq.heappush(self._heap, (ready, next(self._seq), *rows))
-            self._cond.notify_all()
+            # Rows ready together go to one taker (a taker takes every ready row up to its `max_items`, and one that
+            # leaves some passes the wake-up on): waking every waiting actor only has them contend for the lock and
+            # the interpreter. Rows of several ready times may be due to several takers: all are woken.
+            if len(entries) == 1:
+                self._cond.notify()
+            else:
+                self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:
@@ -96,6 +102,8 @@ class StateBuffer:
                 ready = self._ready_rows(now)
                 if ready >= min_items or (self._closed and ready > 0):
                     parts = self._pop_rows(min(ready, max_items))
+                    if ready > max_items:
+                        self._cond.notify()  # the rows left are another taker's
                     break
                 if self._closed or now >= deadline:
                     return None

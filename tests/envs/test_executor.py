@@ -1,6 +1,7 @@
 """The async EnvPool executor: no deadlock when the actors hold envs at a round boundary (spare envs), the
 step-time injector delays results, and the state buffer hands results out in order of readiness."""
 
+import threading
 import time
 
 import numpy as np
@@ -99,6 +100,30 @@ def test_state_buffer_hands_out_rows_in_insertion_order_across_batches_and_split
         np.testing.assert_array_equal(t.terminations, t.env_ids % 2)
         np.testing.assert_array_equal(t.truncations, t.env_ids % 3 == 0)
     assert buffer.take(max_items=8, timeout=0.0) is None
+
+
+@pytest.mark.parametrize("delays", [[0.0] * 4, [0.0, 0.0, 0.01, 0.01]], ids=["one ready time", "two ready times"])
+def test_waiting_takers_get_every_row_without_waiting_out_their_timeout(delays):
+    """A put wakes one waiting actor when its rows are ready together (it takes them all) and every actor otherwise;
+    an actor that can take only some (`max_items`) passes the wake-up on, so no ready row waits for a timeout."""
+    buffer = StateBuffer()
+    got, takers = [], []
+
+    def taker():
+        results = buffer.take(max_items=2, timeout=5.0)
+        got.append((time.perf_counter(), [] if results is None else results.env_ids.tolist()))
+
+    for _ in range(2):
+        takers.append(threading.Thread(target=taker))
+        takers[-1].start()
+    time.sleep(0.2)  # both wait on the buffer
+    now = time.perf_counter()
+    zeros = np.zeros(4, np.float32)
+    buffer.put_rows(now + np.asarray(delays), np.arange(4), np.zeros((4, 1), np.float32), zeros, zeros, zeros)
+    for thread in takers:
+        thread.join(timeout=10.0)
+    assert sorted(env for _, ids in got for env in ids) == [0, 1, 2, 3]
+    assert max(when for when, _ in got) - now < 2.0  # a lost wake-up waited out the 5 s timeout
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "gymnasium/tests.gym_envs:Walk-v0", "gymnax/CartPole-v1"])
