@@ -1,5 +1,5 @@
 """Runs with a recurrent policy (`--recurrent`, `agents.recurrent`): the actors' per-env states and the learner's
-re-run sequences agree to the bit, and evaluation, `launch.evaluate` and its GIF carry each episode's state."""
+re-run sequences agree to rounding, and evaluation, `launch.evaluate` and its GIF carry each episode's state."""
 
 import csv
 import json
@@ -35,7 +35,10 @@ def test_the_learner_replays_the_actors_states_exactly(tmp_path, system, cell, n
     the update's only step runs at the behaviour parameters, so the re-run sequences (from each env's stored
     round-start state, reset after each episode) give the actors' own log-probabilities and the ratio is one: a state
     reset one step late, or carried across envs, shows as a KL. With running normalization the learner reads the
-    observations with the behaviour statistics, as the actors."""
+    observations with the behaviour statistics, as the actors. The bound: a reset one step late gave KLs of 5e-8 to
+    2.5e-7 (the initial policy is near uniform, so a wrong state moves its log-probabilities little); XLA CPU may
+    round the actors' single step and the learner's scan of it apart in the last bits (about 5e-10 on an AVX2 host,
+    0 on an AVX-512 one)."""
     run_dir = str(tmp_path / "run")
     config_class, run = (SyncConfig, run_sync) if system == "sync" else (AnakinConfig, run_anakin)
     run(config_class(env_id="CartPole-v1" if system == "sync" else "gymnax/CartPole-v1", num_envs=4,
@@ -44,7 +47,7 @@ def test_the_learner_replays_the_actors_states_exactly(tmp_path, system, cell, n
                      normalize_reward=normalize))
     rows = _progress(run_dir)
     assert len(rows) == 4 and sum(int(row["episodes"]) for row in rows) > 4  # episodes ended inside the rounds
-    assert all(abs(float(row["approx_kl"])) < 1e-10 and float(row["clip_fraction"]) == 0 for row in rows), rows
+    assert all(abs(float(row["approx_kl"])) < 5e-9 and float(row["clip_fraction"]) == 0 for row in rows), rows
     if normalize:
         assert float(rows[-1]["obs_norm_count"]) > 4 * 32 * 3 and float(rows[-1]["reward_scale"]) > 0
 
