@@ -16,7 +16,7 @@
   (checked: the run fails otherwise).
 * Determinism: randomness is owned by (env, step), storage is indexed by (step, env), inference uses a fixed
   padded shape, and the learner's key chain is fixed, so `--seed` fixes the parameters bit for bit whatever
-  `--num_actors`, `--env_batch_size` or thread timing.
+  `--num_actors`, `--env_pools`, `--env_threads`, `--env_batch_size` or thread timing.
 * Devices and hosts (`systems.hts.layout`; beyond the paper, which trains on one desktop): actor threads run their
   forward passes on `--actor_devices`, the learner is `--learner_devices` data-parallel replicas (the storage split
   by env, gradients averaged before each optimizer step, parameters identical on every replica; `--debug` checks
@@ -107,18 +107,14 @@ def _resolve_layout(config: HTSConfig) -> tuple[HTSConfig, layout_lib.Layout, la
 
 def _plan(config: HTSConfig, layout: layout_lib.Layout, fitted: layout_rule.Fit) -> dict:
     """config.json's plan: the sizes the layout rule chose, the devices the layout chose, as the flags would name
-    them, the env pools and the batches used."""
+    them, EnvPool's layout (per pool: its envs, batch, threads and first pinned core) and the batches used."""
+    pools = env_plan(config)
     return dict(layout=fitted.record(),
                 actor_devices=layout_lib.indices_text(layout.actor_devices),
                 learner_devices=layout_lib.indices_text(layout.learner_devices), learner_replicas=layout.num_replicas,
-                env_pools=_env_record(config), batches=dict(env=env_batch_size(config) if config.env_pools == "shared"
-                                                            else env_plan(config).batches,
-                                                            inference=inference_batch(config)))
-
-
-def _env_record(config: HTSConfig) -> dict:
-    """The plan's EnvPool: the layout and, per pool, its envs, batch, threads and first pinned core."""
-    return dict(layout=config.env_pools, **env_plan(config)._asdict())
+                env_pools=dict(layout=config.env_pools, **pools._asdict()),
+                batches=dict(env=pools.batches[0] if config.env_pools == "shared" else pools.batches,
+                             inference=inference_batch(config)))
 
 
 def _env_text(config: HTSConfig) -> str:
