@@ -73,7 +73,7 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
 
     import jax
 
-    from envs.actor_pools import ActorPools, OwnPoolExecutor, pool_offsets, pool_threads
+    from envs.actor_pools import ActorPools, pool_offsets, pool_threads
     from envs.executor import Executor
     from envs.factory import make_spec
     from systems.common.rollout import RoundCollector
@@ -90,11 +90,9 @@ def measure_host_path(env_id: str, envs: int, sync_interval: int, actors: int, b
                             thread_affinity_offset=affinity_offset)
         lanes, takes = [executor], [executor.take] * actors
     else:
-        size, per_pool = envs // actors, pool_threads(threads, actors)
-        executor = ActorPools([OwnPoolExecutor(spec, num_envs=size, batch_size=max(1, batch // actors), seed=k * size,
-                                               num_threads=n, thread_affinity_offset=offset)
-                               for k, (n, offset) in enumerate(zip(per_pool, pool_offsets(affinity_offset, per_pool),
-                                                                   strict=True))])
+        per_pool = pool_threads(threads, actors)
+        executor = ActorPools.make(spec, [envs // actors] * actors, [max(1, batch // actors)] * actors, per_pool,
+                                   pool_offsets(affinity_offset, per_pool), seed=0)
         lanes, takes = executor.pools, [functools.partial(executor.take_from, k) for k in range(actors)]
     rng = np.random.default_rng(0)
 

@@ -18,6 +18,7 @@ import dataclasses
 import numpy as np
 
 from envs.executor import Executor, StepResults
+from envs.factory import EnvSpec
 
 
 class OwnPoolExecutor(Executor):
@@ -42,8 +43,7 @@ class OwnPoolExecutor(Executor):
         try:
             self.receive_once()
         except BaseException as error:  # kept as the receiver thread keeps it: raise_if_failed names it alike
-            self._error = error
-            self.buffer.close()
+            self.fail(error)
         self.raise_if_failed()
         return self.buffer.take(max_items, 1, timeout=0.0)
 
@@ -73,6 +73,18 @@ class ActorPools:
     """Pools of contiguous env shares (pool k holds the run's envs `starts[k]` .. `starts[k] + size - 1`), one per
     actor thread, behind the shared executor's interface: `send`, `hand_back`, `pop_episodes`, `start`, `close`,
     `raise_if_failed`, `env_steps_received`; actor k takes from its own pool with `take_from(k, ...)`."""
+
+    @classmethod
+    def make(cls, spec: EnvSpec, envs: list[int], batches: list[int], threads: list[int], pinned_from: list[int], *,
+             seed: int, **options) -> ActorPools:
+        """Pool k of the next `envs[k]` envs (env i of them all seeded `seed + i`, as in one pool), EnvPool batch
+        `batches[k]`, `threads[k]` worker threads pinned from core `pinned_from[k]` (-1: not pinned); `options`
+        are the other `Executor` arguments, the same for every pool."""
+        starts = [sum(envs[:k]) for k in range(len(envs))]
+        return cls([OwnPoolExecutor(spec, num_envs=size, batch_size=batch, seed=seed + start, num_threads=count,
+                                    thread_affinity_offset=offset, **options)
+                    for size, batch, count, offset, start in zip(envs, batches, threads, pinned_from, starts,
+                                                                  strict=True)])
 
     def __init__(self, pools: list[OwnPoolExecutor]):
         if not pools:

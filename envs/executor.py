@@ -255,9 +255,14 @@ class Executor:
                     if self._stop:
                         return
                 self.receive_once()
-        except BaseException as error:  # handed to the actors, who re-raise it
-            self._error = error
-            self.buffer.close()
+        except BaseException as error:
+            self.fail(error)
+
+    def fail(self, error: BaseException) -> None:
+        """Keeps a receive's error for the actors, who re-raise it (`raise_if_failed`), and closes the buffer so no
+        taker waits for rows that will not come."""
+        self._error = error
+        self.buffer.close()
 
     def reset_all(self) -> None:
         """Every env (training and spare) in flight, reset asynchronously: `start` without the receiver thread."""

@@ -37,7 +37,8 @@ _FAMILY_BY_MODULE = {
     "envpool.mujoco.gym": "mujoco",
     "envpool.box2d": "box2d",
 }
-FAMILIES = (*_FAMILY_BY_MODULE.values(), "gymnasium", "gymnax", "brax")
+ENVPOOL_FAMILIES = tuple(_FAMILY_BY_MODULE.values())  # run by EnvPool's own worker threads (which may be pinned)
+FAMILIES = (*ENVPOOL_FAMILIES, "gymnasium", "gymnax", "brax")
 
 
 def _import_envpool():
@@ -307,7 +308,7 @@ def make_pool(
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
     if thread_affinity_offset < -1:
         raise ValueError(f"thread_affinity_offset must be -1 (no pinning) or a core, got {thread_affinity_offset}")
-    if thread_affinity_offset >= 0 and spec.family in ("gymnasium", "gymnax", "brax"):
+    if thread_affinity_offset >= 0 and spec.family not in ENVPOOL_FAMILIES:
         raise ValueError(f"{spec.env_id}: thread_affinity_offset pins EnvPool's threads; a {spec.family} pool has none")
     if spec.family == "gymnasium":
         return gymnasium_pool.GymnasiumPool(

@@ -22,7 +22,7 @@ from typing import Any
 import jax
 
 from agents import TrainState
-from envs.actor_pools import ActorPools, OwnPoolExecutor
+from envs.actor_pools import ActorPools
 from envs.executor import Executor
 from envs.factory import EnvSpec, make_spec
 from envs.pool_api import EnvFailed
@@ -207,13 +207,8 @@ class RunContext:
         """`make_executor`'s envs as one pool per actor thread (`envs.actor_pools`): pool k holds the next `envs[k]`
         envs (env i still seeded `seed + i`), with EnvPool batch `batches[k]` and `threads[k]` worker threads,
         pinned from core `pinned_from[k]` on (-1: not pinned)."""
-        starts = [sum(envs[:k]) for k in range(len(envs))]
-        return ActorPools([
-            OwnPoolExecutor(self.spec, num_envs=size, batch_size=batch, seed=self.config.seed + first_env + start,
-                            step_time=self.step_time, num_threads=count, clip_actions=self.config.clip_actions,
-                            thread_affinity_offset=offset)
-            for size, batch, count, offset, start in zip(envs, batches, threads, pinned_from, starts, strict=True)
-        ])
+        return ActorPools.make(self.spec, envs, batches, threads, pinned_from, seed=self.config.seed + first_env,
+                               step_time=self.step_time, clip_actions=self.config.clip_actions)
 
     def make_collector(
         self,

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from envs.actor_pools import pool_offsets, pool_threads, split_envs
 from envs.cores import usable_cores
-from envs.factory import family_of
+from envs.factory import ENVPOOL_FAMILIES, family_of
 from envs.step_time import parse_step_time
 from systems.common import config as config_lib
 from systems.common import layout_rule
@@ -162,7 +162,7 @@ def _validate_env_threads(config: HTSConfig) -> None:
         family = family_of(config.env_id)
     except ValueError:  # `config_lib.validate` names an unknown env
         return
-    if config.env_thread_affinity >= 0 and family in ("gymnasium", "gymnax", "brax"):
+    if config.env_thread_affinity >= 0 and family not in ENVPOOL_FAMILIES:
         raise config_lib.ConfigError(
             f"--env_thread_affinity pins EnvPool's worker threads; a {family}/ env has none: leave it at -1")
     if config.env_threads and family in ("gymnax", "brax"):
